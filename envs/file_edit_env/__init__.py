@@ -1,0 +1,1 @@
+"""Helpers of the bundled file-edit env: tools, policies (baseline and null)."""

@@ -1,0 +1,52 @@
+"""The search env's ``search`` tool: a real HTTP client of the search service.
+
+At run time rlenv replays this tool's HTTP from its cassette; ``rlenv record`` runs it against
+the live service. The base URL comes from ``RLENV_SEARCH_URL`` and an optional API key from
+``SEARCH_API_KEY`` (sent as ``X-Api-Key``; the recorder must scrub it).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8765"
+TIMEOUT_SECONDS = 10.0
+
+SEARCH_TOOL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "query": {"type": "string"},
+        "k": {"type": "integer", "minimum": 1, "maximum": 10},
+    },
+    "required": ["query"],
+    "additionalProperties": False,
+}
+
+
+class SearchServiceError(RuntimeError):
+    """The search service answered with a non-200 status."""
+
+
+def search(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """POST {base}/search with {"query", "k"} and return the parsed JSON response."""
+    base = os.environ.get("RLENV_SEARCH_URL", DEFAULT_URL).rstrip("/")
+    headers = {}
+    api_key = os.environ.get("SEARCH_API_KEY")
+    if api_key:
+        headers["X-Api-Key"] = api_key
+    response = httpx.post(
+        f"{base}/search",
+        json={"query": args["query"], "k": args.get("k", 3)},
+        headers=headers,
+        timeout=TIMEOUT_SECONDS,
+    )
+    if response.status_code != 200:
+        raise SearchServiceError(
+            f"search service at {base} returned HTTP {response.status_code}: "
+            f"{response.text[:200]}"
+        )
+    result: dict[str, Any] = response.json()
+    return result

@@ -1,0 +1,136 @@
+"""The agent loop in the OpenAI chat format, shared by every provider.
+
+Written once as a coroutine: providers outside the frozen world await real I/O; in-world
+providers are synchronous and the coroutine is driven to completion with `run_sync`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from rlenv.errors import FixtureMiss, InfraError, ModelOutputError
+from rlenv.providers.base import ModelReply
+
+T = TypeVar("T")
+
+
+class RolloutTimeout(Exception):
+    """The rollout ran past the spec's per-rollout timeout."""
+
+
+@dataclass
+class ToolOutcome:
+    content: str
+    fixture: str  # "hit" | "miss" | "fallback" | "none"
+    ok: bool
+
+
+@dataclass
+class Trajectory:
+    messages: list[dict[str, Any]]
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    status: str = "ok"
+    error: str | None = None
+    usage: dict[str, int] = field(
+        default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    )
+    logprobs: list[Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def answer(self) -> str | None:
+        for message in reversed(self.messages):
+            if message.get("role") == "assistant":
+                content = message.get("content")
+                return content if isinstance(content, str) else None
+        return None
+
+
+ModelCall = Callable[[list[dict[str, Any]], int], Awaitable[ModelReply]]
+ToolCall = Callable[[dict[str, Any], int], Awaitable[ToolOutcome]]
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"arguments are not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError("arguments must be a JSON object")
+    return value
+
+
+async def rollout_loop(
+    messages: list[dict[str, Any]],
+    max_turns: int,
+    call_model: ModelCall,
+    call_tool: ToolCall,
+) -> Trajectory:
+    """Alternate model turns and tool calls until a final answer, a limit or a failure."""
+    trajectory = Trajectory(messages=[dict(message) for message in messages])
+    try:
+        for turn in range(max_turns):
+            reply = await call_model(trajectory.messages, turn)
+            for key, value in reply.usage.items():
+                if isinstance(value, int):
+                    trajectory.usage[key] = trajectory.usage.get(key, 0) + value
+            if reply.logprobs is not None:
+                trajectory.logprobs = (trajectory.logprobs or []) + [
+                    {"turn": turn, "tokens": reply.logprobs}
+                ]
+            if reply.extra:
+                trajectory.extra.setdefault("turns", []).append({"turn": turn, **reply.extra})
+            message = reply.message
+            trajectory.messages.append(message)
+            calls = message.get("tool_calls") or []
+            if not calls:
+                return trajectory
+            for call in calls:
+                outcome = await call_tool(call, turn)
+                function = call["function"]
+                try:
+                    arguments: Any = parse_arguments(function.get("arguments", ""))
+                except ValueError:
+                    arguments = function.get("arguments")
+                trajectory.tool_calls.append(
+                    {
+                        "turn": turn,
+                        "id": call["id"],
+                        "name": function["name"],
+                        "arguments": arguments,
+                        "fixture": outcome.fixture,
+                        "ok": outcome.ok,
+                    }
+                )
+                trajectory.messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": call["id"],
+                        "name": function["name"],
+                        "content": outcome.content,
+                    }
+                )
+        trajectory.status = "max_turns"
+        trajectory.error = f"no final answer within {max_turns} turns"
+    except InfraError as exc:
+        trajectory.status, trajectory.error = "infra_error", str(exc)
+    except ModelOutputError as exc:
+        trajectory.status, trajectory.error = "model_error", str(exc)
+    except FixtureMiss as exc:
+        trajectory.status, trajectory.error = "fixture_miss", str(exc)
+    except RolloutTimeout as exc:
+        trajectory.status, trajectory.error = "timeout", str(exc) or "rollout timed out"
+    return trajectory
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Drive a coroutine that never suspends (all its awaits are synchronous) to its result."""
+    try:
+        coroutine.send(None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    coroutine.close()
+    raise RuntimeError("run_sync: coroutine suspended; in-world calls must be synchronous")

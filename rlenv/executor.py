@@ -1,0 +1,65 @@
+"""Where rollouts execute: a pool of frozen-world worker processes on this machine."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+from rlenv.agent import ToolOutcome, Trajectory
+from rlenv.errors import RunFailed
+from rlenv.world import runtime
+from rlenv.world.runtime import FROZEN_ENV, RolloutTask, WorkerConfig
+
+
+class LocalExecutor:
+    """Spawned worker processes, each entering the frozen world once at start."""
+
+    def __init__(self, config: WorkerConfig, workers: int) -> None:
+        self.workers = max(1, workers)
+        saved = {key: os.environ.get(key) for key in FROZEN_ENV}
+        os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreters (hash seed!)
+        try:
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=runtime.init_worker,
+                initargs=(config,),
+            )
+            # start every worker now, while the frozen environment variables are set
+            futures = [self.pool.submit(os.getpid) for _ in range(self.workers * 2)]
+            for future in futures:
+                future.result()
+        except BrokenProcessPool as exc:
+            raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    async def _call(self, function: Any, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self.pool, function, *args)
+        except BrokenProcessPool as exc:
+            raise RunFailed(f"a frozen-world worker died: {exc}") from None
+
+    async def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+        return await self._call(runtime.worker_run_rollout, task)  # type: ignore[no-any-return]
+
+    async def prepare(self, task: RolloutTask) -> None:
+        await self._call(runtime.worker_prepare, task)
+
+    async def tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+        return await self._call(runtime.worker_tool, task, call, turn, number)  # type: ignore[no-any-return]
+
+    async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
+        return await self._call(runtime.worker_finish, task, trajectory, model)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,110 @@
+"""The provider interface: one model call per turn, in the OpenAI chat format."""
+
+from __future__ import annotations
+
+import importlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rlenv.errors import UserError
+
+
+@dataclass
+class ModelRequest:
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    decoding: dict[str, Any]
+    seed: int
+    input_id: str
+    rollout: int
+    turn: int
+
+
+@dataclass
+class ModelReply:
+    message: dict[str, Any]
+    usage: dict[str, int] = field(default_factory=dict)
+    logprobs: list[Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PolicyContext:
+    """What a python policy sees besides the conversation: never the reference fields."""
+
+    seed: int
+    rng: random.Random
+    input_id: str
+    rollout: int
+    turn: int
+    decoding: dict[str, Any]
+
+
+class Provider(Protocol):
+    uri: str
+    #: True: the whole rollout runs inside a frozen-world worker (python, replay).
+    #: False: model calls run in the orchestrator, outside the frozen world (HTTP, local HF).
+    in_world: bool
+
+    def identity(self) -> dict[str, Any]: ...
+
+    async def complete(self, request: ModelRequest) -> ModelReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+KNOWN_SCHEMES = ("python", "replay", "openai", "hf")
+
+
+def parse_model_uri(uri: str) -> tuple[str, str]:
+    """Split `scheme:rest`; raise a UserError naming the accepted forms."""
+    scheme, sep, rest = uri.partition(":")
+    if not sep or not rest or scheme not in KNOWN_SCHEMES:
+        raise UserError(
+            f"bad model URI {uri!r}: expected python:pkg.module:function, replay:FILE.jsonl,"
+            " openai:MODEL or hf:PATH",
+            where="--model",
+        )
+    return scheme, rest
+
+
+def import_ref(ref: str, *, what: str) -> Any:
+    """Resolve `pkg.module:name` to an object, with a one-line error when it cannot be."""
+    module_name, sep, attribute = ref.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UserError(f"{what}: expected 'pkg.module:name', got {ref!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"{what}: cannot import module {module_name!r} ({exc})") from None
+    except Exception as exc:
+        raise UserError(
+            f"{what}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise UserError(f"{what}: module {module_name!r} has no {attribute!r}") from None
+
+
+def resolve_provider(uri: str, *, base_url: str | None = None, options: dict[str, Any] | None = None) -> Any:
+    """Build the orchestrator-side provider object for a model URI."""
+    scheme, rest = parse_model_uri(uri)
+    if scheme == "python":
+        from rlenv.providers.python import InWorldProvider
+
+        if ":" not in rest:
+            raise UserError(f"bad model URI {uri!r}: expected python:pkg.module:function", where="--model")
+        return InWorldProvider(uri)
+    if scheme == "replay":
+        from rlenv.providers.replay import ReplayProvider
+
+        return ReplayProvider.open(uri, rest)
+    if scheme == "openai":
+        from rlenv.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(uri, rest, base_url=base_url, **(options or {}))
+    from rlenv.providers.hf import HFProvider
+
+    return HFProvider(uri, rest, **(options or {}))

@@ -1,0 +1,80 @@
+"""`replay:FILE.jsonl`: grade answers or trajectories produced elsewhere (e.g. by a trainer).
+
+Each line: {"input_id": ..., "rollout": 0, and one of "answer" | "completion" | "messages"}.
+A missing (input id, rollout) pair is a model error for that rollout, never a crash.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rlenv.errors import ModelOutputError, UserError
+from rlenv.providers.base import ModelReply, ModelRequest
+from rlenv.providers.python import InWorldProvider
+
+
+class ReplayProvider(InWorldProvider):
+    @classmethod
+    def open(cls, uri: str, path: str) -> ReplayProvider:
+        file = Path(path)
+        if not file.is_file():
+            raise UserError(f"replay file not found: {file}", where="--model")
+        load_replay(file)  # fail early, in the orchestrator, with file:line
+        provider = cls(f"replay:{file.resolve()}")
+        provider.display = uri
+        return provider
+
+    display: str = ""
+
+    def identity(self) -> dict[str, Any]:
+        from rlenv.canonical import sha256_file
+
+        path = Path(self.uri[len("replay:") :])
+        return {"uri": f"replay:{path.name}", "sha256": sha256_file(path)}
+
+
+def load_replay(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    table: dict[tuple[str, int], dict[str, Any]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"invalid JSON: {exc.msg}", where=where) from None
+        if not isinstance(data, dict) or "input_id" not in data:
+            raise UserError("each replay line needs 'input_id'", where=where)
+        if not any(key in data for key in ("answer", "completion", "messages")):
+            raise UserError("each replay line needs 'answer', 'completion' or 'messages'", where=where)
+        key = (str(data["input_id"]), int(data.get("rollout", 0)))
+        if key in table:
+            raise UserError(f"duplicate replay entry for input {key[0]!r} rollout {key[1]}", where=where)
+        table[key] = data
+    return table
+
+
+class ReplayPolicy:
+    """Worker-side: looks the rollout up and hands back its answer or whole trajectory."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.table = load_replay(Path(uri[len("replay:") :]))
+
+    def trajectory(self, input_id: str, rollout: int) -> list[dict[str, Any]] | None:
+        entry = self.table.get((input_id, rollout))
+        if entry is None or "messages" not in entry:
+            return None
+        return [dict(message) for message in entry["messages"]]
+
+    def complete_sync(self, request: ModelRequest) -> ModelReply:
+        entry = self.table.get((request.input_id, request.rollout))
+        if entry is None:
+            raise ModelOutputError(
+                f"no replay entry for input {request.input_id!r} rollout {request.rollout}"
+            )
+        text = entry.get("answer", entry.get("completion"))
+        return ModelReply(message={"role": "assistant", "content": None if text is None else str(text)},
+                          usage=dict(entry.get("usage") or {}))

@@ -1,0 +1,46 @@
+"""Plain-text terminal summary of a run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
+    env = summary["env"]
+    lines = [
+        f"env      {env['name']} v{env['version']}  fingerprint {env['fingerprint'][:16]}",
+        f"model    {summary['model'].get('uri')}",
+        f"rollouts {summary['rollouts']} ({summary['inputs']} inputs x {summary['rollouts_per_input']})"
+        + "  " + "  ".join(f"{status} {count}" for status, count in summary["counts"].items()),
+    ]
+    rate = summary["pass_rate"]
+    ci = rate.get("wilson_ci") or [None, None]
+    lines.append(
+        f"pass     {_fmt(rate.get('value'))}  (95% CI {_fmt(ci[0])}-{_fmt(ci[1])}, n={rate.get('n')})"
+    )
+    if summary["pass_at_k"]:
+        lines.append("pass@k   " + "  ".join(f"{k}: {_fmt(v)}" for k, v in summary["pass_at_k"].items()))
+        lines.append("pass^k   " + "  ".join(f"{k}: {_fmt(v)}" for k, v in summary["pass_hat_k"].items()))
+    reward = summary.get("reward")
+    if reward:
+        lines.append(
+            f"reward   mean {_fmt(reward.get('mean'))}  std {_fmt(reward.get('std'))}"
+            f"  min {_fmt(reward.get('min'))}  max {_fmt(reward.get('max'))}"
+        )
+    if summary.get("fixtures"):
+        lines.append("fixtures " + "  ".join(f"{k} {v}" for k, v in summary["fixtures"].items()))
+    for flag in summary.get("flags") or []:
+        lines.append(f"FLAG     {flag.get('name')}: {flag.get('message')}")
+    lines.append(f"digest   {summary['digest']}")
+    if run_dir is not None:
+        lines.append(f"run dir  {run_dir}")
+    return "\n".join(lines)

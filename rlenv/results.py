@@ -1,0 +1,138 @@
+"""Run records: streamed canonical JSON lines, the run digest, and the first divergence."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+from rlenv.canonical import canonical_bytes, sha256_bytes
+
+VOLATILE_FIELDS = ("timing",)
+
+
+def stable(record: dict[str, Any]) -> dict[str, Any]:
+    """The record without volatile fields (wall times, host paths)."""
+    return {key: value for key, value in record.items() if key not in VOLATILE_FIELDS}
+
+
+def order_key(record: dict[str, Any]) -> tuple[int, str, int]:
+    return (int(record.get("input_index", 0)), str(record["input_id"]), int(record["rollout"]))
+
+
+def run_digest(records: Iterable[dict[str, Any]]) -> str:
+    """sha256 over canonical stable records in (input, rollout) order."""
+    ordered = sorted(records, key=order_key)
+    return sha256_bytes(b"\n".join(canonical_bytes(stable(record)) for record in ordered))
+
+
+class ResultsWriter:
+    """Appends one canonical JSON line per finished rollout and flushes it at once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.handle: IO[bytes] = open(path, "ab")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.handle.write(canonical_bytes(record) + b"\n")
+        self.handle.flush()
+
+    def close(self) -> None:
+        self.handle.flush()
+        os.fsync(self.handle.fileno())
+        self.handle.close()
+
+
+def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair."""
+    import json
+
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    records: list[dict[str, Any]] = []
+    good_end = 0
+    position = 0
+    for line in data.splitlines(keepends=True):
+        end = position + len(line)
+        if line.endswith(b"\n"):
+            try:
+                records.append(json.loads(line))
+                good_end = end
+            except json.JSONDecodeError:
+                break
+        position = end
+    if repair and good_end < len(data):
+        with open(path, "r+b") as handle:
+            handle.truncate(good_end)
+    return records
+
+
+def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    if isinstance(left, dict) and isinstance(right, dict):
+        for key in sorted(set(left) | set(right)):
+            found = _first_difference(left.get(key), right.get(key), f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    if isinstance(left, list) and isinstance(right, list):
+        for index in range(max(len(left), len(right))):
+            a = left[index] if index < len(left) else "<missing>"
+            b = right[index] if index < len(right) else "<missing>"
+            found = _first_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    if canonical_bytes(left) != canonical_bytes(right):
+        return path, left, right
+    return None
+
+
+def first_divergence(
+    run_a: list[dict[str, Any]], run_b: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The first (input, rollout, turn, field) where two runs differ, or None if identical."""
+    a = {(r["input_id"], r["rollout"]): stable(r) for r in run_a}
+    b = {(r["input_id"], r["rollout"]): stable(r) for r in run_b}
+    ordered = sorted(
+        set(a) | set(b),
+        key=lambda key: order_key(a.get(key) or b.get(key)),  # type: ignore[arg-type]
+    )
+    for key in ordered:
+        left, right = a.get(key), b.get(key)
+        if left is None or right is None:
+            return {
+                "input_id": key[0],
+                "rollout": key[1],
+                "turn": None,
+                "field": "(record)",
+                "a": "present" if left else "missing",
+                "b": "present" if right else "missing",
+            }
+        found = _first_difference(left, right)
+        if found:
+            field, value_a, value_b = found
+            return {
+                "input_id": key[0],
+                "rollout": key[1],
+                "turn": _turn_of(field, left),
+                "field": field,
+                "a": value_a,
+                "b": value_b,
+            }
+    return None
+
+
+def _turn_of(field: str, record: dict[str, Any]) -> int | None:
+    """Which model turn a differing field belongs to (assistant messages before it)."""
+    if field.startswith("messages["):
+        index = int(field[len("messages[") : field.index("]")])
+        return sum(
+            1 for message in record.get("messages", [])[: index + 1] if message.get("role") == "assistant"
+        ) - 1 if index < len(record.get("messages", [])) else None
+    if field.startswith("tool_calls["):
+        index = int(field[len("tool_calls[") : field.index("]")])
+        calls = record.get("tool_calls", [])
+        return calls[index].get("turn") if index < len(calls) else None
+    return None

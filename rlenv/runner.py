@@ -1,0 +1,334 @@
+"""`rlenv run`: every held-out input x K rollouts, scored, streamed to a run directory."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlenv import __version__
+from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
+from rlenv.canonical import canonical_bytes
+from rlenv.clock import monotonic, wall_now
+from rlenv.errors import InfraError, RunFailed, UserError
+from rlenv.executor import LocalExecutor
+from rlenv.inputs import InputRecord, load_inputs
+from rlenv.providers.base import ModelReply, ModelRequest, resolve_provider
+from rlenv.results import ResultsWriter, read_results, run_digest
+from rlenv.seeding import derive_seed
+from rlenv.spec import LoadedSpec, check_files, fingerprint, load_spec
+from rlenv.world.runtime import RolloutTask, WorkerConfig, tool_schemas
+
+DEFAULT_CONCURRENCY = 4
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    summary: dict[str, Any]
+
+    @property
+    def digest(self) -> str:
+        return str(self.summary["digest"])
+
+
+@dataclass
+class Prepared:
+    """A spec that passed every check that can be made before any policy call."""
+
+    loaded: LoadedSpec
+    file_hashes: dict[str, str]
+    fingerprint: str
+    inputs: list[InputRecord]
+    warnings: list[str] = field(default_factory=list)
+
+
+def prepare(spec_path: str | Path) -> Prepared:
+    """Load the spec, check pinned hashes and inputs, and import every referenced callable."""
+    loaded = load_spec(spec_path)
+    hashes = check_files(loaded)
+    inputs = load_inputs(loaded.inputs_path)
+    _check_importable(loaded)
+    return Prepared(loaded, hashes, fingerprint(loaded, hashes), inputs)
+
+
+def _check_importable(loaded: LoadedSpec) -> None:
+    """Import tools, verifiers and the reward model in a worker-like way, without freezing."""
+    from rlenv.providers.base import import_ref
+    from rlenv.rewards import build_reward_model
+    from rlenv.verifiers import build_verifiers
+    from rlenv.world.replay import ToolIndex
+    from rlenv.world.runtime import build_scrubber
+
+    added = [str(p) for p in loaded.python_paths() if str(p) not in sys.path]
+    sys.path[:0] = added
+    try:
+        for index, tool in enumerate(loaded.spec.tools):
+            function = import_ref(tool.function, what=f"tools[{index}].function")
+            if not callable(function):
+                raise UserError(f"tools[{index}].function: {tool.function} is not callable")
+            cassette = loaded.cassette_path(tool)
+            if cassette is not None:
+                ToolIndex(tool.name, cassette, build_scrubber(loaded)).load()
+        build_verifiers(list(loaded.spec.verifiers))
+        build_reward_model(loaded.spec.reward_model)
+    finally:
+        for entry in added:
+            if entry in sys.path:
+                sys.path.remove(entry)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[-48:] or "model"
+
+
+def default_run_dir(env_name: str, model: str, root: Path = Path("runs")) -> Path:
+    stamp = wall_now().strftime("%Y%m%d-%H%M%S")
+    base = root / env_name / f"{stamp}-{_slug(model.split(':', 1)[-1])}"
+    candidate, number = base, 1
+    while candidate.exists():
+        number += 1
+        candidate = Path(f"{base}-{number}")
+    return candidate
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_bytes(data)
+    os.replace(temporary, path)
+
+
+def _pretty(value: Any) -> bytes:
+    return (json.dumps(json.loads(canonical_bytes(value)), indent=2, ensure_ascii=False) + "\n").encode()
+
+
+def run(
+    spec_path: str | Path,
+    *,
+    model: str | None = None,
+    rollouts: int | None = None,
+    limit: int | None = None,
+    out: str | Path | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    resume: bool = False,
+    base_url: str | None = None,
+    runs_root: Path = Path("runs"),
+    progress: Callable[[int, int], None] | None = None,
+) -> RunResult:
+    """Run an env against a model; return the run directory and its summary."""
+    if concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    if rollouts is not None and rollouts < 1:
+        raise UserError("--rollouts must be at least 1")
+    if limit is not None and limit < 1:
+        raise UserError("--limit must be at least 1")
+    prepared = prepare(spec_path)
+    spec = prepared.loaded.spec
+    model_uri = model or spec.model
+    if not model_uri:
+        raise UserError("no model: pass --model URI or set 'model' in the spec")
+    provider = resolve_provider(model_uri, base_url=base_url)
+    rollouts_per_input = rollouts or spec.rollouts
+    inputs = prepared.inputs[:limit] if limit else prepared.inputs
+    run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
+    identity = provider.identity()
+    meta = {
+        "env": {"name": spec.name, "version": spec.version, "fingerprint": prepared.fingerprint},
+        "model": identity,
+        "decoding": spec.decoding.model_dump(),
+        "rollouts_per_input": rollouts_per_input,
+        "limit": limit,
+    }
+    done = _open_run_dir(run_dir, meta, resume)
+    tasks = [
+        RolloutTask(record.index, rollout)
+        for record in inputs
+        for rollout in range(rollouts_per_input)
+        if (record.id, rollout) not in done
+    ]
+    total = len(inputs) * rollouts_per_input
+    work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-"))
+    try:
+        config = WorkerConfig(
+            spec_path=str(prepared.loaded.path),
+            work_root=str(work_root),
+            model_uri=provider.uri if provider.in_world else None,
+            allowed_endpoints=list(getattr(provider, "endpoints", lambda: [])()),
+        )
+        workers = min(concurrency, os.cpu_count() or 1, max(1, len(tasks)))
+        writer = ResultsWriter(run_dir / "results.jsonl")
+        try:
+            if tasks:
+                executor = LocalExecutor(config, workers)
+                try:
+                    asyncio.run(
+                        _execute(prepared, provider, executor, tasks, concurrency, writer,
+                                 lambda finished: progress(len(done) + finished, total) if progress else None)
+                    )
+                finally:
+                    executor.close()
+        finally:
+            writer.close()
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+    records = read_results(run_dir / "results.jsonl")
+    summary = build_summary(prepared, meta, records, model_uri)
+    _write_atomic(run_dir / "summary.json", _pretty(summary))
+    return RunResult(run_dir, summary)
+
+
+def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tuple[str, int]]:
+    """Create the run directory, or reopen it for --resume; never overwrite an earlier run."""
+    results = run_dir / "results.jsonl"
+    meta_path = run_dir / "run.json"
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"--out {run_dir} exists and is not a directory")
+    if resume:
+        if not meta_path.is_file():
+            raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
+        earlier = json.loads(meta_path.read_text())
+        for key in ("env", "model", "decoding", "rollouts_per_input"):
+            if canonical_bytes(earlier.get(key)) != canonical_bytes(meta.get(key)):
+                raise UserError(
+                    f"--resume: {run_dir} was started with a different {key}; use another --out"
+                )
+        records = read_results(results, repair=True)
+        return {(str(record["input_id"]), int(record["rollout"])) for record in records}
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise UserError(
+            f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
+            " directory"
+        )
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(meta_path, _pretty({**meta, "rlenv_version": __version__}))
+    return set()
+
+
+async def _execute(
+    prepared: Prepared,
+    provider: Any,
+    executor: LocalExecutor,
+    tasks: list[RolloutTask],
+    concurrency: int,
+    writer: ResultsWriter,
+    advance: Callable[[int], None],
+) -> None:
+    queue: Iterator[RolloutTask] = iter(tasks)
+    finished = 0
+
+    async def consumer() -> None:
+        nonlocal finished
+        for task in queue:
+            started = monotonic()
+            if provider.in_world:
+                record = await executor.run_rollout(task)
+            else:
+                record = await _outside_rollout(prepared, provider, executor, task)
+            record["timing"] = {"wall_s": round(monotonic() - started, 6)}
+            writer.write(record)
+            finished += 1
+            advance(finished)
+
+    try:
+        await asyncio.gather(*(consumer() for _ in range(min(concurrency, len(tasks)))))
+    finally:
+        await provider.aclose()
+
+
+async def _outside_rollout(
+    prepared: Prepared, provider: Any, executor: LocalExecutor, task: RolloutTask
+) -> dict[str, Any]:
+    """Model calls here (outside the frozen world); tool calls and grading in a worker."""
+    spec = prepared.loaded.spec
+    record = prepared.inputs[task.input_index]
+    seed = derive_seed(spec.seed, record.id, task.rollout)
+    messages = record.messages(spec.system_prompt)
+    schemas = tool_schemas(prepared.loaded)
+    decoding = spec.decoding.model_dump()
+    deadline = monotonic() + spec.limits.timeout_s
+    counters: dict[int, int] = {}
+
+    def remaining() -> float:
+        left = deadline - monotonic()
+        if left <= 0:
+            raise RolloutTimeout(f"rollout exceeded {spec.limits.timeout_s}s")
+        return left
+
+    async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
+        request = ModelRequest(
+            messages=[dict(message) for message in current],
+            tools=schemas,
+            decoding=decoding,
+            seed=seed,
+            input_id=record.id,
+            rollout=task.rollout,
+            turn=turn,
+        )
+        try:
+            return await asyncio.wait_for(provider.complete(request), remaining())
+        except TimeoutError:
+            raise RolloutTimeout(f"rollout exceeded {spec.limits.timeout_s}s") from None
+
+    async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
+        number = counters.get(turn, 0)
+        counters[turn] = number + 1
+        remaining()
+        return await executor.tool(task, call, turn, number)
+
+    await executor.prepare(task)
+    try:
+        trajectory = await rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
+    except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
+        trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
+    return await executor.finish(task, trajectory, provider.uri)
+
+
+def build_summary(
+    prepared: Prepared, meta: dict[str, Any], records: list[dict[str, Any]], model_uri: str
+) -> dict[str, Any]:
+    """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest."""
+    from rlenv import metrics
+
+    records = sorted(records, key=lambda r: (r.get("input_index", 0), r["rollout"]))
+    fixture_counts: dict[str, int] = {}
+    usage: dict[str, int] = {}
+    for record in records:
+        for call in record.get("tool_calls") or []:
+            fixture_counts[call["fixture"]] = fixture_counts.get(call["fixture"], 0) + 1
+        for key, value in (record.get("usage") or {}).items():
+            if isinstance(value, int):
+                usage[key] = usage.get(key, 0) + value
+    diagnostics = metrics.compute_all(records)
+    return {
+        "env": meta["env"],
+        "model": meta["model"],
+        "decoding": meta["decoding"],
+        "rollouts_per_input": meta["rollouts_per_input"],
+        "inputs": len({record["input_id"] for record in records}),
+        "rollouts": len(records),
+        "expected_rollouts": len(prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs)
+        * meta["rollouts_per_input"],
+        "counts": diagnostics["counts"]["by_status"],
+        "pass_rate": diagnostics["pass_rate"],
+        "pass_at_k": diagnostics["pass_k"]["pass@k"],
+        "pass_hat_k": diagnostics["pass_k"]["pass^k"],
+        "verifiers": diagnostics["verifiers"],
+        "reward": diagnostics["reward"] if diagnostics["reward"].get("count") else None,
+        "fixtures": dict(sorted(fixture_counts.items())),
+        "usage": dict(sorted(usage.items())),
+        "diagnostics": {
+            key: diagnostics[key]
+            for key in ("disagreements", "length_bias", "diversity", "sample_efficiency", "kl")
+        },
+        "flags": diagnostics["flags"],
+        "digest": run_digest(records),
+        "rlenv_version": __version__,
+    }

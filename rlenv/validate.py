@@ -1,0 +1,34 @@
+"""`rlenv validate`: schema, files, hashes, importable graders -- before any model time is spent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlenv.runner import prepare
+
+
+@dataclass
+class Validation:
+    name: str
+    version: int
+    fingerprint: str
+    inputs: int
+    tools: int
+    verifiers: int
+    files: dict[str, str]
+
+
+def validate(spec_path: str | Path) -> Validation:
+    """Check a spec end to end; raise a UserError (exit 2) on the first problem."""
+    prepared = prepare(spec_path)
+    spec = prepared.loaded.spec
+    return Validation(
+        name=spec.name,
+        version=spec.version,
+        fingerprint=prepared.fingerprint,
+        inputs=len(prepared.inputs),
+        tools=len(spec.tools),
+        verifiers=len(spec.verifiers),
+        files=prepared.file_hashes,
+    )

@@ -1,0 +1,264 @@
+"""Built-in verifiers: exact match, regex, numeric, contains, JSON schema, python, file state."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlenv.canonical import sha256_file
+from rlenv.errors import UserError
+from rlenv.providers.base import import_ref
+from rlenv.spec import Verifier
+
+
+@dataclass
+class VerifierContext:
+    """What a verifier may look at: the answer, the whole trajectory, the input, the workdir."""
+
+    answer: str | None
+    messages: list[dict[str, Any]]
+    input: dict[str, Any]
+    workdir: Path
+    seed: int
+
+
+@dataclass
+class VerifierResult:
+    name: str
+    type: str
+    passed: bool
+    score: float
+    detail: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "type": self.type,
+            "passed": self.passed,
+            "score": self.score,
+            "detail": self.detail,
+        }
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalise(text: str, steps: list[str]) -> str:
+    for step in steps:
+        if step == "lower":
+            text = text.lower()
+        elif step == "strip":
+            text = text.strip()
+        elif step == "punctuation":
+            text = text.translate(_PUNCTUATION)
+        elif step == "articles":
+            text = _ARTICLES.sub(" ", text)
+        elif step == "whitespace":
+            text = " ".join(text.split())
+    return text
+
+
+def _expected(config: Verifier, context: VerifierContext) -> Any:
+    if config.expected_field is not None:
+        if config.expected_field not in context.input:
+            raise KeyError(f"input has no field {config.expected_field!r}")
+        return context.input[config.expected_field]
+    return config.expected
+
+
+Check = Callable[[VerifierContext], tuple[bool, float, str | None]]
+
+
+def _exact(config: Verifier) -> Check:
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        expected = _expected(config, context)
+        candidates = expected if isinstance(expected, list) else [expected]
+        if config.aliases_field and isinstance(context.input.get(config.aliases_field), list):
+            candidates = candidates + list(context.input[config.aliases_field])
+        answer = normalise(context.answer or "", config.normalize)
+        ok = any(answer == normalise(str(candidate), config.normalize) for candidate in candidates)
+        return ok, float(ok), None if ok else f"expected {candidates[0]!r}"
+
+    return check
+
+
+_FLAGS = {"ignorecase": re.IGNORECASE, "multiline": re.MULTILINE, "dotall": re.DOTALL}
+
+
+def _regex(config: Verifier) -> Check:
+    flags = 0
+    for flag in config.flags:
+        flags |= _FLAGS[flag]
+    try:
+        pattern = re.compile(config.pattern or "", flags)
+    except re.error as exc:
+        raise UserError(f"verifier {config.label!r}: invalid regex: {exc}") from None
+
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        text = context.answer or ""
+        found = pattern.fullmatch(text) if config.fullmatch else pattern.search(text)
+        return bool(found), float(bool(found)), None if found else "pattern not found"
+
+    return check
+
+
+_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def parse_number(text: str) -> float | None:
+    """The last number in a text (commas as thousands separators), or None."""
+    found = _NUMBER.findall(text or "")
+    if not found:
+        return None
+    try:
+        return float(found[-1].replace(",", ""))
+    except ValueError:
+        return None
+
+
+def _numeric(config: Verifier) -> Check:
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        expected = float(_expected(config, context))
+        got = parse_number(context.answer or "")
+        if got is None:
+            return False, 0.0, "no number in answer"
+        ok = math.isclose(
+            got, expected, abs_tol=config.tolerance, rel_tol=config.relative_tolerance
+        )
+        return ok, float(ok), None if ok else f"got {got}, expected {expected}"
+
+    return check
+
+
+def _contains(config: Verifier) -> Check:
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        answer = normalise(context.answer or "", config.normalize)
+        required = list(config.all)
+        if config.expected_field:
+            value = context.input.get(config.expected_field)
+            required += value if isinstance(value, list) else [str(value)]
+        missing = [item for item in required if normalise(item, config.normalize) not in answer]
+        present = [item for item in config.none if normalise(item, config.normalize) in answer]
+        checks = len(required) + len(config.none)
+        failures = len(missing) + len(present)
+        score = 1.0 if checks == 0 else (checks - failures) / checks
+        detail = None
+        if missing or present:
+            detail = "; ".join(
+                part
+                for part in (
+                    f"missing {missing}" if missing else "",
+                    f"forbidden {present}" if present else "",
+                )
+                if part
+            )
+        return failures == 0, score, detail
+
+    return check
+
+
+def _json_schema(config: Verifier) -> Check:
+    import jsonschema
+
+    schema = config.schema_ or {}
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise UserError(f"verifier {config.label!r}: invalid JSON schema: {exc.message}") from None
+    validator = validator_class(schema)
+
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        try:
+            value = json.loads(context.answer or "")
+        except json.JSONDecodeError as exc:
+            return False, 0.0, f"answer is not JSON ({exc.msg})"
+        errors = sorted(validator.iter_errors(value), key=lambda error: list(error.path))
+        if errors:
+            return False, 0.0, errors[0].message[:200]
+        return True, 1.0, None
+
+    return check
+
+
+def _python(config: Verifier) -> Check:
+    function = import_ref(config.function or "", what=f"verifier {config.label!r}")
+    if not callable(function):
+        raise UserError(f"verifier {config.label!r}: {config.function} is not callable")
+
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        value = function(context.answer, context.input, context, **config.options)
+        if isinstance(value, bool):
+            return value, float(value), None
+        if isinstance(value, int | float):
+            return float(value) >= 1.0, float(value), None
+        if isinstance(value, tuple) and len(value) == 2:
+            return bool(value[0]), float(bool(value[0])), None if value[1] is None else str(value[1])
+        if isinstance(value, dict) and "passed" in value:
+            passed = bool(value["passed"])
+            return passed, float(value.get("score", float(passed))), value.get("detail")
+        raise TypeError(f"returned {type(value).__name__}; expected bool, float, tuple or dict")
+
+    return check
+
+
+def _file_state(config: Verifier) -> Check:
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        relative = config.path or str(context.input.get(config.path_field or "", ""))
+        target = (context.workdir / relative).resolve()
+        if not target.is_relative_to(context.workdir.resolve()):
+            return False, 0.0, f"path {relative!r} leaves the workdir"
+        if config.exists is False:
+            ok = not target.exists()
+            return ok, float(ok), None if ok else f"{relative} exists"
+        if not target.is_file():
+            return False, 0.0, f"{relative} does not exist"
+        if config.sha256 is not None:
+            ok = sha256_file(target) == config.sha256
+            return ok, float(ok), None if ok else f"{relative} hash differs"
+        content = target.read_text(encoding="utf-8", errors="replace")
+        if config.contains is not None:
+            ok = config.contains in content
+            return ok, float(ok), None if ok else f"{relative} lacks {config.contains!r}"
+        if config.expected is not None or config.expected_field is not None:
+            expected = str(_expected(config, context))
+            ok = normalise(content, config.normalize) == normalise(expected, config.normalize)
+            return ok, float(ok), None if ok else f"{relative} content differs"
+        return True, 1.0, None
+
+    return check
+
+
+_BUILDERS: dict[str, Callable[[Verifier], Check]] = {
+    "exact_match": _exact,
+    "regex": _regex,
+    "numeric": _numeric,
+    "contains": _contains,
+    "json_schema": _json_schema,
+    "python": _python,
+    "file_state": _file_state,
+}
+
+
+class BuiltVerifier:
+    def __init__(self, config: Verifier) -> None:
+        self.config = config
+        self.check = _BUILDERS[config.type](config)
+
+    def __call__(self, context: VerifierContext) -> VerifierResult:
+        try:
+            passed, score, detail = self.check(context)
+        except Exception as exc:  # a verifier that crashes fails the rollout, not the run
+            passed, score, detail = False, 0.0, f"verifier error: {type(exc).__name__}: {exc}"
+        return VerifierResult(self.config.label, self.config.type, passed, score, detail)
+
+
+def build_verifiers(configs: list[Verifier]) -> list[BuiltVerifier]:
+    return [BuiltVerifier(config) for config in configs]

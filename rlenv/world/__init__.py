@@ -1,0 +1,4 @@
+"""The frozen world: replayed tool HTTP, refused network, frozen clock, seeded RNGs, snapshot copies.
+
+Runs inside worker processes only, so its process-wide patches never touch the model endpoint.
+"""

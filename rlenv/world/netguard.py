@@ -1,0 +1,67 @@
+"""Refuse every outbound connection from the frozen world except explicitly allowed endpoints."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+_allowed: set[tuple[str, int]] = set()
+_installed = False
+
+
+class NetworkRefused(ConnectionRefusedError):
+    """Raised when code inside the frozen world tries to reach the network."""
+
+
+def _address_allowed(address: Any) -> bool:
+    if not isinstance(address, tuple) or len(address) < 2:
+        return True  # AF_UNIX paths and the like: local IPC, not network
+    host, port = str(address[0]), int(address[1])
+    return (host, port) in _allowed
+
+
+def install(allowed: list[tuple[str, int]] | None = None) -> None:
+    """Patch socket connect/connect_ex/getaddrinfo process-wide (idempotent)."""
+    global _installed
+    for host, port in allowed or []:
+        _allowed.add((host, int(port)))
+        try:
+            for info in _real_getaddrinfo(host, port):
+                _allowed.add((str(info[4][0]), int(port)))
+        except OSError:
+            pass
+    if _installed:
+        return
+    _installed = True
+
+    def connect(self: socket.socket, address: Any) -> None:
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not _address_allowed(address):
+            raise NetworkRefused(
+                f"rlenv frozen world: outbound connection to {address[0]}:{address[1]} refused"
+                " (only replayed fixtures and the model endpoint are reachable)"
+            )
+        return _real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        if self.family in (socket.AF_INET, socket.AF_INET6) and not _address_allowed(address):
+            raise NetworkRefused(
+                f"rlenv frozen world: outbound connection to {address[0]}:{address[1]} refused"
+            )
+        return _real_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        allowed_hosts = {allowed_host for allowed_host, _ in _allowed}
+        if host is not None and str(host) not in allowed_hosts:
+            raise NetworkRefused(
+                f"rlenv frozen world: name lookup for {host} refused (no live network in replay)"
+            )
+        return _real_getaddrinfo(host, port, *args, **kwargs)
+
+    socket.socket.connect = connect  # type: ignore[method-assign]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
+    socket.getaddrinfo = getaddrinfo
+
+
+_real_connect = socket.socket.connect
+_real_connect_ex = socket.socket.connect_ex
+_real_getaddrinfo = socket.getaddrinfo

@@ -1,0 +1,182 @@
+"""Tool HTTP replay from vcrpy cassettes, looked up through an index built once per cassette.
+
+vcrpy scans every interaction per request and re-parses bodies at each comparison; here each
+cassette is indexed by a canonical request key (method, normalised URL, canonical body) when it
+loads, so a lookup is one dict access. The cassette format and vcrpy's patching stay; a miss
+never goes live: it is an error, or the tool's declared fallback, and it is counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from rlenv.canonical import canonical_bytes
+from rlenv.errors import FixtureMiss, SpecError
+from rlenv.world.scrub import Scrubber
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def normalise_url(uri: str) -> str:
+    """Lower-case scheme and host, drop default ports, sort query parameters."""
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    port = parts.port
+    netloc = host if port in (None, _DEFAULT_PORTS.get(scheme)) else f"{host}:{port}"
+    query = urlencode(sorted(parse_qsl(parts.query, keep_blank_values=True)))
+    return urlunsplit((scheme, netloc, parts.path or "/", query, ""))
+
+
+def canonical_body(body: bytes | str | None) -> bytes:
+    """JSON bodies compare by content (key order and spacing ignored), form bodies by sorted pairs."""
+    if body is None:
+        return b""
+    raw = body.encode() if isinstance(body, str) else bytes(body)
+    if not raw:
+        return b""
+    try:
+        return b"json:" + canonical_bytes(json.loads(raw))
+    except (ValueError, TypeError):
+        pass
+    text = raw.decode("utf-8", "replace")
+    if "=" in text and " " not in text and "\n" not in text:
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=False)
+        if pairs:
+            return b"form:" + urlencode(sorted(pairs)).encode()
+    return b"raw:" + raw
+
+
+def request_key(method: str, uri: str, body: bytes | str | None) -> str:
+    digest = hashlib.sha256()
+    digest.update(method.upper().encode())
+    digest.update(b"\n")
+    digest.update(normalise_url(uri).encode())
+    digest.update(b"\n")
+    digest.update(canonical_body(body))
+    return digest.hexdigest()
+
+
+def _serializer_for(path: Path) -> Any:
+    from vcr.serializers import jsonserializer, yamlserializer
+
+    return jsonserializer if path.suffix == ".json" else yamlserializer
+
+
+def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
+    """Read a vcrpy cassette file as (vcr Request, response dict) pairs."""
+    from vcr.persisters.filesystem import FilesystemPersister
+
+    try:
+        loaded = FilesystemPersister.load_cassette(str(path), serializer=_serializer_for(path))
+    except Exception as exc:  # vcrpy raises several kinds for unreadable files
+        raise SpecError(f"cassette cannot be read: {type(exc).__name__}: {exc}", where=str(path))
+    requests, responses = loaded[0], loaded[1]
+    return list(zip(requests, responses, strict=False))
+
+
+@dataclass
+class ToolIndex:
+    """One tool's cassette, indexed by request key; first recorded response wins on repeats."""
+
+    name: str
+    path: Path | None
+    scrubber: Scrubber
+    fallback: dict[str, Any] | None = None
+    responses: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def load(self) -> ToolIndex:
+        if self.path is None:
+            return self
+        for request, response in load_interactions(self.path):
+            key = self.key_for(request)
+            self.responses.setdefault(key, response)
+        return self
+
+    def key_for(self, request: Any) -> str:
+        scrubbed = self.scrubber.url(request.uri)
+        content_type = ""
+        for name, value in (request.headers or {}).items():
+            if name.lower() == "content-type":
+                content_type = value[0] if isinstance(value, list) else str(value)
+        body = self.scrubber.body(request.body, content_type)
+        return request_key(request.method, scrubbed, body)
+
+
+@dataclass
+class FixtureEvent:
+    tool: str
+    outcome: str  # "hit" | "miss" | "fallback"
+    method: str
+    url: str
+
+
+def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
+    body = fallback.get("body")
+    text = body if isinstance(body, str) else json.dumps(body, sort_keys=True)
+    status = int(fallback.get("status", 200))
+    return {
+        "status": {"code": status, "message": "OK" if status < 400 else "Fallback"},
+        "headers": {"content-type": ["application/json" if not isinstance(body, str) else "text/plain"]},
+        "body": {"string": text.encode()},
+    }
+
+
+def make_replay_cassette_class() -> type:
+    """Build the vcrpy Cassette subclass lazily so importing this module does not import vcrpy."""
+    from vcr.cassette import Cassette
+    from vcr.record_mode import RecordMode
+
+    class ReplayCassette(Cassette):  # type: ignore[misc]
+        """A never-recording cassette whose lookups go through the current tool's index."""
+
+        indexes: dict[str, ToolIndex] = {}
+        current: str | None = None
+        events: list[FixtureEvent] = []
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["record_mode"] = RecordMode.NONE
+            super().__init__(*args, **kwargs)
+
+        def _lookup(self, request: Any) -> tuple[str, dict[str, Any] | None]:
+            index = self.indexes.get(self.current or "")
+            if index is None:
+                return "miss", None
+            response = index.responses.get(index.key_for(request))
+            if response is not None:
+                return "hit", response
+            if index.fallback is not None:
+                return "fallback", _fallback_response(index.fallback)
+            return "miss", None
+
+        def can_play_response_for(self, request: Any) -> bool:
+            outcome, response = self._lookup(request)
+            if response is None:
+                self.events.append(
+                    FixtureEvent(self.current or "?", "miss", request.method, request.uri)
+                )
+                raise FixtureMiss(
+                    f"unrecorded request for tool {self.current!r}: {request.method}"
+                    f" {normalise_url(request.uri)} (record it with `rlenv record`,"
+                    " or declare an on_miss fallback)"
+                )
+            return True
+
+        def play_response(self, request: Any) -> dict[str, Any]:
+            outcome, response = self._lookup(request)
+            self.events.append(FixtureEvent(self.current or "?", outcome, request.method, request.uri))
+            assert response is not None
+            return response
+
+        def __contains__(self, request: Any) -> bool:
+            return self._lookup(request)[1] is not None
+
+        def _save(self, force: bool = False) -> None:  # never writes
+            return None
+
+    return ReplayCassette

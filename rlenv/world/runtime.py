@@ -1,0 +1,386 @@
+"""One frozen world per worker process: entered once, then serving rollouts and tool calls.
+
+The worker freezes the clock, refuses the network, replays tool HTTP and fixes TZ and locale for
+its whole life (freezegun walks every module when it starts, so it starts once). Every call is
+stateless apart from the rollout's snapshot copy on disk, so any worker can serve any call and
+results do not depend on scheduling.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, parse_arguments, rollout_loop, run_sync
+from rlenv.canonical import canonical_bytes, directory_manifest
+from rlenv.errors import FixtureMiss, ModelOutputError
+from rlenv.inputs import InputRecord, load_inputs
+from rlenv.providers.base import ModelReply, ModelRequest, import_ref
+from rlenv.rewards import RewardContext, build_reward_model
+from rlenv.seeding import derive_seed, seed_everything
+from rlenv.spec import LoadedSpec, load_spec
+from rlenv.verifiers import VerifierContext, build_verifiers
+from rlenv.world import netguard, snapshot
+from rlenv.world.replay import ToolIndex, make_replay_cassette_class
+from rlenv.world.scrub import Scrubber
+
+FROZEN_ENV = {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+
+
+class PolicyCrash(Exception):
+    """The in-world policy raised; the rollout is a policy error."""
+
+
+@dataclass
+class WorkerConfig:
+    spec_path: str
+    work_root: str
+    model_uri: str | None = None  # set when the policy runs inside the world
+    allowed_endpoints: list[tuple[str, int]] = field(default_factory=list)
+    live_tools: bool = False  # recording: tools reach the network, no replay
+
+
+@dataclass
+class ToolContext:
+    seed: int
+    rng: Any
+    input_id: str
+    rollout: int
+    workdir: Path
+    turn: int
+
+
+@dataclass
+class RolloutTask:
+    input_index: int
+    rollout: int
+
+
+def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
+    """The spec's tools as OpenAI function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in loaded.spec.tools
+    ]
+
+
+def build_scrubber(loaded: LoadedSpec) -> Scrubber:
+    extra = loaded.spec.scrub.extra_names if loaded.spec.scrub else []
+    return Scrubber(extra_names=extra)
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise RolloutTimeout("rollout timed out")
+
+
+class WorldRuntime:
+    """Everything a worker needs, built once from the spec."""
+
+    def __init__(self, config: WorkerConfig, *, freeze: bool = True) -> None:
+        import jsonschema
+
+        self.config = config
+        for key, value in FROZEN_ENV.items():
+            os.environ[key] = value
+        time.tzset()
+        self.loaded = load_spec(config.spec_path)
+        spec = self.loaded.spec
+        for entry in reversed(self.loaded.python_paths()):
+            if str(entry) not in sys.path:
+                sys.path.insert(0, str(entry))
+        self.work_root = Path(config.work_root)
+        self.inputs: list[InputRecord] = load_inputs(self.loaded.inputs_path)
+        self.tool_functions = {
+            tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in spec.tools
+        }
+        self.tool_validators = {
+            tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
+            for tool in spec.tools
+        }
+        self.schemas = tool_schemas(self.loaded)
+        self.verifiers = build_verifiers(list(spec.verifiers))
+        self.reward = build_reward_model(spec.reward_model)
+        snapshot_path = self.loaded.snapshot_path
+        self.snapshot_path = snapshot_path
+        self.snapshot_manifest = directory_manifest(snapshot_path) if snapshot_path else []
+        self.policy: Any = None
+        if config.model_uri:
+            self.policy = make_in_world_policy(config.model_uri)
+        self.cassette: Any = None
+        if not config.live_tools:
+            self._enter_replay()
+        if freeze:
+            from freezegun import freeze_time
+
+            self._freezer = freeze_time(spec.time)
+            self._freezer.start()
+        if not config.live_tools:
+            netguard.install(config.allowed_endpoints)
+        signal.signal(signal.SIGALRM, _alarm)
+
+    def _enter_replay(self) -> None:
+        cassette_class = make_replay_cassette_class()
+        scrubber = build_scrubber(self.loaded)
+        indexes = {}
+        for tool in self.loaded.spec.tools:
+            fallback = None if tool.on_miss == "error" else tool.on_miss.model_dump()
+            indexes[tool.name] = ToolIndex(
+                tool.name, self.loaded.cassette_path(tool), scrubber, fallback
+            ).load()
+        cassette_class.indexes = indexes
+        cassette_class.events = []
+        self._replay_context = cassette_class.use(path=str(self.work_root / ".replay-none.yaml"))
+        self.cassette = self._replay_context.__enter__()
+
+    # -- pieces of a rollout -------------------------------------------------------------
+
+    def seed_of(self, task: RolloutTask) -> int:
+        record = self.inputs[task.input_index]
+        return derive_seed(self.loaded.spec.seed, record.id, task.rollout)
+
+    def workdir_of(self, task: RolloutTask) -> Path:
+        return self.work_root / f"{task.input_index}-{task.rollout}"
+
+    def prepare(self, task: RolloutTask) -> None:
+        snapshot.fresh_copy(self.snapshot_path, self.workdir_of(task))
+
+    def sanitise(self, text: str) -> str:
+        return text.replace(str(self.work_root), "<workdir>")
+
+    def call_tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+        record = self.inputs[task.input_index]
+        function = call.get("function") or {}
+        name = function.get("name")
+        if name not in self.tool_functions:
+            return ToolOutcome(f"error: unknown tool {name!r}", "none", False)
+        try:
+            arguments = parse_arguments(function.get("arguments", ""))
+        except ValueError as exc:
+            return ToolOutcome(f"error: {exc}", "none", False)
+        errors = sorted(self.tool_validators[name].iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
+        workdir = self.workdir_of(task)
+        seed = derive_seed(self.seed_of(task), "tool", turn, number)
+        context = ToolContext(seed, seed_everything(seed), record.id, task.rollout, workdir, turn)
+        events_before = len(self.cassette.events) if self.cassette else 0
+        if self.cassette is not None:
+            type(self.cassette).current = name
+        previous = os.getcwd()
+        os.chdir(workdir)
+        try:
+            result = self.tool_functions[name](arguments, context)
+            content = result if isinstance(result, str) else canonical_bytes(result).decode()
+            ok = True
+        except (FixtureMiss, RolloutTimeout):
+            raise
+        except Exception as exc:
+            content, ok = self.sanitise(f"error: {type(exc).__name__}: {exc}"), False
+        finally:
+            os.chdir(previous)
+            if self.cassette is not None:
+                type(self.cassette).current = None
+        fixture = "none"
+        if self.cassette is not None:
+            events = self.cassette.events[events_before:]
+            del self.cassette.events[events_before:]
+            misses = [event for event in events if event.outcome == "miss"]
+            if misses:
+                raise FixtureMiss(
+                    f"unrecorded request for tool {name!r}: {misses[0].method} {misses[0].url}"
+                    " (record it with `rlenv record`, or declare an on_miss fallback)"
+                )
+            outcomes = {event.outcome for event in events}
+            fixture = "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
+        return ToolOutcome(content, fixture, ok)
+
+    def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
+        """Verifiers first, reward model second, then the record; the workdir is removed."""
+        record = self.inputs[task.input_index]
+        seed = self.seed_of(task)
+        workdir = self.workdir_of(task)
+        previous = os.getcwd()
+        os.chdir(workdir)
+        try:
+            results: list[dict[str, Any]] = []
+            passed: bool | None = None
+            reward: float | None = None
+            reward_error: str | None = None
+            if trajectory.status != "infra_error":
+                context = VerifierContext(
+                    answer=trajectory.answer,
+                    messages=trajectory.messages,
+                    input=record.data,
+                    workdir=workdir,
+                    seed=seed,
+                )
+                seed_everything(derive_seed(seed, "verifiers"))
+                results = [verifier(context).as_dict() for verifier in self.verifiers]
+                passed = all(result["passed"] for result in results)
+                if self.reward is not None:
+                    seed_everything(derive_seed(seed, "reward"))
+                    try:
+                        reward = self.reward(
+                            RewardContext(
+                                prompt=record.messages(self.loaded.spec.system_prompt),
+                                answer=trajectory.answer,
+                                messages=trajectory.messages,
+                                input=record.data,
+                                workdir=workdir,
+                                seed=seed,
+                            )
+                        )
+                    except Exception as exc:
+                        reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
+            changes = snapshot.changes(self.snapshot_manifest, workdir)
+        finally:
+            os.chdir(previous)
+            shutil.rmtree(workdir, ignore_errors=True)
+        for result in results:
+            if result["detail"]:
+                result["detail"] = self.sanitise(result["detail"])
+        output: dict[str, Any] = {
+            "input_id": record.id,
+            "input_index": record.index,
+            "rollout": task.rollout,
+            "seed": seed,
+            "model": model,
+            "status": trajectory.status,
+            "error": self.sanitise(trajectory.error) if trajectory.error else None,
+            "messages": trajectory.messages,
+            "tool_calls": trajectory.tool_calls,
+            "answer": trajectory.answer,
+            "verifiers": results,
+            "passed": passed,
+            "reward": reward,
+            "usage": trajectory.usage,
+            "world": changes,
+        }
+        if reward_error:
+            output["reward_error"] = reward_error
+        if trajectory.logprobs is not None:
+            output["logprobs"] = trajectory.logprobs
+        if trajectory.extra:
+            output["extra"] = trajectory.extra
+        return output
+
+    # -- a whole rollout, policy inside the world ------------------------------------------
+
+    def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+        record = self.inputs[task.input_index]
+        seed = self.seed_of(task)
+        spec = self.loaded.spec
+        self.prepare(task)
+        messages = record.messages(spec.system_prompt)
+        replayed = None
+        if hasattr(self.policy, "trajectory"):
+            replayed = self.policy.trajectory(record.id, task.rollout)
+        decoding = spec.decoding.model_dump()
+        workdir = self.workdir_of(task)
+
+        async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
+            request = ModelRequest(
+                messages=copy.deepcopy(current),
+                tools=self.schemas,
+                decoding=decoding,
+                seed=seed,
+                input_id=record.id,
+                rollout=task.rollout,
+                turn=turn,
+            )
+            previous = os.getcwd()
+            os.chdir(workdir)
+            try:
+                return self.policy.complete_sync(request)  # type: ignore[no-any-return]
+            except (ModelOutputError, RolloutTimeout, FixtureMiss):
+                raise
+            except Exception as exc:
+                raise PolicyCrash(self.sanitise(f"{type(exc).__name__}: {exc}")) from None
+            finally:
+                os.chdir(previous)
+
+        counters: dict[int, int] = {}
+
+        async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
+            number = counters.get(turn, 0)
+            counters[turn] = number + 1
+            return self.call_tool(task, call, turn, number)
+
+        signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
+        try:
+            if replayed is not None:
+                trajectory = Trajectory(messages=replayed)
+            else:
+                try:
+                    trajectory = run_sync(
+                        rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
+                    )
+                except PolicyCrash as exc:
+                    trajectory = Trajectory(messages=messages, status="policy_error", error=str(exc))
+        except RolloutTimeout:
+            trajectory = Trajectory(messages=messages, status="timeout", error="rollout timed out")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return self.finish(task, trajectory, self.config.model_uri or "")
+
+
+def make_in_world_policy(uri: str) -> Any:
+    if uri.startswith("python:"):
+        from rlenv.providers.python import PythonPolicy
+
+        return PythonPolicy(uri)
+    if uri.startswith("replay:"):
+        from rlenv.providers.replay import ReplayPolicy
+
+        return ReplayPolicy(uri)
+    raise ValueError(f"not an in-world model URI: {uri}")
+
+
+# -- process entry points (module-level so a process pool can pickle them) -----------------
+
+_runtime: WorldRuntime | None = None
+
+
+def init_worker(config: WorkerConfig) -> None:
+    global _runtime
+    _runtime = WorldRuntime(config)
+
+
+def _get() -> WorldRuntime:
+    assert _runtime is not None, "worker not initialised"
+    return _runtime
+
+
+def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
+    return _get().run_rollout(task)
+
+
+def worker_prepare(task: RolloutTask) -> None:
+    _get().prepare(task)
+
+
+def worker_tool(task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+    runtime = _get()
+    signal.setitimer(signal.ITIMER_REAL, runtime.loaded.spec.limits.timeout_s)
+    try:
+        return runtime.call_tool(task, call, turn, number)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def worker_finish(task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
+    return _get().finish(task, trajectory, model)

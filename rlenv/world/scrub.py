@@ -1,0 +1,124 @@
+"""Secret scrubbing, applied to requests before they are recorded and before they are matched."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+REDACTED = "REDACTED"
+
+DEFAULT_SECRET_NAMES = (
+    r"(?i)^(.*[_-])?(api[_-]?key|apikey|key|token|access[_-]?token|refresh[_-]?token|id[_-]?token"
+    r"|secret|client[_-]?secret|password|passwd|pwd|auth|authorization|session|sessionid"
+    r"|sig|signature|credential|credentials|private[_-]?key)$"
+)
+DEFAULT_SECRET_HEADERS = (
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "set-cookie",
+    "x-api-key",
+    "api-key",
+    "x-auth-token",
+    "x-access-token",
+    "openai-organization",
+    "x-goog-api-key",
+)
+
+
+class Scrubber:
+    """Replaces secret-looking header, query, body and URL-credential values with REDACTED."""
+
+    def __init__(
+        self,
+        names: str = DEFAULT_SECRET_NAMES,
+        headers: Iterable[str] = DEFAULT_SECRET_HEADERS,
+        extra_names: Iterable[str] = (),
+    ) -> None:
+        self.names = re.compile(names)
+        self.extra = {name.lower() for name in extra_names}
+        self.headers = {name.lower() for name in headers} | self.extra
+
+    def is_secret_name(self, name: str) -> bool:
+        return bool(self.names.match(name)) or name.lower() in self.extra
+
+    def is_secret_header(self, name: str) -> bool:
+        lowered = name.lower()
+        return lowered in self.headers or (
+            lowered.startswith("x-") and self.is_secret_name(lowered[2:])
+        )
+
+    def url(self, uri: str) -> str:
+        parts = urlsplit(uri)
+        netloc = parts.netloc
+        if "@" in netloc:
+            netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+        if parts.query:
+            pairs = parse_qsl(parts.query, keep_blank_values=True)
+            query = urlencode(
+                [(key, REDACTED if self.is_secret_name(key) else value) for key, value in pairs]
+            )
+        else:
+            query = parts.query
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+    def json_value(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {
+                key: (REDACTED if self.is_secret_name(str(key)) and value[key] not in (None, "")
+                      else self.json_value(item))
+                for key, item in value.items()
+            }
+        if isinstance(value, list):
+            return [self.json_value(item) for item in value]
+        return value
+
+    def body(self, body: bytes | str | None, content_type: str = "") -> bytes | str | None:
+        if not body:
+            return body
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        stripped = text.lstrip()
+        if "json" in content_type or stripped[:1] in ("{", "["):
+            try:
+                data = json.loads(text)
+            except ValueError:
+                return body
+            scrubbed = json.dumps(self.json_value(data), separators=(",", ":"), sort_keys=True)
+            return scrubbed.encode() if isinstance(body, bytes) else scrubbed
+        if "x-www-form-urlencoded" in content_type or ("=" in text and " " not in text):
+            pairs = parse_qsl(text, keep_blank_values=True)
+            if pairs:
+                scrubbed = urlencode(
+                    [(key, REDACTED if self.is_secret_name(key) else value) for key, value in pairs]
+                )
+                return scrubbed.encode() if isinstance(body, bytes) else scrubbed
+        return body
+
+    def vcr_request(self, request: Any) -> Any:
+        """vcrpy before_record_request hook: scrub URL, headers and body in place."""
+        request.uri = self.url(request.uri)
+        for name in list(request.headers):
+            if self.is_secret_header(name):
+                request.headers[name] = REDACTED
+        content_type = _header(request.headers, "content-type")
+        request.body = self.body(request.body, content_type)
+        return request
+
+    def vcr_response(self, response: dict[str, Any]) -> dict[str, Any]:
+        """vcrpy before_record_response hook: scrub cookies and secret headers of a response."""
+        headers = response.get("headers") or {}
+        for name in list(headers):
+            if self.is_secret_header(name):
+                headers[name] = [REDACTED]
+        return response
+
+
+def _header(headers: Any, name: str) -> str:
+    for key in headers:
+        if key.lower() == name:
+            value = headers[key]
+            return value[0] if isinstance(value, list) else str(value)
+    return ""
