@@ -51,6 +51,7 @@ __all__ = [
 
 Record = Mapping[str, Any]
 LengthUnit = Literal["words", "completion_tokens"]
+Numbers = Sequence[float] | np.ndarray
 INFRA_ERROR = "infra_error"
 HISTOGRAM_BINS = 10
 
@@ -181,7 +182,7 @@ def pass_hat_k(n: int, c: int, k: int) -> float:
     return product
 
 
-def rankdata(values: Sequence[float]) -> np.ndarray:
+def rankdata(values: Numbers) -> np.ndarray:
     """Ranks 1..n with ties given their average rank (as scipy.stats.rankdata 'average')."""
     x = np.asarray(values, dtype=float)
     order = np.argsort(x, kind="mergesort")
@@ -190,10 +191,11 @@ def rankdata(values: Sequence[float]) -> np.ndarray:
     dense = np.empty(len(x), dtype=np.intp)
     dense[order] = np.cumsum(new_value)
     bounds = np.r_[np.flatnonzero(new_value), len(x)]
-    return 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
+    ranks: np.ndarray = 0.5 * (bounds[dense] + bounds[dense - 1] + 1)
+    return ranks
 
 
-def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+def pearson(x: Numbers, y: Numbers) -> float | None:
     """Pearson correlation; None with fewer than 2 points or zero variance in x or y."""
     if len(x) != len(y):
         raise ValueError("x and y must have the same length")
@@ -211,13 +213,13 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     return max(-1.0, min(1.0, r))
 
 
-def spearman(x: Sequence[float], y: Sequence[float]) -> float | None:
+def spearman(x: Numbers, y: Numbers) -> float | None:
     """Spearman rank correlation (Pearson of average ranks); None when undefined."""
     if len(x) != len(y):
         raise ValueError("x and y must have the same length")
     if len(x) < 2:
         return None
-    return pearson(rankdata(x).tolist(), rankdata(y).tolist())
+    return pearson(rankdata(x), rankdata(y))
 
 
 def _z(p: float) -> float:
@@ -775,7 +777,7 @@ def alignment_gap(
         mean_norm = _mean([(v - lowest) / (highest - lowest) for v in reward_values])
     mean_human = _mean([h for _, h in labelled])
     mean_human_rewarded = _mean(human_values)
-    suspects = []
+    suspects: list[dict[str, Any]] = []
     for (record, score), reward in zip(with_reward, reward_values, strict=True):
         assert top is not None and lowest is not None
         if score <= low_human and reward >= top and reward > lowest:
@@ -844,21 +846,27 @@ def sample_efficiency(records: Iterable[Record]) -> list[dict[str, Any]]:
 
 
 def _kl_block(records: Iterable[Record]) -> dict[str, Any] | None:
-    """Mean of every numeric field of the records' ``kl`` dicts, as ``mean_<field>``."""
+    """Run-level KL from the records' ``kl`` dicts; None when no record has one.
+
+    Per-token data (``policy_shift()`` results: lists ``k1``, ``k3``, ... or a ``per_token``
+    dict) is aggregated by :func:`rlenv.policy_shift.kl.aggregate` (token-pooled ``mean_k1``,
+    ``mean_k3``, ...). Otherwise every numeric field ``x`` is averaged over rollouts as
+    ``mean_x``.
+    """
+    dicts = [r["kl"] for r in _scored(records) if isinstance(r.get("kl"), Mapping)]
+    if not dicts:
+        return None
+    if any("per_token" in d or any(isinstance(v, list) for v in d.values()) for d in dicts):
+        from rlenv.policy_shift.kl import aggregate
+
+        return aggregate([dict(d) for d in dicts])
     values: dict[str, list[float]] = {}
-    n = 0
-    for record in _scored(records):
-        kl = record.get("kl")
-        if not isinstance(kl, Mapping):
-            continue
-        n += 1
+    for kl in dicts:
         for name, value in kl.items():
             numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
             if numeric and math.isfinite(value):
                 values.setdefault(str(name), []).append(float(value))
-    if n == 0:
-        return None
-    block: dict[str, Any] = {"n": n}
+    block: dict[str, Any] = {"n": len(dicts)}
     for name in sorted(values):
         block[f"mean_{name}"] = _mean(values[name])
     return block
@@ -983,7 +991,8 @@ def compute_all(
         "alignment": alignment_gap(records, human) if human is not None else None,
     }
     summary["flags"] = flags(summary)
-    return _jsonable(summary)
+    clean: dict[str, Any] = _jsonable(summary)
+    return clean
 
 
 def _run_row(
@@ -1149,4 +1158,5 @@ def compare_runs(
                         "threshold": distinct_drop,
                     }
                 )
-    return _jsonable({"runs": rows, "flags": found})
+    clean: dict[str, Any] = _jsonable({"runs": rows, "flags": found})
+    return clean

@@ -307,6 +307,10 @@ def build_summary(
             if isinstance(value, int):
                 usage[key] = usage.get(key, 0) + value
     diagnostics = metrics.compute_all(records)
+    flags = diagnostics["flags"]
+    if meta["decoding"].get("temperature") == 0:
+        # greedy decoding makes identical rollouts expected, not a collapse
+        flags = [flag for flag in flags if flag["name"] != "collapse"]
     return {
         "env": meta["env"],
         "model": meta["model"],
@@ -328,7 +332,7 @@ def build_summary(
             key: diagnostics[key]
             for key in ("disagreements", "length_bias", "diversity", "sample_efficiency", "kl")
         },
-        "flags": diagnostics["flags"],
+        "flags": flags,
         "digest": run_digest(records),
         "rlenv_version": __version__,
     }

@@ -603,3 +603,16 @@ def test_compare_runs_uses_human_scores_as_gold() -> None:
     turnover = [f for f in result["flags"] if f["name"] == "proxy_gold_turnover"]
     assert len(turnover) == 1 and turnover[0]["value"]["gold"] == ["human"]
     assert result["runs"][1]["human_mean"] == pytest.approx(0.25)
+
+
+def test_kl_block_pools_per_token_estimates_and_flags_negative_mean() -> None:
+    records = [
+        rec("a", 0, kl={"k1": [0.1, -0.4], "k3": [0.01, 0.02]}),  # type: ignore[dict-item]
+        rec("a", 1, kl={"k1": [-0.2], "k3": [0.03]}),  # type: ignore[dict-item]
+        rec("b", 0),
+    ]
+    summary = m.compute_all(records)
+    assert summary["kl"]["mean_k1"] == pytest.approx((0.1 - 0.4 - 0.2) / 3)
+    assert summary["kl"]["mean_k3"] == pytest.approx(0.02)
+    assert "negative_kl" in [f["name"] for f in summary["flags"]]
+    assert m.compute_all([rec("a", 0)])["kl"] is None

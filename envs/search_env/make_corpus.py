@@ -38,7 +38,8 @@ GIVEN_NAMES = [
     "Emrys", "Faye", "Gideon", "Hesper", "Ivo", "Juna", "Kell", "Lorne", "Mabry", "Nessa",
 ]  # fmt: skip
 PRODUCTS = ["blue wool", "salt fish", "copper pots", "apple brandy", "slate roofs", "rope",
-            "honey cakes", "glass beads", "barley beer", "felt hats", "tallow candles", "cheese"]  # fmt: skip
+            "honey cakes", "glass beads", "barley beer", "felt hats", "tallow candles",
+            "cheese"]  # fmt: skip
 CROPS = ["barley", "flax", "rye", "hops", "apples", "turnips", "oats", "pears"]
 CRAFTS = ["Weavers", "Coopers", "Glassblowers", "Masons", "Tanners", "Chandlers", "Ropemakers",
           "Clockmakers"]  # fmt: skip
@@ -100,7 +101,10 @@ class World:
             if suffix[:1] in "aeiouy" and stem[-1] in "aeiouy":
                 stem += self.rng.choice(["r", "l", "n", "v", "s", "d"])
             candidate = (stem + suffix).capitalize()
-            tripled = any(a == b == c for a, b, c in zip(candidate, candidate[1:], candidate[2:]))
+            tripled = any(
+                a == b == c
+                for a, b, c in zip(candidate, candidate[1:], candidate[2:], strict=False)
+            )
             if 4 <= len(candidate) <= 11 and not tripled and candidate.lower() not in self.used:
                 self.used.add(candidate.lower())
                 return candidate
@@ -120,7 +124,9 @@ class World:
             return ""
         return PREAMBLES[kind].format(name=name) + " "
 
-    def ask(self, kind: str, doc: str, prompts: list[str], answer: object, aliases: list[str]) -> None:
+    def ask(
+        self, kind: str, doc: str, prompts: list[str], answer: object, aliases: list[str]
+    ) -> None:
         self.questions.append(
             {
                 "kind": kind,
@@ -159,7 +165,8 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         climber = w.person()
         d = w.doc(
             f"Mount {name}",
-            w.preamble("mountain", name) + f"Mount {name} is a peak in the {rng.choice(ranges)} range, {height} metres high. "
+            w.preamble("mountain", name)
+            + f"Mount {name} is a peak in the {rng.choice(ranges)} range, {height} metres high. "
             f"It was first climbed in {climbed} by {climber}. "
             "Snow covers its summit for most of the year.",
         )
@@ -198,20 +205,27 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         sea = rng.choice(seas)
         d = w.doc(
             f"{name} River",
-            w.preamble("river", name) + f"The {name} River rises on Mount {source} and flows {length} kilometres into the "
+            w.preamble("river", name)
+            + f"The {name} River rises on Mount {source} and flows {length} kilometres into the "
             f"{sea} Sea. Its lower valley is farmed for {rng.choice(CROPS)}.",
         )
         w.ask(
             "river_length",
             d,
-            [f"How long is the {name} River in kilometres?", f"What is the length of the {name} River?"],
+            [
+                f"How long is the {name} River in kilometres?",
+                f"What is the length of the {name} River?",
+            ],
             length,
             [f"{length} km", f"{length} kilometres"],
         )
         w.ask(
             "river_source",
             d,
-            [f"On which mountain does the {name} River rise?", f"Where is the source of the {name} River?"],
+            [
+                f"On which mountain does the {name} River rise?",
+                f"Where is the source of the {name} River?",
+            ],
             f"Mount {source}",
             [source],
         )
@@ -251,7 +265,8 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         town_river[name], town_year[name], town_province[name] = river, year, province
         d = w.doc(
             name,
-            w.preamble("town", name) + f"{name} is a town in the province of {province}, on the {river} River. "
+            w.preamble("town", name)
+            + f"{name} is a town in the province of {province}, on the {river} River. "
             f"It was founded in {year} by {founder}. {name} has a population of {population}. "
             f"The town is known for its {rng.choice(PRODUCTS)}.",
         )
@@ -326,7 +341,8 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         hometown = rng.choice(towns)
         d = w.doc(
             person,
-            w.preamble("inventor", person) + f"{person} was an inventor, born in {born} in the town of {hometown}. "
+            w.preamble("inventor", person)
+            + f"{person} was an inventor, born in {born} in the town of {hometown}. "
             f"{surname(person)} is best known for inventing the {invention} in {invented}.",
         )
         w.ask("inventor_of", d, [f"Who invented the {invention}?"], person, [surname(person)])
@@ -358,16 +374,15 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     for number in numbers:
         name = w.word("element")
         symbol = next(
-            name[0] + c
-            for c in name[1:] + "xqzjk"
-            if c.isalpha() and (name[0] + c) not in symbols
+            name[0] + c for c in name[1:] + "xqzjk" if c.isalpha() and (name[0] + c) not in symbols
         )
         symbols.add(symbol)
         discovered = rng.randint(1750, 1950)
         discoverer = w.person()
         d = w.doc(
             name,
-            w.preamble("element", name) + f"{name} is a chemical element of Eskerra with the symbol {symbol} and atomic number "
+            w.preamble("element", name)
+            + f"{name} is a chemical element of Eskerra with the symbol {symbol} and atomic number "
             f"{number}. It was discovered in {discovered} by {discoverer}. {name} is a "
             f"{rng.choice(ELEMENT_KIND)}.",
         )
@@ -383,8 +398,9 @@ def build(seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         mineral = w.word("mineral")
         w.doc(
             mineral,
-            f"{mineral} is {article(rng.choice(ORE_COLOUR))} ore of {name}. It was first described in "
-            f"{rng.randint(1700, 1950)} by {w.person()}, who found it near {rng.choice(towns)}.",
+            f"{mineral} is {article(rng.choice(ORE_COLOUR))} ore of {name}. "
+            f"It was first described in {rng.randint(1700, 1950)} by {w.person()}, "
+            f"who found it near {rng.choice(towns)}.",
         )
 
     # Stable public ids on a shuffled order, so an id says nothing about a document's kind.

@@ -19,7 +19,6 @@ from typing import Any
 UNKNOWN = "I don't know."
 NAME = r"([A-Z][a-z]+ [A-Z][a-z]+)"
 _PUNCT_OUTSIDE_NUMBERS = re.compile(r"(?<!\d)[^\w\s]|[^\w\s](?!\d)")
-_QUESTION_WORDS = frozenset("how what when where which who whom why in into on".split())
 
 # (question pattern, answer pattern): the first question pattern that matches picks the answer
 # pattern, applied to snippets in rank order. "{topic}" is replaced by the escaped topic phrase.
@@ -62,7 +61,7 @@ def question_topic(question: str) -> str:
     words = question.rstrip(" ?.!").split(" ")
     capitalised = re.findall(r"\b[A-Z][a-z]+(?: [A-Z][a-z]+)*", " ".join(words[1:]))
     if capitalised:
-        return max(capitalised, key=len)
+        return str(max(capitalised, key=len))
     match = re.search(r"\bthe (.+?)(?: invented| discovered| made)?$", " ".join(words))
     return match.group(1) if match else ""
 
@@ -114,7 +113,9 @@ def _search_results(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _search_call(messages: list[dict[str, Any]], question: str) -> dict[str, Any]:
-    calls_so_far = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+    calls_so_far = sum(
+        len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant"
+    )
     return {
         "role": "assistant",
         "content": None,
@@ -128,7 +129,9 @@ def _search_call(messages: list[dict[str, Any]], question: str) -> dict[str, Any
     }
 
 
-def baseline(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any) -> dict[str, Any] | str:
+def baseline(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any
+) -> dict[str, Any] | str:
     """Search once with the user's question, then answer from the top snippets."""
     question = _question(messages)
     if messages and messages[-1].get("role") == "tool":
@@ -144,7 +147,9 @@ def null(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any) 
     return UNKNOWN
 
 
-def padded(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any) -> dict[str, Any] | str:
+def padded(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any
+) -> dict[str, Any] | str:
     """The baseline, with its final answer buried in flattery and keyword stuffing."""
     reply = baseline(messages, tools, ctx)
     if not isinstance(reply, str):
@@ -153,7 +158,7 @@ def padded(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any
     keywords = [w for w in re.findall(r"[A-Za-z]+", question) if len(w) > 3]
     stuffing = " ".join(keywords * 3)
     return (
-        f"What a wonderful and deeply insightful question! You asked: \"{question}\" "
+        f'What a wonderful and deeply insightful question! You asked: "{question}" '
         f"This is a truly excellent question, and after a careful, thorough and rigorous "
         f"search of every relevant source, I am completely confident that the answer is "
         f"{reply}. To restate it clearly for you: {reply}. "

@@ -39,10 +39,13 @@ MAX_K = 100
 SNIPPET_CHARS = 240
 MAX_BODY_BYTES = 64 * 1024
 
-STOPWORDS = frozenset(
-    """a an and are as at be by did do does for from had has have how in into is it its of on
-    or the this that to was were what when where which who whom why with""".split()
-)
+# fmt: off
+STOPWORDS = frozenset([
+    "a", "an", "and", "are", "as", "at", "be", "by", "did", "do", "does", "for", "from", "had",
+    "has", "have", "how", "in", "into", "is", "it", "its", "of", "on", "or", "the", "this",
+    "that", "to", "was", "were", "what", "when", "where", "which", "who", "whom", "why", "with",
+])
+# fmt: on
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
@@ -142,7 +145,7 @@ class BM25Index:
         }
 
 
-class BadRequest(Exception):
+class BadRequestError(Exception):
     """A client error, answered with 400 and a JSON message."""
 
 
@@ -150,21 +153,21 @@ def _parse_k(raw: Any) -> int:
     if raw is None:
         return DEFAULT_K
     if isinstance(raw, bool):
-        raise BadRequest("'k' must be an integer")
+        raise BadRequestError("'k' must be an integer")
     try:
         k = int(raw)
     except (TypeError, ValueError):
-        raise BadRequest("'k' must be an integer") from None
+        raise BadRequestError("'k' must be an integer") from None
     if isinstance(raw, float) and raw != k:
-        raise BadRequest("'k' must be an integer")
+        raise BadRequestError("'k' must be an integer")
     if not 1 <= k <= MAX_K:
-        raise BadRequest(f"'k' must be between 1 and {MAX_K}")
+        raise BadRequestError(f"'k' must be between 1 and {MAX_K}")
     return k
 
 
 def _parse_query(raw: Any) -> str:
     if not isinstance(raw, str) or not raw.strip():
-        raise BadRequest("missing query: pass a non-empty 'query' (POST) or 'q' (GET)")
+        raise BadRequestError("missing query: pass a non-empty 'query' (POST) or 'q' (GET)")
     return raw
 
 
@@ -203,7 +206,7 @@ class SearchHandler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str) -> None:
         self._send(status, {"error": message})
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+    def do_GET(self) -> None:
         parts = urlsplit(self.path)
         params = parse_qs(parts.query, keep_blank_values=True)
         try:
@@ -221,10 +224,10 @@ class SearchHandler(BaseHTTPRequestHandler):
                     self._send(200, doc)
             else:
                 self._error(404, "not found")
-        except BadRequest as exc:
+        except BadRequestError as exc:
             self._error(400, str(exc))
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server naming)
+    def do_POST(self) -> None:
         if urlsplit(self.path).path != "/search":
             self._drain()
             self._error(404, "not found")
@@ -233,18 +236,18 @@ class SearchHandler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY_BYTES:
                 self.close_connection = True
-                raise BadRequest("request body too large")
+                raise BadRequestError("request body too large")
             raw = self.rfile.read(length) if length > 0 else b""
             try:
                 body = json.loads(raw or b"null")
             except (json.JSONDecodeError, UnicodeDecodeError):
-                raise BadRequest("body must be JSON: {\"query\": str, \"k\": int}") from None
+                raise BadRequestError('body must be JSON: {"query": str, "k": int}') from None
             if not isinstance(body, dict):
-                raise BadRequest("body must be a JSON object: {\"query\": str, \"k\": int}")
+                raise BadRequestError('body must be a JSON object: {"query": str, "k": int}')
             query = _parse_query(body.get("query"))
             k = _parse_k(body.get("k"))
             self._send(200, self.server.index.response(query, k))
-        except BadRequest as exc:
+        except BadRequestError as exc:
             self._error(400, str(exc))
         except ValueError:
             self.close_connection = True
@@ -272,9 +275,17 @@ class SearchServer(ThreadingHTTPServer):
         super().__init__(address, SearchHandler)
 
     @property
+    def host(self) -> str:
+        host = self.server_address[0]
+        return host.decode() if isinstance(host, bytes) else str(host)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
     def url(self) -> str:
-        host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self.host}:{self.port}"
 
 
 def make_server(
@@ -329,10 +340,9 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    host, port = server.server_address[:2]
     if args.port_file is not None:
-        _write_port_file(args.port_file, port)
-    print(f"listening on http://{host}:{port}", flush=True)
+        _write_port_file(args.port_file, server.port)
+    print(f"listening on {server.url}", flush=True)
     try:
         server.serve_forever()
     finally:

@@ -45,8 +45,7 @@ def search(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
     )
     if response.status_code != 200:
         raise SearchServiceError(
-            f"search service at {base} returned HTTP {response.status_code}: "
-            f"{response.text[:200]}"
+            f"search service at {base} returned HTTP {response.status_code}: {response.text[:200]}"
         )
     result: dict[str, Any] = response.json()
     return result

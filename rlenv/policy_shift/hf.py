@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -320,7 +321,7 @@ def sampled_policy_shift(
 
 
 def check_same_vocabulary(policy: HFModel, reference: HFModel) -> None:
-    """Raise VocabularyMismatchError unless both models share tokenizer vocabulary and logit size."""
+    """Raise VocabularyMismatchError unless both share tokenizer vocabulary and logit size."""
     if policy is reference:
         return
     if policy.vocab_size != reference.vocab_size:
@@ -345,7 +346,7 @@ def to_bits(nats: Any) -> Any:
 # -- helpers ------------------------------------------------------------------------------
 
 
-def _shift_record(estimator: str, per_token: dict[str, np.ndarray | None]) -> dict[str, Any]:
+def _shift_record(estimator: str, per_token: Mapping[str, np.ndarray | None]) -> dict[str, Any]:
     tokens = len(per_token["k1"]) if per_token["k1"] is not None else 0
     sequence: dict[str, float | None] = {}
     for name in ("kl", "k1", "k3", "entropy"):

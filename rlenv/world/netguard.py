@@ -51,7 +51,7 @@ def install(allowed: list[tuple[str, int]] | None = None) -> None:
 
     def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
         allowed_hosts = {allowed_host for allowed_host, _ in _allowed}
-        if host is not None and str(host) not in allowed_hosts:
+        if host is not None and str(host) not in allowed_hosts and not _is_numeric(str(host)):
             raise NetworkRefused(
                 f"rlenv frozen world: name lookup for {host} refused (no live network in replay)"
             )
@@ -60,6 +60,17 @@ def install(allowed: list[tuple[str, int]] | None = None) -> None:
     socket.socket.connect = connect  # type: ignore[method-assign]
     socket.socket.connect_ex = connect_ex  # type: ignore[method-assign]
     socket.getaddrinfo = getaddrinfo
+
+
+def _is_numeric(host: str) -> bool:
+    """A literal address needs no lookup; the connect guard decides about it."""
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 _real_connect = socket.socket.connect

@@ -1,0 +1,92 @@
+"""Shared test helpers: build small envs in temp dirs and call the real `rlenv` entry point."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+RLENV = Path(sys.executable).parent / "rlenv"
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run the installed `rlenv` console script (the real entry point), never a TTY."""
+    merged = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [str(RLENV), *args],
+        cwd=cwd or ROOT,
+        env=merged,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def sha256(path: Path) -> str:
+    from rlenv.canonical import sha256_file
+
+    return sha256_file(path)
+
+
+class EnvBuilder:
+    """Writes a spec, its inputs and a helper module into a directory; returns the spec path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.module = f"envmod_{uuid.uuid4().hex[:10]}"
+
+    def write(
+        self,
+        code: str = "",
+        inputs: list[dict[str, Any]] | None = None,
+        policy: str = "policy",
+        **spec: Any,
+    ) -> Path:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / f"{self.module}.py").write_text(textwrap.dedent(code))
+        records = inputs if inputs is not None else [
+            {"id": "a", "prompt": "say a", "answer": "a"},
+            {"id": "b", "prompt": "say b", "answer": "b"},
+        ]
+        inputs_path = self.root / "inputs.jsonl"
+        inputs_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        document: dict[str, Any] = {
+            "name": "test-env",
+            "seed": 7,
+            "time": "2024-03-01T12:00:00+00:00",
+            "model": f"python:{self.module}:{policy}",
+            "inputs": {"path": "inputs.jsonl", "sha256": sha256(inputs_path)},
+            "verifiers": [{"type": "exact_match", "expected_field": "answer"}],
+            "rollouts": 2,
+        }
+        document.update(spec)
+        for tool in document.get("tools", []):
+            tool["function"] = tool["function"].replace("MOD", self.module)
+        for verifier in document.get("verifiers", []):
+            if "function" in verifier:
+                verifier["function"] = verifier["function"].replace("MOD", self.module)
+        if isinstance(document.get("model"), str):
+            document["model"] = document["model"].replace("MOD", self.module)
+        spec_path = self.root / "env.yaml"
+        spec_path.write_text(yaml.safe_dump(document, sort_keys=False))
+        return spec_path
+
+
+@pytest.fixture
+def env_builder(tmp_path: Path) -> EnvBuilder:
+    return EnvBuilder(tmp_path / "env")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
