@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= test,dev
 
-.PHONY: venv demo test lint fmt bench clean
+.PHONY: venv demo test lint fmt bench clean search-service record-search
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,8 +17,21 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: venv
-	$(BIN)/rlenv validate envs/file_edit.yaml
-	$(BIN)/rlenv run envs/file_edit.yaml
+	$(BIN)/rlenv validate envs/search.yaml
+	$(BIN)/rlenv run envs/search.yaml
+
+# The search service the search env's cassette was recorded from (loopback only).
+SEARCH_PORT ?= 8765
+search-service: venv
+	$(BIN)/python envs/search_env/service.py --host 127.0.0.1 --port $(SEARCH_PORT)
+
+# Re-record the search env's tool fixtures from a freshly started service, then stop it.
+record-search: venv
+	@$(BIN)/python envs/search_env/service.py --host 127.0.0.1 --port 0 --port-file .search.port & \
+	  pid=$$!; trap "kill $$pid" EXIT; \
+	  for i in $$(seq 50); do test -s .search.port && break; sleep 0.1; done; \
+	  RLENV_SEARCH_URL=http://127.0.0.1:$$(cat .search.port) $(BIN)/rlenv record envs/search.yaml --mode all; \
+	  rm -f .search.port
 
 test: venv
 	bash scripts/system-deps.sh || true

@@ -189,6 +189,35 @@ def validate(spec: SpecArg, as_json: JsonOpt = False) -> None:
         )
 
 
+@app.command()
+@handle_errors
+def record(
+    spec: SpecArg,
+    model: ModelOpt = None,
+    mode: Annotated[str, typer.Option(help="new: add unseen requests; all: re-record.")] = "new",
+    limit: Annotated[int | None, typer.Option(help="Only the first N inputs.")] = None,
+    rollouts: Annotated[int | None, typer.Option(help="Rollouts per input (K).")] = None,
+    base_url: BaseUrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the policy with tools live and write their HTTP into the spec's cassettes."""
+    from dataclasses import asdict
+
+    from rlenv.record import pinned_hash_lines
+    from rlenv.record import record as record_env
+
+    result = record_env(
+        spec, model=model, mode=mode, base_url=base_url, limit=limit, rollouts=rollouts  # type: ignore[arg-type]
+    )
+    if as_json:
+        _print_json(asdict(result))
+        return
+    for line in pinned_hash_lines(result):
+        typer.echo(line)
+    if result.spec_updated:
+        typer.echo(f"updated pinned cassette hashes in {spec}")
+
+
 def main() -> None:
     app()
 

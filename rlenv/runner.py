@@ -51,16 +51,16 @@ class Prepared:
     warnings: list[str] = field(default_factory=list)
 
 
-def prepare(spec_path: str | Path) -> Prepared:
+def prepare(spec_path: str | Path, *, recording: bool = False) -> Prepared:
     """Load the spec, check pinned hashes and inputs, and import every referenced callable."""
     loaded = load_spec(spec_path)
-    hashes = check_files(loaded)
+    hashes = check_files(loaded, cassettes=not recording)
     inputs = load_inputs(loaded.inputs_path)
-    _check_importable(loaded)
+    _check_importable(loaded, cassettes=not recording)
     return Prepared(loaded, hashes, fingerprint(loaded, hashes), inputs)
 
 
-def _check_importable(loaded: LoadedSpec) -> None:
+def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
     """Import tools, verifiers and the reward model in a worker-like way, without freezing."""
     from rlenv.providers.base import import_ref
     from rlenv.rewards import build_reward_model
@@ -76,7 +76,7 @@ def _check_importable(loaded: LoadedSpec) -> None:
             if not callable(function):
                 raise UserError(f"tools[{index}].function: {tool.function} is not callable")
             cassette = loaded.cassette_path(tool)
-            if cassette is not None:
+            if cassette is not None and cassettes:
                 ToolIndex(tool.name, cassette, build_scrubber(loaded)).load()
         build_verifiers(list(loaded.spec.verifiers))
         build_reward_model(loaded.spec.reward_model)
@@ -122,15 +122,20 @@ def run(
     base_url: str | None = None,
     runs_root: Path = Path("runs"),
     progress: Callable[[int, int], None] | None = None,
+    record_dir: Path | None = None,
 ) -> RunResult:
-    """Run an env against a model; return the run directory and its summary."""
+    """Run an env against a model; return the run directory and its summary.
+
+    With `record_dir` (used by `rlenv record`) tools reach the live network through recording
+    cassettes in that directory, one worker at a time (vcrpy is not safe to share).
+    """
     if concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     if rollouts is not None and rollouts < 1:
         raise UserError("--rollouts must be at least 1")
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
-    prepared = prepare(spec_path)
+    prepared = prepare(spec_path, recording=record_dir is not None)
     spec = prepared.loaded.spec
     model_uri = model or spec.model
     if not model_uri:
@@ -162,7 +167,11 @@ def run(
             work_root=str(work_root),
             model_uri=provider.uri if provider.in_world else None,
             allowed_endpoints=list(getattr(provider, "endpoints", lambda: [])()),
+            live_tools=record_dir is not None,
+            record_dir=str(record_dir) if record_dir is not None else None,
         )
+        if record_dir is not None:
+            concurrency = 1
         workers = min(concurrency, os.cpu_count() or 1, max(1, len(tasks)))
         writer = ResultsWriter(run_dir / "results.jsonl")
         try:

@@ -206,17 +206,26 @@ if spec.get("hide") or spec.get("expose"):
             e = ctypes.get_errno()
             sys.stderr.write("sandbox: cannot mount on %s: %s\n" % (dst, os.strerror(e)))
             os._exit(125)
-    for closed, inner in spec.get("expose", []):
-        # A directory the sandbox uid cannot enter (e.g. /root) holds the interpreter: cover
-        # it with an empty tmpfs and bind only the interpreter's prefix back, read-only.
-        fd = os.open(inner, os.O_PATH | os.O_DIRECTORY)
+    # Directories the sandbox uid cannot enter (e.g. /root, /tmp/pytest-of-root) that hold
+    # the interpreter or the workdir: cover each with an empty tmpfs and bind back only what
+    # the sandbox needs (the interpreter read-only, the workdir read-write).
+    expose = spec.get("expose", [])
+    fds = [os.open(inner, os.O_PATH | os.O_DIRECTORY) for _, inner, _ in expose]
+    for closed in dict.fromkeys(c for c, _, _ in expose):
         _mount(b"tmpfs", closed, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755")
-        os.makedirs(inner, exist_ok=True)
-        _mount(("/proc/self/fd/%d" % fd).encode(), inner, None, MS_BIND | MS_REC, None)
-        _mount(None, inner, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        for (where, inner, writable), fd in zip(expose, fds):
+            if where != closed:
+                continue
+            os.makedirs(inner, exist_ok=True)
+            _mount(("/proc/self/fd/%d" % fd).encode(), inner, None, MS_BIND | MS_REC, None)
+            if not writable:
+                _mount(None, inner, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
         _mount(None, closed, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    for fd in fds:
         os.close(fd)
     for path, kind in spec.get("hide", []):
+        if not os.path.lexists(path):
+            continue  # already out of sight under a covered directory
         if kind == "dir":
             _mount(b"tmpfs", path, b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, b"mode=0555")
         else:
@@ -239,6 +248,22 @@ if uid is not None:
     os.setuid(uid)
 if not entered:
     os.chdir(spec["cwd"])
+if spec.get("init"):
+    # We are pid 1 of a fresh pid namespace (unshare). The kernel shields pid 1 from default
+    # signal actions (SIGXCPU, SIGTERM, SIGPIPE...), so run the program as our child, reap
+    # orphans, and report a death by signal N as 128 + N, the way bwrap does.
+    child = os.fork()
+    if child:
+        status = 0
+        while True:
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                break
+            if pid == child:
+                break
+        code = os.waitstatus_to_exitcode(status)
+        os._exit(128 - code if code < 0 else code)
 for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU):
     signal.signal(sig, signal.SIG_DFL)
 argv = spec["argv"]
@@ -375,13 +400,23 @@ def _bwrap_args(workdir: Path, hidden: list[Path]) -> list[str]:
     return args
 
 
-def _closed_parents(prefix: str) -> list[tuple[str, str]]:
-    """[(outermost ancestor of ``prefix`` that others cannot search, prefix)] or []."""
-    for parent in reversed(Path(prefix).parents):
+def _closed_parents(path: str) -> str | None:
+    """The outermost ancestor of ``path`` that others cannot search, or None."""
+    for parent in reversed(Path(path).parents):
         with contextlib.suppress(OSError):
             if not os.stat(parent).st_mode & stat.S_IXOTH:
-                return [(str(parent), prefix)]
-    return []
+                return str(parent)
+    return None
+
+
+def _expose_list(workdir: Path) -> list[tuple[str, str, bool]]:
+    """(closed ancestor, path, writable) for the interpreter prefix and the workdir."""
+    out = []
+    for path, writable in ((_python_prefix(), False), (str(workdir), True)):
+        closed = _closed_parents(path)
+        if closed is not None:
+            out.append((closed, path, writable))
+    return out
 
 
 def _hide_list(hidden: list[Path]) -> list[tuple[str, str]]:
@@ -466,8 +501,8 @@ def _classify(
     sig = None
     if returncode < 0:
         sig = -returncode
-    elif mechanism == "bwrap" and returncode > 128:
-        sig = returncode - 128  # bwrap reports a child killed by signal N as 128 + N
+    elif mechanism in ("bwrap", "unshare") and returncode > 128:
+        sig = returncode - 128  # the namespace's init reports death by signal N as 128 + N
     if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu_used >= limits.cpu_seconds):
         return "cpu"
     if sig == signal.SIGXFSZ:
@@ -527,7 +562,8 @@ def run_sandboxed(
         "rlimits": _rlimits(limits, nproc=root or mechanism != "rlimits"),
         "hostname": "sandbox" if mechanism == "unshare" else None,
         "hide": _hide_list(hidden_paths) if mechanism == "unshare" else [],
-        "expose": _closed_parents(_python_prefix()) if mechanism == "unshare" and root else [],
+        "expose": _expose_list(workdir) if mechanism == "unshare" and root else [],
+        "init": mechanism == "unshare",
     }
     if mechanism == "rlimits":
         notes.append("no network isolation; hidden paths not hidden (rlimits mechanism)")

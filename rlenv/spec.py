@@ -320,8 +320,11 @@ def referenced_files(loaded: LoadedSpec) -> dict[str, Path]:
     return files
 
 
-def check_files(loaded: LoadedSpec) -> dict[str, str]:
-    """Check that every referenced file exists and matches its pinned hash; return role -> sha256."""
+def check_files(loaded: LoadedSpec, *, cassettes: bool = True) -> dict[str, str]:
+    """Check that every referenced file exists and matches its pinned hash; return role -> sha256.
+
+    `cassettes=False` (recording) skips the cassettes, which recording is about to write.
+    """
     spec = loaded.spec
     hashes: dict[str, str] = {}
     line_of = {"inputs": _line_of(yaml.compose(loaded.path.read_text()), ("inputs", "path"))}
@@ -356,7 +359,7 @@ def check_files(loaded: LoadedSpec) -> dict[str, str]:
         hashes["snapshot"] = actual
     for index, tool in enumerate(spec.tools):
         cassette = loaded.cassette_path(tool)
-        if cassette is None or tool.cassette is None:
+        if cassette is None or tool.cassette is None or not cassettes:
             continue
         field = f"tools[{index}].cassette"
         if not cassette.is_file():

@@ -101,7 +101,10 @@ def py(source: str) -> str:
     return textwrap.dedent(source).lstrip()
 
 
-ATTACK_TEST = "import solution\n\ndef test_attack():\n    assert solution.attack() == 'pwned'\n"
+ATTACK_TEST = (
+    "import solution\n\ndef test_attack():\n    result = solution.attack()\n"
+    "    assert result == 'pwned', result\n"
+)
 
 
 def attack(
@@ -277,7 +280,7 @@ def test_escape_write_outside_workdir(mechanism: str, workdir: Path, tmp_path: P
     )
     for target in targets:
         assert not os.path.exists(target), target
-    assert "Error" in verdict["detail"]
+    assert "AssertionError: contained" in verdict["detail"]
 
 
 @needs_isolation

@@ -45,6 +45,7 @@ class WorkerConfig:
     model_uri: str | None = None  # set when the policy runs inside the world
     allowed_endpoints: list[tuple[str, int]] = field(default_factory=list)
     live_tools: bool = False  # recording: tools reach the network, no replay
+    record_dir: str | None = None  # where `rlenv record` writes each tool's cassette
 
 
 @dataclass
@@ -183,7 +184,8 @@ class WorldRuntime:
         previous = os.getcwd()
         os.chdir(workdir)
         try:
-            result = self.tool_functions[name](arguments, context)
+            with self._recording(name):
+                result = self.tool_functions[name](arguments, context)
             content = result if isinstance(result, str) else canonical_bytes(result).decode()
             ok = True
         except (FixtureMiss, RolloutTimeout):
@@ -207,6 +209,19 @@ class WorldRuntime:
             outcomes = {event.outcome for event in events}
             fixture = "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
         return ToolOutcome(content, fixture, ok)
+
+    def _recording(self, name: str) -> Any:
+        """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""
+        import contextlib
+
+        if not self.config.live_tools or not self.config.record_dir:
+            return contextlib.nullcontext()
+        from rlenv.world.record import recording_cassette
+
+        return recording_cassette(
+            Path(self.config.record_dir) / f"{name}.yaml", build_scrubber(self.loaded),
+            record_errors=bool(self.loaded.spec.scrub and self.loaded.spec.scrub.record_errors),
+        )
 
     def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
         """Verifiers first, reward model second, then the record; the workdir is removed."""

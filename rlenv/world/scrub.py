@@ -41,6 +41,19 @@ class Scrubber:
         self.names = re.compile(names)
         self.extra = {name.lower() for name in extra_names}
         self.headers = {name.lower() for name in headers} | self.extra
+        # secret values seen in requests, so a response that echoes one is scrubbed too
+        self.seen: set[str] = set()
+
+    def _hide(self, value: str) -> str:
+        for part in (value, *value.replace(";", " ").replace("=", " ").split()):
+            if len(part) >= 8:
+                self.seen.add(part)
+        return REDACTED
+
+    def redact_seen(self, text: str) -> str:
+        for secret in sorted(self.seen, key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text
 
     def is_secret_name(self, name: str) -> bool:
         return bool(self.names.match(name)) or name.lower() in self.extra
@@ -55,11 +68,13 @@ class Scrubber:
         parts = urlsplit(uri)
         netloc = parts.netloc
         if "@" in netloc:
-            netloc = f"{REDACTED}@{netloc.rsplit('@', 1)[1]}"
+            credentials, host = netloc.rsplit("@", 1)
+            self._hide(credentials.split(":", 1)[-1])
+            netloc = f"{REDACTED}@{host}"
         if parts.query:
             pairs = parse_qsl(parts.query, keep_blank_values=True)
             query = urlencode(
-                [(key, REDACTED if self.is_secret_name(key) else value) for key, value in pairs]
+                [(key, self._hide(value) if self.is_secret_name(key) else value) for key, value in pairs]
             )
         else:
             query = parts.query
@@ -68,7 +83,8 @@ class Scrubber:
     def json_value(self, value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                key: (REDACTED if self.is_secret_name(str(key)) and value[key] not in (None, "")
+                key: (self._hide(str(item)) if self.is_secret_name(str(key))
+                      and isinstance(item, str | int) and item not in ("",)
                       else self.json_value(item))
                 for key, item in value.items()
             }
@@ -92,7 +108,8 @@ class Scrubber:
             pairs = parse_qsl(text, keep_blank_values=True)
             if pairs:
                 scrubbed = urlencode(
-                    [(key, REDACTED if self.is_secret_name(key) else value) for key, value in pairs]
+                    [(key, self._hide(value) if self.is_secret_name(key) else value)
+                     for key, value in pairs]
                 )
                 return scrubbed.encode() if isinstance(body, bytes) else scrubbed
         return body
@@ -102,6 +119,9 @@ class Scrubber:
         request.uri = self.url(request.uri)
         for name in list(request.headers):
             if self.is_secret_header(name):
+                value = request.headers[name]
+                for item in value if isinstance(value, list) else [value]:
+                    self._hide(str(item))
                 request.headers[name] = REDACTED
         content_type = _header(request.headers, "content-type")
         request.body = self.body(request.body, content_type)
@@ -113,6 +133,22 @@ class Scrubber:
         for name in list(headers):
             if self.is_secret_header(name):
                 headers[name] = [REDACTED]
+            else:
+                headers[name] = [self.redact_seen(str(item)) for item in headers[name]]
+        body = response.get("body") or {}
+        raw = body.get("string")
+        if raw:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            scrubbed = self.redact_seen(text)
+            try:  # secret-named JSON fields in a response (e.g. an issued token)
+                data = json.loads(scrubbed)
+                hidden = self.json_value(data)
+                if hidden != data:
+                    scrubbed = json.dumps(hidden, separators=(",", ":"), sort_keys=True)
+            except ValueError:
+                pass
+            if scrubbed != text:
+                body["string"] = scrubbed.encode() if isinstance(raw, bytes) else scrubbed
         return response
 
 

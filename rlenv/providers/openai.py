@@ -1,0 +1,385 @@
+"""`openai:MODEL` policies: any OpenAI-compatible chat-completions server (vLLM, SGLang, ...).
+
+Model calls run in the orchestrator's event loop, outside the frozen world: no cassette and no
+frozen clock can intercept them. Every decoding field of the spec, and always a seed, is sent
+the same way to every request and recorded in the reply's `extra["sent"]`.
+
+Failures are classified: an endpoint that is down, times out, rate-limits, 5xxs or sends a
+broken body is retried with seeded exponential backoff and then becomes an `InfraError`; a
+request the server rejects (400/404/422: unknown model, bad field) is an `InfraError` at once;
+a reply whose tool call is unusable is a `ModelOutputError` (the model's failure).
+
+Retries are a small loop rather than tenacity/stamina: the jitter must come from a
+`random.Random` seeded by the request (never global state), and a 429's Retry-After replaces
+the backoff, which would need custom wait and retry hooks in either library anyway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from rlenv.errors import InfraError, ModelOutputError, UserError
+from rlenv.providers.base import ModelReply, ModelRequest
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_BACKOFF_BASE = 0.5
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+_RETRIED_STATUS = {408, 429}
+
+
+class _Transient(Exception):
+    """One failed attempt that may succeed when repeated."""
+
+    def __init__(self, what: str, detail: str, retry_after: float | None = None) -> None:
+        super().__init__(detail)
+        self.what = what
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+def _strip_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    netloc = parts.hostname or ""
+    if ":" in netloc:  # IPv6 literal
+        netloc = f"[{netloc}]"
+    if parts.port is not None:
+        netloc = f"{netloc}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+def normalise_base_url(url: str) -> str:
+    """`http://h:p`, `http://h:p/` and `http://h:p/v1` all mean `http://h:p/v1`."""
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UserError(
+            f"openai: base URL {_strip_credentials(url)!r} is not an http(s) URL", where="--base-url"
+        )
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise UserError(f"openai: base URL {url!r} has a bad port", where="--base-url") from None
+    path = parts.path.rstrip("/")
+    if not path.endswith("/v1"):
+        path = f"{path}/v1"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
+
+
+def _server_message(body: bytes) -> str:
+    """The error message in an error body (OpenAI, vLLM, TGI shapes), else the text itself."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace").strip()[:300] or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:300]
+        for key in ("message", "detail", "error"):
+            if data.get(key):
+                return str(data[key])[:300]
+    return json.dumps(data)[:300]
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+
+        try:
+            moment = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        from datetime import datetime, timezone
+
+        seconds = (moment - datetime.now(timezone.utc)).total_seconds()
+    return max(0.0, seconds)
+
+
+class OpenAIProvider:
+    """A chat-completions endpoint, called once per turn with the spec's decoding."""
+
+    in_world = False
+
+    def __init__(
+        self,
+        uri: str,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        max_retries: int = 4,
+        request_timeout: float = 60.0,
+        backoff_base: float | None = None,
+        backoff_max: float = 8.0,
+        retry_after_cap: float = 30.0,
+        max_connections: int = 256,
+    ) -> None:
+        self.uri = uri
+        self.model_name = model_name
+        raw = base_url or os.environ.get("OPENAI_BASE_URL")
+        if not raw:
+            raise UserError(
+                "openai: no base URL: pass --base-url or set OPENAI_BASE_URL", where="--model"
+            )
+        self.base_url = normalise_base_url(raw)
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        if max_retries < 0:
+            raise UserError("openai: max_retries must be >= 0")
+        self.max_retries = max_retries
+        self.request_timeout = request_timeout
+        if backoff_base is None:
+            try:
+                backoff_base = float(os.environ.get("RLENV_BACKOFF_BASE", DEFAULT_BACKOFF_BASE))
+            except ValueError:
+                raise UserError("RLENV_BACKOFF_BASE must be a number of seconds") from None
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.retry_after_cap = retry_after_cap
+        self.max_connections = max_connections
+        self._client: Any = None
+
+    # -- identity ------------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "uri": self.uri,
+            "base_url": _strip_credentials(self.base_url),
+            "model": self.model_name,
+        }
+
+    def endpoints(self) -> list[tuple[str, int]]:
+        parts = urlsplit(self.base_url)
+        return [(str(parts.hostname), parts.port or _DEFAULT_PORTS[parts.scheme])]
+
+    # -- the HTTP client -----------------------------------------------------------------
+
+    def _client_for_loop(self) -> Any:
+        """One shared client, created inside the running loop (httpx binds it to the loop)."""
+        if self._client is None:
+            import httpx
+
+            from rlenv import __version__
+
+            headers = {"User-Agent": f"rlenv/{__version__}"}
+            if self.api_key:
+                headers["Authorization"] = f"Bearer {self.api_key}"
+            self._client = httpx.AsyncClient(
+                headers=headers,
+                # pool=None: waiting for a free connection is bounded by the rollout timeout
+                timeout=httpx.Timeout(self.request_timeout, pool=None),
+                limits=httpx.Limits(
+                    max_connections=self.max_connections,
+                    max_keepalive_connections=self.max_connections,
+                ),
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    # -- one turn ------------------------------------------------------------------------
+
+    def decoding_fields(self, request: ModelRequest) -> dict[str, Any]:
+        """The decoding fields sent with every request: always a seed; extras only when set."""
+        decoding = request.decoding
+        sent: dict[str, Any] = {
+            "temperature": decoding.get("temperature", 1.0),
+            "top_p": decoding.get("top_p", 1.0),
+            "max_tokens": decoding.get("max_tokens", 512),
+        }
+        if decoding.get("stop"):
+            sent["stop"] = list(decoding["stop"])
+        seed = decoding.get("seed")
+        sent["seed"] = int(seed) if seed is not None else int(request.seed)
+        for key in ("top_k", "min_p"):
+            if decoding.get(key) is not None:
+                sent[key] = decoding[key]
+        if decoding.get("min_tokens"):
+            sent["min_tokens"] = decoding["min_tokens"]
+        if decoding.get("logprobs"):
+            sent["logprobs"] = True
+            if decoding.get("top_logprobs") is not None:
+                sent["top_logprobs"] = decoding["top_logprobs"]
+        return sent
+
+    def build_body(self, request: ModelRequest) -> tuple[dict[str, Any], dict[str, Any]]:
+        sent = self.decoding_fields(request)
+        body: dict[str, Any] = {"model": self.model_name, "messages": request.messages}
+        if request.tools:
+            body["tools"] = request.tools
+            body["tool_choice"] = "auto"
+        body.update(sent)
+        return body, sent
+
+    async def complete(self, request: ModelRequest) -> ModelReply:
+        body, sent = self.build_body(request)
+        data = await self._post_with_retries(body, request)
+        return self.parse_reply(data, request, sent)
+
+    async def _post_with_retries(self, body: dict[str, Any], request: ModelRequest) -> Any:
+        from rlenv.seeding import derive_seed
+
+        rng = random.Random(derive_seed(request.seed, "openai-retry", request.turn))
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            try:
+                return await self._post_once(body)
+            except _Transient as failure:
+                if attempt + 1 >= attempts:
+                    raise InfraError(
+                        f"openai: {failure.what} after {attempts} attempts: {failure.detail}"
+                    ) from None
+                if failure.retry_after is not None:
+                    wait = min(failure.retry_after, self.retry_after_cap)
+                else:
+                    delay = min(self.backoff_max, self.backoff_base * 2**attempt)
+                    wait = delay * (0.5 + 0.5 * rng.random())
+                logger.info(
+                    "openai: %s (attempt %d/%d, input %s rollout %d turn %d); retrying in %.3fs",
+                    failure.what,
+                    attempt + 1,
+                    attempts,
+                    request.input_id,
+                    request.rollout,
+                    request.turn,
+                    wait,
+                )
+                await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _post_once(self, body: dict[str, Any]) -> Any:
+        import httpx
+
+        client = self._client_for_loop()
+        try:
+            response = await client.post(f"{self.base_url}/chat/completions", json=body)
+        except httpx.TimeoutException as exc:
+            raise _Transient("timeout", f"{type(exc).__name__}: {exc}") from None
+        except httpx.RequestError as exc:  # connect/read/protocol errors, broken encodings
+            raise _Transient("connection error", f"{type(exc).__name__}: {exc}") from None
+        status = response.status_code
+        if status in _RETRIED_STATUS or status >= 500:
+            retry_after = _retry_after(response.headers.get("Retry-After")) if status == 429 else None
+            raise _Transient(
+                f"HTTP {status}", f"HTTP {status}: {_server_message(response.content)}", retry_after
+            )
+        if not 200 <= status < 300:
+            raise InfraError(
+                f"openai: the server rejected the request (HTTP {status}, not retried):"
+                f" {_server_message(response.content)}"
+            )
+        try:
+            data = json.loads(response.content)
+        except ValueError:
+            snippet = response.content[:80].decode("utf-8", "replace")
+            raise _Transient("broken JSON body", f"body is not JSON: {snippet!r}") from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if (
+            not isinstance(choices, list)
+            or not choices
+            or not isinstance(choices[0], dict)
+            or not isinstance(choices[0].get("message"), dict)
+        ):
+            raise _Transient("broken JSON body", "reply has no choices[0].message")
+        return data
+
+    # -- the reply -----------------------------------------------------------------------
+
+    def parse_reply(
+        self, data: dict[str, Any], request: ModelRequest, sent: dict[str, Any]
+    ) -> ModelReply:
+        """choices[0] -> assistant message (tool calls checked), usage, logprobs, extra."""
+        choice = data["choices"][0]
+        raw = choice["message"]
+        content = raw.get("content")
+        if isinstance(content, list):  # content parts
+            content = "".join(
+                str(part.get("text", "")) for part in content if isinstance(part, dict)
+            )
+        elif content is not None and not isinstance(content, str):
+            raise ModelOutputError(f"message content is {type(content).__name__}, not a string")
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        calls = raw.get("tool_calls")
+        if calls:
+            message["tool_calls"] = self._check_tool_calls(calls, request)
+        usage: dict[str, int] = {}
+        raw_usage = data.get("usage")
+        if isinstance(raw_usage, dict):
+            for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+                value = raw_usage.get(key)
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    usage[key] = int(value)
+            if "total_tokens" not in usage and {"prompt_tokens", "completion_tokens"} <= set(usage):
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        logprobs: list[dict[str, Any]] | None = None
+        raw_logprobs = choice.get("logprobs")
+        if isinstance(raw_logprobs, dict) and isinstance(raw_logprobs.get("content"), list):
+            logprobs = [
+                {"token": item.get("token"), "logprob": item.get("logprob")}
+                for item in raw_logprobs["content"]
+                if isinstance(item, dict)
+            ]
+        extra = {"finish_reason": choice.get("finish_reason"), "sent": sent}
+        return ModelReply(message=message, usage=usage, logprobs=logprobs, extra=extra)
+
+    def _check_tool_calls(self, calls: Any, request: ModelRequest) -> list[dict[str, Any]]:
+        if not isinstance(calls, list):
+            raise ModelOutputError("tool_calls is not a list")
+        known = {
+            tool.get("function", {}).get("name")
+            for tool in request.tools
+            if isinstance(tool, dict)
+        }
+        checked = []
+        for number, call in enumerate(calls):
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                raise ModelOutputError(f"tool_calls[{number}] has no function")
+            name = function.get("name")
+            if not isinstance(name, str) or not name:
+                raise ModelOutputError(f"tool_calls[{number}] has no function name")
+            if name not in known:
+                raise ModelOutputError(f"tool_calls[{number}] names unknown tool {name!r}")
+            arguments = function.get("arguments", "")
+            if isinstance(arguments, dict):
+                from rlenv.canonical import canonical_bytes
+
+                arguments = canonical_bytes(arguments).decode()
+            elif isinstance(arguments, str):
+                if arguments.strip():
+                    try:
+                        decoded = json.loads(arguments)
+                    except ValueError as exc:
+                        raise ModelOutputError(
+                            f"tool_calls[{number}] ({name}): arguments are not valid JSON ({exc})"
+                        ) from None
+                    if not isinstance(decoded, dict):
+                        raise ModelOutputError(
+                            f"tool_calls[{number}] ({name}): arguments are not a JSON object"
+                        )
+            else:
+                raise ModelOutputError(
+                    f"tool_calls[{number}] ({name}): arguments are {type(arguments).__name__},"
+                    " not a JSON string or object"
+                )
+            call_id = call.get("id")
+            checked.append(
+                {
+                    "id": call_id if isinstance(call_id, str) and call_id
+                    else f"call_{request.turn}_{number}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": arguments},
+                }
+            )
+        return checked

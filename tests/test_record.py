@@ -1,0 +1,162 @@
+"""`rlenv record` against real loopback services, then replay with the service stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl
+
+SECRET = "sk-live-9f8e7d6c5b4a39281706"
+
+
+def _start_search_service(tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    port_file = tmp_path / "port"
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "envs/search_env/service.py"), "--port", "0",
+         "--port-file", str(port_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    line = process.stdout.readline()  # blocks until the server is listening
+    assert line.startswith("listening on "), line
+    return process, line.split("listening on ", 1)[1].strip()
+
+
+def _copy_search_env(tmp_path: Path) -> Path:
+    """The bundled search env, pointed at a cassette in tmp_path (the committed one stays)."""
+    env_dir = tmp_path / "envs"
+    shutil.copytree(ROOT / "envs" / "search_env", env_dir / "search_env")
+    document = yaml.safe_load((ROOT / "envs/search.yaml").read_text())
+    document["inputs"]["path"] = str(ROOT / "fixtures/search/questions.jsonl")
+    document["tools"][0]["cassette"] = {"path": "cassettes/search.yaml"}
+    spec = env_dir / "search.yaml"
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    return spec
+
+
+def test_record_then_replay_with_service_stopped(tmp_path: Path) -> None:
+    spec = _copy_search_env(tmp_path)
+    process, url = _start_search_service(tmp_path)
+    try:
+        env = {"RLENV_SEARCH_URL": url, "SEARCH_API_KEY": SECRET}
+        recorded = cli("record", str(spec), "--limit", "6", "--rollouts", "1", env=env)
+        assert recorded.returncode == 0, recorded.stderr
+        assert "search: 6 interactions (6 new)" in recorded.stdout
+        live = cli("run", str(spec), "--limit", "6", "--out", str(tmp_path / "live"), "--json", env=env)
+        assert live.returncode == 0, live.stderr
+        again = cli("record", str(spec), "--limit", "6", "--rollouts", "1", env=env)
+        assert "search: 6 interactions (0 new)" in again.stdout, "only new interactions are added"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    cassette = (spec.parent / "cassettes" / "search.yaml").read_text()
+    assert SECRET not in cassette and "REDACTED" in cassette
+    replayed = cli("run", str(spec), "--limit", "6", "--out", str(tmp_path / "replayed"), "--json",
+                   env={"RLENV_SEARCH_URL": url})
+    assert replayed.returncode == 0, replayed.stderr
+    summary = json.loads(replayed.stdout)
+    assert summary["fixtures"] == {"hit": 12}
+    assert summary["digest"] == json.loads(live.stdout)["digest"]
+    verify = cli("verify", str(spec), "--limit", "3")
+    assert verify.returncode == 0 and verify.stdout.startswith("identical")
+
+
+class _Echo(BaseHTTPRequestHandler):
+    status = 200
+
+    def _reply(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(length) if length else b""
+        status = 500 if self.path.startswith("/fail") else 200
+        payload = json.dumps({"path": self.path, "bytes": len(body), "ok": status == 200}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Set-Cookie", f"session={SECRET}; HttpOnly")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = _reply
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+SECRET_TOOLS = """
+import httpx, os
+BASE = os.environ["ECHO_URL"]
+S = os.environ["THE_SECRET"]
+
+def call(args, ctx):
+    form = args["form"]
+    host = BASE.split("://", 1)[1]
+    if form == "bearer":
+        r = httpx.get(BASE + "/a", headers={"Authorization": "Bearer " + S})
+    elif form == "api_key_header":
+        r = httpx.get(BASE + "/b", headers={"X-Api-Key": S, "X-Custom-Token": S})
+    elif form == "cookie":
+        r = httpx.get(BASE + "/c", headers={"Cookie": "sid=" + S})
+    elif form == "query":
+        r = httpx.get(BASE + "/d", params={"q": "x", "api_key": S, "access_token": S})
+    elif form == "json_body":
+        r = httpx.post(BASE + "/e", json={"q": "x", "auth": {"password": S, "client_secret": S}})
+    elif form == "form_body":
+        r = httpx.post(BASE + "/f", data={"q": "x", "token": S})
+    elif form == "url_credentials":
+        r = httpx.get("http://user:" + S + "@" + host + "/g")
+    elif form == "error":
+        r = httpx.get(BASE + "/fail")
+    return r.json()
+
+def policy(messages, tools, ctx):
+    if messages[-1]["role"] != "tool":
+        return {"tool_calls": [{"id": "c", "function": {"name": "call",
+                "arguments": '{"form": "%s"}' % messages[-1]["content"]}}]}
+    return "done"
+"""
+
+FORMS = ["bearer", "api_key_header", "cookie", "query", "json_body", "form_body", "url_credentials"]
+
+
+def test_record_scrubs_every_secret_form_and_skips_errors(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    inputs = [{"id": form, "prompt": form, "answer": "done"} for form in [*FORMS, "error"]]
+    spec = env_builder.write(
+        SECRET_TOOLS,
+        inputs=inputs,
+        tools=[{"name": "call", "function": "MOD:call", "cassette": {"path": "call.yaml"}}],
+        verifiers=[{"type": "regex", "pattern": "done"}],
+        rollouts=1,
+    )
+    env = {"ECHO_URL": url, "THE_SECRET": SECRET}
+    try:
+        result = cli("record", str(spec), env=env)
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    cassette_text = (spec.parent / "call.yaml").read_text()
+    assert SECRET not in cassette_text
+    assert "9f8e7d6c" not in cassette_text
+    interactions = yaml.safe_load(cassette_text)["interactions"]
+    assert len(interactions) == len(FORMS), "the 500 response is not recorded"
+    assert all(i["response"]["status"]["code"] == 200 for i in interactions)
+    # replay with the echo server gone: every recorded form hits, the error one misses
+    run = cli("run", str(spec), "--out", str(tmp_path / "replay"), "--json", env=env)
+    assert run.returncode == 0, run.stderr
+    records = {r["input_id"]: r for r in read_jsonl(tmp_path / "replay" / "results.jsonl")}
+    for form in FORMS:
+        assert records[form]["tool_calls"][0]["fixture"] == "hit", (form, records[form]["error"])
+    assert records["error"]["status"] == "fixture_miss"
+    assert os.environ.get("THE_SECRET") is None
