@@ -5,14 +5,48 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import shutil
+import subprocess
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
 from typing import Any
 
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed
 from rlenv.world import runtime
 from rlenv.world.runtime import FROZEN_ENV, RolloutTask, WorkerConfig
+
+
+_NETNS_PREFIX: list[str] | None = None
+
+
+def netns_prefix() -> list[str]:
+    """The command prefix that starts a process in a fresh network namespace, or [] if none works.
+
+    A worker in its own network namespace has no route out at all, so even a subprocess a tool
+    starts cannot reach the network; the in-process guard then only adds a clearer message.
+    """
+    global _NETNS_PREFIX
+    if _NETNS_PREFIX is None:
+        _NETNS_PREFIX = []
+        if shutil.which("unshare") and os.environ.get("RLENV_NO_NETNS") != "1":
+            for prefix in (["unshare", "--net"], ["unshare", "--net", "--map-root-user"]):
+                try:
+                    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    continue
+                if probe.returncode == 0:
+                    _NETNS_PREFIX = prefix
+                    break
+    return list(_NETNS_PREFIX)
+
+
+def network_guard_mode(live_tools: bool) -> str:
+    if live_tools:
+        return "off (recording)"
+    return "netns+python" if netns_prefix() else "python"
 
 
 class LocalExecutor:
@@ -22,10 +56,23 @@ class LocalExecutor:
         self.workers = max(1, workers)
         saved = {key: os.environ.get(key) for key in FROZEN_ENV}
         os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreters (hash seed!)
+        context = multiprocessing.get_context("spawn")
+        wrapper = None
+        prefix = [] if config.live_tools else netns_prefix()
+        if prefix:
+            wrapper = Path(config.work_root) / ".worker-python"
+            wrapper.write_text(
+                "#!/bin/sh\nexec " + " ".join(prefix) + f' "{sys.executable}" "$@"\n'
+            )
+            wrapper.chmod(0o755)
+            from multiprocessing import spawn
+
+            previous_executable = spawn.get_executable()
+            spawn.set_executable(str(wrapper))
         try:
             self.pool = ProcessPoolExecutor(
                 max_workers=self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
+                mp_context=context,
                 initializer=runtime.init_worker,
                 initargs=(config,),
             )
@@ -36,6 +83,8 @@ class LocalExecutor:
         except BrokenProcessPool as exc:
             raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
         finally:
+            if wrapper is not None:
+                spawn.set_executable(previous_executable)
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)

@@ -289,7 +289,7 @@ def _rlimits(limits: SandboxLimits, *, nproc: bool) -> list[tuple[str, tuple[int
     return out
 
 
-def _faketime_string(instant: str, tz: str) -> str:
+def faketime_string(instant: str, tz: str) -> str:
     """The instant as local wall time in ``tz`` (libfaketime reads FAKETIME as local time)."""
     moment = datetime.fromisoformat(instant)
     if moment.tzinfo is None:
@@ -325,7 +325,7 @@ def _sandbox_env(
             notes.append("frozen_time not applied: libfaketime is not installed")
         else:
             env["LD_PRELOAD"] = library
-            env["FAKETIME"] = _faketime_string(limits.frozen_time, limits.tz)
+            env["FAKETIME"] = faketime_string(limits.frozen_time, limits.tz)
             # Monotonic clocks stay real so sleeps and timeouts in the program still work.
             env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
             env["DONT_FAKE_MONOTONIC"] = "1"

@@ -94,7 +94,8 @@ class ChatServer(ThreadingHTTPServer):
         self.models = models
         self.answer: AnswerRule = answer or default_answer
         self.received: list[Any] = []
-        #: one entry per request, aligned with `received`: {"fault", "time" (monotonic), "sha256"}
+        #: one entry per request, aligned with `received`:
+        #: {"fault", "time" (monotonic), "sha256" (of the raw body), "authorization" (header)}
         self.log: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -104,7 +105,7 @@ class ChatServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def admit(self, body: Any, digest: str) -> str:
+    def admit(self, body: Any, digest: str, authorization: str | None = None) -> str:
         """Record a request and choose its fault (atomically, so the plan is consumed in order)."""
         with self.lock:
             fault = None
@@ -117,7 +118,14 @@ class ChatServer(ThreadingHTTPServer):
             if fault is None:
                 fault = self.faults.pop(0) if self.faults else self.default_fault
             self.received.append(body)
-            self.log.append({"fault": fault, "time": time.monotonic(), "sha256": digest})
+            self.log.append(
+                {
+                    "fault": fault,
+                    "time": time.monotonic(),
+                    "sha256": digest,
+                    "authorization": authorization,
+                }
+            )
             return fault
 
     def stop(self) -> None:
@@ -247,7 +255,9 @@ class ChatHandler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         server = self.server
-        fault = server.admit(body if body is not None else raw, digest)
+        fault = server.admit(
+            body if body is not None else raw, digest, self.headers.get("Authorization")
+        )
         headers = {"X-Received-Body-Sha256": digest}
         if server.latency_s:
             server.stopping.wait(server.latency_s)

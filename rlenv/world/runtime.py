@@ -124,6 +124,7 @@ class WorldRuntime:
         self.cassette: Any = None
         if not config.live_tools:
             self._enter_replay()
+        self.subprocess_clock = _freeze_subprocess_clock(spec.time.isoformat())
         if freeze:
             from freezegun import freeze_time
 
@@ -183,31 +184,31 @@ class WorldRuntime:
             type(self.cassette).current = name
         previous = os.getcwd()
         os.chdir(workdir)
+        events: list[Any] = []
         try:
             with self._recording(name):
                 result = self.tool_functions[name](arguments, context)
             content = result if isinstance(result, str) else canonical_bytes(result).decode()
             ok = True
-        except (FixtureMiss, RolloutTimeout):
+        except RolloutTimeout:
             raise
-        except Exception as exc:
+        except Exception as exc:  # a fixture miss is judged from the events below
             content, ok = self.sanitise(f"error: {type(exc).__name__}: {exc}"), False
         finally:
             os.chdir(previous)
             if self.cassette is not None:
                 type(self.cassette).current = None
-        fixture = "none"
-        if self.cassette is not None:
-            events = self.cassette.events[events_before:]
-            del self.cassette.events[events_before:]
-            misses = [event for event in events if event.outcome == "miss"]
-            if misses:
-                raise FixtureMiss(
-                    f"unrecorded request for tool {name!r}: {misses[0].method} {misses[0].url}"
-                    " (record it with `rlenv record`, or declare an on_miss fallback)"
-                )
-            outcomes = {event.outcome for event in events}
-            fixture = "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
+                events = self.cassette.events[events_before:]
+                del self.cassette.events[events_before:]
+        # a miss ends the rollout even if the tool caught the exception
+        misses = [event for event in events if event.outcome == "miss"]
+        if misses:
+            raise FixtureMiss(
+                f"unrecorded request for tool {name!r}: {misses[0].method} {misses[0].url}"
+                " (record it with `rlenv record`, or declare an on_miss fallback)"
+            )
+        outcomes = {event.outcome for event in events}
+        fixture = "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
         return ToolOutcome(content, fixture, ok)
 
     def _recording(self, name: str) -> Any:
@@ -351,6 +352,20 @@ class WorldRuntime:
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
         return self.finish(task, trajectory, self.config.model_uri or "")
+
+
+def _freeze_subprocess_clock(instant: str) -> str:
+    """Subprocesses a tool starts read the spec's instant too (libfaketime), when installed."""
+    from rlenv.sandbox import faketime_library, faketime_string
+
+    library = faketime_library()
+    if library is None:
+        return "real (libfaketime not installed)"
+    os.environ["LD_PRELOAD"] = library
+    os.environ["FAKETIME"] = faketime_string(instant, "UTC")
+    os.environ["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    os.environ["DONT_FAKE_MONOTONIC"] = "1"
+    return "libfaketime"
 
 
 def make_in_world_policy(uri: str) -> Any:

@@ -1,0 +1,310 @@
+"""Shared pieces of the report and compare pages: reading a run directory, formatting numbers
+and flags, drawing plots, rendering templates and writing files atomically.
+
+matplotlib and jinja2 are imported inside the functions that use them, so importing this
+module (and ``rlenv --help``) stays fast.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlenv.errors import UserError
+
+TEMPLATES = Path(__file__).parent / "templates"
+REPORT_EXTRA = "pip install 'rlenv[report]'"
+
+
+@dataclass
+class RunData:
+    """One run directory as written by the runner: run.json, summary.json, results.jsonl."""
+
+    run_dir: Path
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    warnings: list[str] = field(default_factory=list)
+
+    def _env(self) -> dict[str, Any]:
+        return dict(self.summary.get("env") or self.meta.get("env") or {})
+
+    @property
+    def env_name(self) -> str | None:
+        return self._env().get("name")
+
+    @property
+    def env_version(self) -> Any:
+        return self._env().get("version")
+
+    @property
+    def fingerprint(self) -> str | None:
+        value = self._env().get("fingerprint")
+        return str(value) if value else None
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return dict(self.summary.get("model") or self.meta.get("model") or {})
+
+    @property
+    def decoding(self) -> dict[str, Any]:
+        return dict(self.summary.get("decoding") or self.meta.get("decoding") or {})
+
+    @property
+    def digest(self) -> str:
+        from rlenv.results import run_digest
+
+        return run_digest(self.records)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        return {}
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not readable JSON: {exc}") from None
+    return value if isinstance(value, dict) else {}
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run directory; UserError (one line) when it holds no results.jsonl."""
+    from rlenv.results import read_results
+
+    path = Path(run_dir)
+    results = path / "results.jsonl"
+    if not path.is_dir():
+        raise UserError(f"{path}: not a directory (expected a run directory)")
+    if not results.is_file():
+        raise UserError(f"{path}: no results.jsonl, not a run directory")
+    try:
+        records = read_results(results)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{results}: unreadable: {exc}") from None
+    run = RunData(path, _read_json(path / "run.json"), _read_json(path / "summary.json"), records)
+    written = run.summary.get("digest")
+    if written and records and written != run.digest:
+        run.warnings.append(
+            f"results.jsonl does not match the digest in summary.json ({str(written)[:12]}),"
+            " it changed after the run"
+        )
+    return run
+
+
+def load_labels(human: Any) -> Any:
+    """Human labels from a path (metrics.load_human), or passed through when already loaded."""
+    from rlenv import metrics
+
+    if human is None or isinstance(human, (metrics.HumanLabels, Mapping)):
+        return human
+    path = Path(human)
+    if not path.is_file():
+        raise UserError(f"--human {path}: no such file")
+    try:
+        return metrics.load_human(path)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def report_flags(diagnostics: Mapping[str, Any], decoding: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """compute_all's flags, less ``collapse`` under greedy decoding (as the run summary does):
+    identical rollouts are then expected, not a collapse."""
+    found = list(diagnostics.get("flags") or [])
+    if decoding.get("temperature") == 0:
+        found = [flag for flag in found if flag.get("name") != "collapse"]
+    return found
+
+
+# ----------------------------------------------------------------------------- formatting
+
+
+def fmt(value: Any, digits: int = 3) -> str:
+    """A number as a person reads it: 3 significant digits, ints as they are, None as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return "-"
+        if value == 0:
+            return "0"
+        if abs(value) >= 10**digits:
+            return f"{value:,.0f}"
+        if abs(value) < 1e-3:
+            return f"{value:.{digits - 1}e}"
+        return f"{value:.{digits}g}"
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key} {fmt(item, digits)}" for key, item in value.items())
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(fmt(item, digits) for item in value) + "]"
+    return str(value)
+
+
+def format_flag(flag: Mapping[str, Any]) -> str:
+    """One flag as one line: name, runs (for compare flags), message, the number that raised
+    it and the threshold it crossed."""
+    runs = flag.get("runs")
+    where = f" ({' -> '.join(str(run) for run in runs)})" if runs else ""
+    return (
+        f"{flag.get('name')}{where}: {flag.get('message')}"
+        f" [value {fmt(flag.get('value'))}; threshold {fmt(flag.get('threshold'))}]"
+    )
+
+
+def format_flags(flags: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Terminal lines for flags (metrics.flags / compare flags), one per flag, each with the
+    number that raised it, e.g. ``length_bias: reward correlates with response length
+    (Spearman 0.93) [value 0.93; threshold 0.5]``."""
+    return [format_flag(flag) for flag in flags]
+
+
+def flatten_scalars(value: Any, prefix: str = "") -> dict[str, float]:
+    """Every scalar number in a nested dict as ``{"a/b/c": float}`` (bools as 0/1); lists and
+    None are left out. Tag parts are made safe for TensorBoard/W&B (pass@k -> pass_at_k)."""
+    out: dict[str, float] = {}
+    if isinstance(value, Mapping):
+        for key in value:
+            part = _tag(str(key))
+            out.update(flatten_scalars(value[key], f"{prefix}/{part}" if prefix else part))
+    elif isinstance(value, bool):
+        out[prefix] = float(value)
+    elif isinstance(value, (int, float)) and math.isfinite(float(value)):
+        out[prefix] = float(value)
+    return out
+
+
+def _tag(part: str) -> str:
+    part = part.replace("@", "_at_").replace("^", "_hat_")
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "_", part)
+
+
+# ----------------------------------------------------------------------------- plots
+
+
+def require(module: str, feature: str) -> Any:
+    """Import an optional dependency, or raise UserError naming the extra that provides it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise UserError(f"{feature} needs the '{module}' package: {REPORT_EXTRA}") from None
+
+
+_SVG_PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.S)
+_SVG_SIZE = re.compile(r'\s(width|height)="[0-9.]+pt"')
+_SVG_XMLNS = re.compile(r'\sxmlns(:xlink)?="[^"]*"')
+
+COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "main": "#0969da", "alt": "#8250df"}
+
+
+def new_figure(width: float = 5.6, height: float = 3.0) -> tuple[Any, Any]:
+    """A matplotlib figure and axes on the Agg backend (no display, no pyplot state)."""
+    require("matplotlib", "the report")
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    axes = figure.add_subplot()
+    axes.grid(True, color="#d0d7de", linewidth=0.6)
+    axes.set_axisbelow(True)
+    for side in ("top", "right"):
+        axes.spines[side].set_visible(False)
+    return figure, axes
+
+
+def figure_svg(figure: Any, salt: str) -> str:
+    """The figure as an inline <svg> element: text kept as text, no XML prologue, no date,
+    ids salted per plot so several plots on one page never share an id."""
+    import matplotlib
+
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        figure.savefig(
+            buffer,
+            format="svg",
+            metadata={"Date": None, "Creator": None, "Format": None, "Type": None},
+        )
+    svg = _SVG_PROLOGUE.sub("", buffer.getvalue(), count=1)
+    head, body = svg.split(">", 1)
+    # the HTML parser needs no namespace declarations, and the size comes from CSS
+    head = _SVG_XMLNS.sub("", _SVG_SIZE.sub("", head))
+    body = body.replace(' id="', f' id="{salt}-').replace('href="#', f'href="#{salt}-')
+    body = body.replace("url(#", f"url(#{salt}-")
+    return head.replace("<svg", f'<svg class="plot" data-plot="{salt}" role="img"', 1) + ">" + body
+
+
+def line_plot(
+    xs: Sequence[float],
+    series: Mapping[str, Sequence[float | None]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    salt: str,
+    xticklabels: Sequence[str] | None = None,
+    ylim: tuple[float, float] | None = None,
+    width: float = 5.6,
+    height: float = 3.0,
+) -> str:
+    """Lines with markers (None values leave a gap) as inline SVG."""
+    figure, axes = new_figure(width, height)
+    palette = [COLORS["main"], COLORS["alt"], COLORS["pass"], COLORS["fail"]]
+    for index, (label, values) in enumerate(series.items()):
+        ys = [float("nan") if v is None else float(v) for v in values]
+        axes.plot(xs, ys, marker="o", label=label, color=palette[index % len(palette)])
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if xticklabels is not None:
+        axes.set_xticks(list(xs), list(xticklabels), rotation=20, ha="right")
+    elif all(float(x).is_integer() for x in xs):
+        axes.set_xticks(list(xs))
+    if ylim is not None:
+        axes.set_ylim(*ylim)
+    if len(series) > 1:
+        axes.legend(frameon=False)
+    return figure_svg(figure, salt)
+
+
+def render(template: str, **context: Any) -> str:
+    """Render a page template (autoescaped; inline SVG is passed in as markupsafe.Markup)."""
+    jinja2 = require("jinja2", "the report")
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    environment.filters["fmt"] = fmt
+    environment.filters["pct"] = lambda v: "-" if v is None else f"{100 * float(v):.1f}%"
+    environment.filters["short"] = lambda v, n=16: "-" if not v else str(v)[:n]
+    return environment.get_template(template).render(**context)
+
+
+def markup(html: str) -> Any:
+    """Trusted HTML (our own SVG) that the autoescaping templates insert as it is."""
+    from markupsafe import Markup
+
+    return Markup(html)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file so that a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def dump_json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

@@ -1,0 +1,196 @@
+"""`rlenv report RUN_DIR`: one self-contained HTML page of a run's diagnostics.
+
+The page has no network assets: CSS is inline and plots are inline SVG drawn with matplotlib
+(Agg), so it can be mailed, archived with the run, or opened on an air-gapped machine.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlenv.report.common import (
+    COLORS,
+    RunData,
+    dump_json,
+    figure_svg,
+    format_flag,
+    line_plot,
+    load_labels,
+    load_run,
+    markup,
+    new_figure,
+    render,
+    report_flags,
+    require,
+    write_atomic,
+)
+
+MAX_TRAJECTORIES = 100
+"""Suspects shown with their full trajectory; the rest are listed in metrics.json."""
+
+
+def write_report(
+    run_dir: str | Path,
+    human: str | Path | Any | None = None,
+    *,
+    out: str | Path | None = None,
+) -> Path:
+    """Write ``report.html`` and ``metrics.json`` (compute_all output) into the run directory
+    (or ``out``); return the report's path. ``human`` is a labels file for metrics.load_human
+    (or loaded labels). UserError when the directory holds no results.jsonl."""
+    from rlenv import metrics
+
+    run = load_run(run_dir)
+    labels = load_labels(human)
+    require("matplotlib", "rlenv report")
+    require("jinja2", "rlenv report")
+    diagnostics = metrics.compute_all(run.records, labels)
+    target = Path(out) if out is not None else run.run_dir
+    page = render_report(run, diagnostics, human_file=str(human) if human else None)
+    write_atomic(target / "metrics.json", dump_json(diagnostics))
+    report = target / "report.html"
+    write_atomic(report, page)
+    return report
+
+
+def render_report(
+    run: RunData, diagnostics: Mapping[str, Any], human_file: str | None = None
+) -> str:
+    """The report page for a run and its compute_all dict, as an HTML string."""
+    by_key = {(str(r.get("input_id")), int(r.get("rollout", 0))): r for r in run.records}
+    flags = report_flags(diagnostics, run.decoding)
+    disagreements = diagnostics.get("disagreements") or {}
+    suspects = _with_trajectories(disagreements.get("high_reward_failed") or [], by_key)
+    alignment = diagnostics.get("alignment")
+    human_suspects = (
+        _with_trajectories(alignment.get("high_reward_low_human") or [], by_key)
+        if alignment
+        else []
+    )
+    plots = {
+        "pass_k": _pass_k_plot(diagnostics.get("pass_k") or {}),
+        "reward_histogram": _histogram_plot(diagnostics.get("reward") or {}),
+        "length_reward": _scatter_plot(run.records, diagnostics.get("length_bias") or {}),
+        "sample_efficiency": _efficiency_plot(diagnostics.get("sample_efficiency") or []),
+    }
+    return render(
+        "report.html.j2",
+        title=f"rlenv report: {run.env_name or run.run_dir.name}",
+        run=run,
+        run_dir=str(run.run_dir),
+        model=run.model,
+        decoding=run.decoding,
+        digest=run.digest,
+        rollouts_per_input=run.summary.get("rollouts_per_input")
+        or run.meta.get("rollouts_per_input"),
+        m=diagnostics,
+        flags=[{**flag, "line": format_flag(flag)} for flag in flags],
+        greedy=run.decoding.get("temperature") == 0,
+        suspects=suspects,
+        human_suspects=human_suspects,
+        max_trajectories=MAX_TRAJECTORIES,
+        human_file=human_file,
+        plots={name: markup(svg) if svg else None for name, svg in plots.items()},
+        warnings=run.warnings,
+    )
+
+
+def _with_trajectories(
+    rows: Sequence[Mapping[str, Any]], by_key: Mapping[tuple[str, int], Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Suspect rows joined with their record: failing verifiers, answer, messages."""
+    out = []
+    for index, row in enumerate(rows):
+        record = by_key.get((str(row["input_id"]), int(row["rollout"]))) or {}
+        failing = [v for v in record.get("verifiers") or [] if v.get("passed") is not True]
+        out.append(
+            {
+                **row,
+                "anchor": f"suspect-{row['input_id']}-{row['rollout']}",
+                "failing": failing,
+                "answer": record.get("answer"),
+                "status": record.get("status"),
+                "messages": record.get("messages") or [] if index < MAX_TRAJECTORIES else None,
+            }
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- plots
+
+
+def _pass_k_plot(pass_k: Mapping[str, Mapping[str, float]]) -> str | None:
+    at_k = pass_k.get("pass@k") or {}
+    hat_k = pass_k.get("pass^k") or {}
+    if not at_k:
+        return None
+    ks = sorted(int(k) for k in at_k)
+    return line_plot(
+        ks,
+        {"pass@k": [at_k[str(k)] for k in ks], "pass^k": [hat_k.get(str(k)) for k in ks]},
+        xlabel="k (rollouts)",
+        ylabel="probability",
+        salt="pass-k",
+        ylim=(-0.02, 1.02),
+    )
+
+
+def _histogram_plot(reward: Mapping[str, Any]) -> str | None:
+    histogram = reward.get("histogram")
+    if not histogram:
+        return None
+    counts, edges = histogram["counts"], histogram["edges"]
+    figure, axes = new_figure()
+    widths = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    if not any(widths):  # every reward equal: numpy gives bins of width 0
+        widths = [1.0 / len(counts)] * len(counts)
+    axes.bar(edges[:-1], counts, width=widths, align="edge", color=COLORS["main"],
+             edgecolor="white", linewidth=0.8)
+    axes.set_xlabel("reward")
+    axes.set_ylabel("rollouts")
+    return figure_svg(figure, "reward-histogram")
+
+
+def _length(record: Mapping[str, Any], unit: str) -> float:
+    """Length as metrics.length_bias measures it (its ``unit``)."""
+    if unit == "completion_tokens":
+        return float((record.get("usage") or {}).get("completion_tokens") or 0)
+    answer = record.get("answer")
+    return float(len(answer.split())) if answer else 0.0
+
+
+def _scatter_plot(records: Sequence[Mapping[str, Any]], bias: Mapping[str, Any]) -> str | None:
+    unit = str(bias.get("unit") or "words")
+    points = []
+    for record in records:
+        reward = record.get("reward")
+        if record.get("status") == "infra_error" or reward is None or isinstance(reward, bool):
+            continue
+        if not math.isfinite(float(reward)):
+            continue
+        points.append((_length(record, unit), float(reward), record.get("passed") is True))
+    if not points:
+        return None
+    figure, axes = new_figure()
+    for passed, label, color in ((True, "passed", COLORS["pass"]), (False, "failed", COLORS["fail"])):
+        chosen = [(x, y) for x, y, p in points if p is passed]
+        if chosen:
+            axes.scatter([x for x, _ in chosen], [y for _, y in chosen], s=18, alpha=0.75,
+                         color=color, label=f"{label} ({len(chosen)})", linewidths=0)
+    axes.set_xlabel("response length (" + unit.replace("_", " ") + ")")
+    axes.set_ylabel("reward")
+    axes.legend(frameon=False)
+    return figure_svg(figure, "length-reward")
+
+
+def _efficiency_plot(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    if not rows:
+        return None
+    ks = [int(row["k"]) for row in rows]
+    series = {"inputs solved by any of the first k": [row.get("pass_any") for row in rows]}
+    if any(row.get("best_reward") is not None for row in rows):
+        series["mean best reward of the first k"] = [row.get("best_reward") for row in rows]
+    return line_plot(ks, series, xlabel="k (rollouts)", ylabel="value", salt="sample-efficiency")
