@@ -136,6 +136,9 @@ def verify(
     limit: Annotated[int | None, typer.Option(help="Only the first N inputs.")] = None,
     concurrency: Annotated[int, typer.Option(help="Rollouts in flight at once.")] = 4,
     base_url: BaseUrlOpt = None,
+    perturb: Annotated[
+        bool, typer.Option("--perturb", help="Vary hash seed, TZ, locale, cwd, concurrency, listing order.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Run the env N times and require byte-identical results (exit 1 on divergence)."""
@@ -151,19 +154,25 @@ def verify(
             concurrency=concurrency,
             base_url=base_url,
             progress=advance,
+            perturb=perturb,
         )
     if as_json:
         _print_json(
-            {"identical": result.identical, "digests": result.digests, "divergence": result.divergence}
+            {"identical": result.identical, "digests": result.digests,
+             "runs": result.labels, "divergence": result.divergence}
         )
     elif result.identical:
         typer.echo(f"identical: {len(result.digests)} runs, digest {result.digests[0]}")
+        if result.labels:
+            typer.echo("perturbed: " + ", ".join(result.labels[1:]))
     else:
         div = result.divergence or {}
         typer.echo(
             f"DIVERGED: digests {' '.join(digest[:12] for digest in result.digests)}\n"
             f"first divergence: input {div.get('input_id')!r} rollout {div.get('rollout')}"
-            f" turn {div.get('turn')} field {div.get('field')}\n"
+            f" turn {div.get('turn')} field {div.get('field')}"
+            + (f" (perturbation: {div['perturbation']})" if div.get("perturbation") else "")
+            + "\n"
             f"  run {div.get('runs', [1, 2])[0]}: {json.dumps(div.get('a'))[:300]}\n"
             f"  run {div.get('runs', [1, 2])[1]}: {json.dumps(div.get('b'))[:300]}"
         )

@@ -69,9 +69,20 @@ def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     return records
 
 
+TRAJECTORY_ORDER = ("messages", "tool_calls", "answer", "verifiers", "passed", "reward", "status")
+
+
+def _keys_in_order(keys: set[str], top: bool) -> list[str]:
+    """Top-level fields in trajectory order (what happened first is reported first)."""
+    if not top:
+        return sorted(keys)
+    first = [key for key in TRAJECTORY_ORDER if key in keys]
+    return first + sorted(keys - set(first))
+
+
 def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:
     if isinstance(left, dict) and isinstance(right, dict):
-        for key in sorted(set(left) | set(right)):
+        for key in _keys_in_order(set(left) | set(right), top=not path):
             found = _first_difference(left.get(key), right.get(key), f"{path}.{key}" if path else key)
             if found:
                 return found

@@ -160,7 +160,7 @@ def run(
         if (record.id, rollout) not in done
     ]
     total = len(inputs) * rollouts_per_input
-    work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-"))
+    work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
     try:
         config = WorkerConfig(
             spec_path=str(prepared.loaded.path),
@@ -192,6 +192,14 @@ def run(
     summary = build_summary(prepared, meta, records, model_uri)
     _write_atomic(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)
+
+
+def _work_parent() -> str | None:
+    """Where rollout snapshot copies live; `verify --perturb` moves them to another filesystem
+    (tmpfs lists entries in reverse creation order, ext4 in hash order)."""
+    if os.environ.get("RLENV_PERTURB_LISTING") == "reverse" and os.path.isdir("/dev/shm"):
+        return "/dev/shm"
+    return None
 
 
 def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tuple[str, int]]:

@@ -145,8 +145,11 @@ def reply_for(server: ChatServer, body: dict[str, Any], fault: str) -> dict[str,
     message: dict[str, Any] = {"role": "assistant", "content": None}
     finish = "stop"
     completion_text = ""
-    if tools and last.get("role") == "user" or fault in ("bad_tool_call", "no_tool_name",
-                                                          "unknown_tool"):
+    if (
+        tools
+        and last.get("role") == "user"
+        or fault in ("bad_tool_call", "no_tool_name", "unknown_tool")
+    ):
         function = (tools[0].get("function") or {}) if tools else {}
         properties = (function.get("parameters") or {}).get("properties") or {}
         arguments = {"query": last.get("content")} if "query" in properties else {}
@@ -221,8 +224,13 @@ class ChatHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         return None
 
-    def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        status: int,
+        payload: bytes,
+        headers: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
@@ -280,10 +288,14 @@ class ChatHandler(BaseHTTPRequestHandler):
         if fault == "no_choices":
             self._send(200, json.dumps({"object": "chat.completion"}).encode(), headers)
             return
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list) or not \
-                body["messages"]:
-            self._error(400, "request body must be a JSON object with non-empty 'messages'",
-                        headers)
+        if (
+            not isinstance(body, dict)
+            or not isinstance(body.get("messages"), list)
+            or not body["messages"]
+        ):
+            self._error(
+                400, "request body must be a JSON object with non-empty 'messages'", headers
+            )
             return
         if server.models is not None and body.get("model") not in server.models:
             self._error(404, f"The model `{body.get('model')}` does not exist.", headers)

@@ -138,8 +138,16 @@ def test_decoding_fields_arrive_exactly(chat: Callable[..., ChatServer], suffix:
 
 def test_rollout_seed_sent_when_spec_sets_none(chat: Callable[..., ChatServer]) -> None:
     server = chat()
-    decoding = {"temperature": 1.0, "top_p": 1.0, "top_k": None, "min_p": None,
-                "max_tokens": 512, "min_tokens": 0, "stop": [], "seed": None}
+    decoding = {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": None,
+        "min_p": None,
+        "max_tokens": 512,
+        "min_tokens": 0,
+        "stop": [],
+        "seed": None,
+    }
     reply = complete(provider_for(server), request(decoding=decoding, seed=987654321))
     body = server.received[0]
     sent = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 512, "seed": 987654321}
@@ -160,8 +168,12 @@ def test_tools_sent_and_tool_calls_parsed(chat: Callable[..., ChatServer]) -> No
     conversation = [
         {"role": "user", "content": "hello there"},
         first.message,
-        {"role": "tool", "tool_call_id": call["id"], "name": "search",
-         "content": "the answer is forty-two, and this sentence is longer than sixty characters"},
+        {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "name": "search",
+            "content": "the answer is forty-two, and this sentence is longer than sixty characters",
+        },
     ]
     second = complete(provider, request(conversation, tools=[SEARCH_TOOL], turn=1))
     assert server.received[1]["messages"] == conversation, "history goes out as given"
@@ -201,8 +213,11 @@ def test_api_key_sent_as_bearer_and_identity_hides_credentials(
     complete(provider, request())
     assert server.log[0]["authorization"] == "Bearer sk-test-123"
     identity = provider.identity()
-    assert identity == {"uri": "openai:tiny", "base_url": f"http://{host}:{port}/v1",
-                        "model": "tiny"}
+    assert identity == {
+        "uri": "openai:tiny",
+        "base_url": f"http://{host}:{port}/v1",
+        "model": "tiny",
+    }
     assert "sk-test" not in json.dumps(identity)
     assert provider.endpoints() == [(host, port)]
 
@@ -269,7 +284,7 @@ def test_backoff_jitter_is_seeded_by_the_request(
     chat: Callable[..., ChatServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="rlenv.providers.openai")
-    server = chat(faults=["500", "500", "500", "500", "500", "500"])
+    server = chat(faults=["500", "500", "ok", "500", "500", "ok", "500", "500"])
     for seed in (1, 1, 2):
         complete(provider_for(server, backoff_base=0.1), request(seed=seed))
     waits = [record.getMessage().rsplit(" ", 1)[-1] for record in caplog.records]
@@ -333,7 +348,7 @@ def test_unreachable_endpoint_is_an_infra_error() -> None:
 
 def test_64_concurrent_requests_share_one_client(chat: Callable[..., ChatServer]) -> None:
     server = chat(latency_s=0.05)
-    provider = provider_for(server)
+    provider = provider_for(server, request_timeout=60.0, max_retries=0)  # no hidden retries
 
     async def go() -> list[ModelReply]:
         try:
@@ -354,13 +369,19 @@ SEARCH_CODE = """
 def search(args, ctx):
     return "result for " + args["query"]
 """
-SPEC_TOOLS = [
-    {
-        "name": "search",
-        "function": "MOD:search",
-        "parameters": SEARCH_TOOL["function"]["parameters"],
-    }
-]
+
+
+def spec_tools() -> list[dict[str, Any]]:
+    """A fresh list each time: EnvBuilder.write fills the module name in place."""
+    return [
+        {
+            "name": "search",
+            "function": "MOD:search",
+            "parameters": SEARCH_TOOL["function"]["parameters"],
+        }
+    ]
+
+
 INPUTS = [
     {"id": "a", "prompt": "say a", "answer": "result for say a"},
     {"id": "b", "prompt": "say b", "answer": "result for say b"},
@@ -369,8 +390,18 @@ INPUTS = [
 
 def run_cli(spec: Path, out: Path, base_url: str, *extra: str) -> dict[str, Any]:
     result = cli(
-        "run", str(spec), "--model", "openai:tiny", "--base-url", base_url, "--out", str(out),
-        "--json", *extra, env=CLI_ENV, timeout=120,
+        "run",
+        str(spec),
+        "--model",
+        "openai:tiny",
+        "--base-url",
+        base_url,
+        "--out",
+        str(out),
+        "--json",
+        *extra,
+        env=CLI_ENV,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
@@ -381,7 +412,7 @@ def test_full_run_twice_records_usage_and_sent_decoding(
 ) -> None:
     server = chat()
     decoding = {key: value for key, value in DECODING.items() if value not in (None, 0)}
-    spec = env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=SPEC_TOOLS, decoding=decoding)
+    spec = env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=spec_tools(), decoding=decoding)
     before = sorted(path.name for path in env_builder.root.iterdir())
     first = run_cli(spec, tmp_path / "one", server.base_url)
     assert first["counts"] == {"ok": 4} and first["pass_rate"]["value"] == 1.0
@@ -395,10 +426,17 @@ def test_full_run_twice_records_usage_and_sent_decoding(
     sent_on_wire = []
     for body in server.received:
         assert body["model"] == "tiny" and body["tools"][0]["function"]["name"] == "search"
-        sent_on_wire.append({key: body[key] for key in body if key not in
-                             ("model", "messages", "tools", "tool_choice")})
+        sent_on_wire.append(
+            {
+                key: body[key]
+                for key in body
+                if key not in ("model", "messages", "tools", "tool_choice")
+            }
+        )
     for record in records:
-        assert record["status"] == "ok" and record["answer"] == f"result for say {record['input_id']}"
+        assert (
+            record["status"] == "ok" and record["answer"] == f"result for say {record['input_id']}"
+        )
         assert record["usage"]["total_tokens"] > 0
         assert record["usage"]["total_tokens"] == (
             record["usage"]["prompt_tokens"] + record["usage"]["completion_tokens"]
@@ -408,14 +446,21 @@ def test_full_run_twice_records_usage_and_sent_decoding(
         assert [turn["finish_reason"] for turn in turns] == ["tool_calls", "stop"]
         for turn in turns:
             assert turn["sent"] == {
-                "temperature": 0.7, "top_p": 0.9, "top_k": 40, "max_tokens": 64,
-                "stop": ["END"], "seed": record["seed"],
+                "temperature": 0.7,
+                "top_p": 0.9,
+                "top_k": 40,
+                "max_tokens": 64,
+                "stop": ["END"],
+                "seed": record["seed"],
             }
             assert turn["sent"] in sent_on_wire, "what is recorded is what the server got"
     assert {body["seed"] for body in server.received} == seeds
     meta = json.loads((tmp_path / "one" / "run.json").read_text())
-    assert meta["model"] == {"uri": "openai:tiny", "base_url": f"{server.base_url}/v1",
-                             "model": "tiny"}
+    assert meta["model"] == {
+        "uri": "openai:tiny",
+        "base_url": f"{server.base_url}/v1",
+        "model": "tiny",
+    }
     after = sorted(path.name for path in env_builder.root.iterdir() if path.name != "__pycache__")
     assert after == before, "no cassette or other file written next to the env"
 
@@ -434,7 +479,7 @@ def search(args, ctx):
     socket.create_connection(("127.0.0.1", {other.getsockname()[1]}), timeout=2).close()
     return "reached it"
 """
-        spec = env_builder.write(code, inputs=INPUTS[:1], tools=SPEC_TOOLS, rollouts=1)
+        spec = env_builder.write(code, inputs=INPUTS[:1], tools=spec_tools(), rollouts=1)
         summary = run_cli(spec, tmp_path / "run", server.base_url)
         with pytest.raises(BlockingIOError):
             other.accept()  # nothing ever connected
@@ -451,27 +496,29 @@ def test_infra_and_model_errors_are_counted_apart(
 ) -> None:
     server = chat(fault_rules={"say b": "500", "say c": "bad_tool_call"})
     inputs = [*INPUTS, {"id": "c", "prompt": "say c", "answer": "result for say c"}]
-    spec = env_builder.write(SEARCH_CODE, inputs=inputs, tools=SPEC_TOOLS)
+    spec = env_builder.write(SEARCH_CODE, inputs=inputs, tools=spec_tools())
     summary = run_cli(spec, tmp_path / "run", server.base_url)
     assert summary["counts"] == {"infra_error": 2, "model_error": 2, "ok": 2}
-    records = {(r["input_id"], r["rollout"]): r for r in
-               read_jsonl(tmp_path / "run" / "results.jsonl")}
+    records = {
+        (r["input_id"], r["rollout"]): r for r in read_jsonl(tmp_path / "run" / "results.jsonl")
+    }
     for rollout in (0, 1):
         infra, model = records["b", rollout], records["c", rollout]
         assert infra["error"] == "openai: HTTP 500 after 5 attempts: HTTP 500: injected HTTP 500"
         assert infra["passed"] is None and infra["verifiers"] == []
         assert "arguments are not valid JSON" in model["error"]
         assert model["passed"] is False
-    per_input = {needle: sum(1 for body in server.received
-                             if body["messages"][-1]["content"] == needle)
-                 for needle in ("say a", "say b", "say c")}
+    per_input = {
+        needle: sum(1 for body in server.received if body["messages"][-1]["content"] == needle)
+        for needle in ("say a", "say b", "say c")
+    }
     assert per_input == {"say a": 2, "say b": 10, "say c": 2}
 
 
 def test_unreachable_base_url_every_rollout_infra_error(
     env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
-    spec = env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=SPEC_TOOLS)
+    spec = env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=spec_tools())
     summary = run_cli(spec, tmp_path / "run", f"http://127.0.0.1:{closed_port()}")
     assert summary["counts"] == {"infra_error": 4}
     assert summary["rollouts"] == 4
@@ -483,7 +530,7 @@ def test_cli_without_base_url_is_a_user_error(
     env_builder: EnvBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    spec = env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=SPEC_TOOLS)
+    spec = env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=spec_tools())
     result = cli("run", str(spec), "--model", "openai:tiny", "--out", str(tmp_path / "run"))
     assert result.returncode == 2
     assert "no base URL: pass --base-url or set OPENAI_BASE_URL" in result.stderr

@@ -22,7 +22,7 @@ import logging
 import os
 import random
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from rlenv.errors import InfraError, ModelOutputError, UserError
 from rlenv.providers.base import ModelReply, ModelRequest
@@ -59,7 +59,8 @@ def normalise_base_url(url: str) -> str:
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(
-            f"openai: base URL {_strip_credentials(url)!r} is not an http(s) URL", where="--base-url"
+            f"openai: base URL {_strip_credentials(url)!r} is not an http(s) URL",
+            where="--base-url",
         )
     try:
         parts.port  # noqa: B018 - raises ValueError on a bad port
@@ -99,9 +100,11 @@ def _retry_after(value: str | None) -> float | None:
             moment = parsedate_to_datetime(value)
         except (TypeError, ValueError):
             return None
-        from datetime import datetime, timezone
+        from rlenv.clock import wall_now
 
-        seconds = (moment - datetime.now(timezone.utc)).total_seconds()
+        if moment.tzinfo is None:
+            return None
+        seconds = (moment - wall_now()).total_seconds()
     return max(0.0, seconds)
 
 
@@ -130,7 +133,13 @@ class OpenAIProvider:
             raise UserError(
                 "openai: no base URL: pass --base-url or set OPENAI_BASE_URL", where="--model"
             )
-        self.base_url = normalise_base_url(raw)
+        given = normalise_base_url(raw)
+        parts = urlsplit(given)
+        # credentials in the URL become basic auth (unless a key is given), never part of a log
+        self.base_url = _strip_credentials(given)
+        self._basic_auth = (
+            (unquote(parts.username), unquote(parts.password or "")) if parts.username else None
+        )
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         if max_retries < 0:
             raise UserError("openai: max_retries must be >= 0")
@@ -152,7 +161,7 @@ class OpenAIProvider:
     def identity(self) -> dict[str, Any]:
         return {
             "uri": self.uri,
-            "base_url": _strip_credentials(self.base_url),
+            "base_url": self.base_url,
             "model": self.model_name,
         }
 
@@ -170,10 +179,14 @@ class OpenAIProvider:
             from rlenv import __version__
 
             headers = {"User-Agent": f"rlenv/{__version__}"}
+            auth = None
             if self.api_key:
                 headers["Authorization"] = f"Bearer {self.api_key}"
+            elif self._basic_auth:
+                auth = httpx.BasicAuth(*self._basic_auth)
             self._client = httpx.AsyncClient(
                 headers=headers,
+                auth=auth,
                 # pool=None: waiting for a free connection is bounded by the rollout timeout
                 timeout=httpx.Timeout(self.request_timeout, pool=None),
                 limits=httpx.Limits(
@@ -270,7 +283,9 @@ class OpenAIProvider:
             raise _Transient("connection error", f"{type(exc).__name__}: {exc}") from None
         status = response.status_code
         if status in _RETRIED_STATUS or status >= 500:
-            retry_after = _retry_after(response.headers.get("Retry-After")) if status == 429 else None
+            retry_after = (
+                _retry_after(response.headers.get("Retry-After")) if status == 429 else None
+            )
             raise _Transient(
                 f"HTTP {status}", f"HTTP {status}: {_server_message(response.content)}", retry_after
             )
@@ -337,9 +352,7 @@ class OpenAIProvider:
         if not isinstance(calls, list):
             raise ModelOutputError("tool_calls is not a list")
         known = {
-            tool.get("function", {}).get("name")
-            for tool in request.tools
-            if isinstance(tool, dict)
+            tool.get("function", {}).get("name") for tool in request.tools if isinstance(tool, dict)
         }
         checked = []
         for number, call in enumerate(calls):
@@ -376,7 +389,8 @@ class OpenAIProvider:
             call_id = call.get("id")
             checked.append(
                 {
-                    "id": call_id if isinstance(call_id, str) and call_id
+                    "id": call_id
+                    if isinstance(call_id, str) and call_id
                     else f"call_{request.turn}_{number}",
                     "type": "function",
                     "function": {"name": name, "arguments": arguments},

@@ -113,7 +113,9 @@ def load_labels(human: Any) -> Any:
         raise UserError(str(exc)) from None
 
 
-def report_flags(diagnostics: Mapping[str, Any], decoding: Mapping[str, Any]) -> list[dict[str, Any]]:
+def report_flags(
+    diagnostics: Mapping[str, Any], decoding: Mapping[str, Any]
+) -> list[dict[str, Any]]:
     """compute_all's flags, less ``collapse`` under greedy decoding (as the run summary does):
     identical rollouts are then expected, not a collapse."""
     found = list(diagnostics.get("flags") or [])
@@ -144,7 +146,9 @@ def fmt(value: Any, digits: int = 3) -> str:
             return f"{value:.{digits - 1}e}"
         return f"{value:.{digits}g}"
     if isinstance(value, Mapping):
-        return ", ".join(f"{key} {fmt(item, digits)}" for key, item in value.items())
+        return ", ".join(
+            f"{key} {fmt(item, digits)}" for key, item in value.items() if item is not None
+        )
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(fmt(item, digits) for item in value) + "]"
     return str(value)
@@ -176,9 +180,7 @@ def flatten_scalars(value: Any, prefix: str = "") -> dict[str, float]:
         for key in value:
             part = _tag(str(key))
             out.update(flatten_scalars(value[key], f"{prefix}/{part}" if prefix else part))
-    elif isinstance(value, bool):
-        out[prefix] = float(value)
-    elif isinstance(value, (int, float)) and math.isfinite(float(value)):
+    elif isinstance(value, (int, float)) and math.isfinite(float(value)):  # bools too, as 0/1
         out[prefix] = float(value)
     return out
 
@@ -270,7 +272,7 @@ def line_plot(
     if ylim is not None:
         axes.set_ylim(*ylim)
     if len(series) > 1:
-        axes.legend(frameon=False)
+        axes.legend(frameon=False, loc="best")
     return figure_svg(figure, salt)
 
 

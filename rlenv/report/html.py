@@ -41,6 +41,17 @@ def write_report(
     """Write ``report.html`` and ``metrics.json`` (compute_all output) into the run directory
     (or ``out``); return the report's path. ``human`` is a labels file for metrics.load_human
     (or loaded labels). UserError when the directory holds no results.jsonl."""
+    return Path(report_run(run_dir, human, out=out)["report"])
+
+
+def report_run(
+    run_dir: str | Path,
+    human: str | Path | Any | None = None,
+    *,
+    out: str | Path | None = None,
+) -> dict[str, Any]:
+    """:func:`write_report`, returning what a command prints: ``report`` and ``metrics``
+    paths, the ``flags`` shown on the page, and the reward-hacking ``suspects``."""
     from rlenv import metrics
 
     run = load_run(run_dir)
@@ -51,9 +62,14 @@ def write_report(
     target = Path(out) if out is not None else run.run_dir
     page = render_report(run, diagnostics, human_file=str(human) if human else None)
     write_atomic(target / "metrics.json", dump_json(diagnostics))
-    report = target / "report.html"
-    write_atomic(report, page)
-    return report
+    write_atomic(target / "report.html", page)
+    return {
+        "report": str(target / "report.html"),
+        "metrics": str(target / "metrics.json"),
+        "flags": report_flags(diagnostics, run.decoding),
+        "suspects": (diagnostics.get("disagreements") or {}).get("high_reward_failed") or [],
+        "warnings": run.warnings,
+    }
 
 
 def render_report(
@@ -113,7 +129,7 @@ def _with_trajectories(
                 "failing": failing,
                 "answer": record.get("answer"),
                 "status": record.get("status"),
-                "messages": record.get("messages") or [] if index < MAX_TRAJECTORIES else None,
+                "messages": (record.get("messages") or []) if index < MAX_TRAJECTORIES else None,
             }
         )
     return out
@@ -147,8 +163,15 @@ def _histogram_plot(reward: Mapping[str, Any]) -> str | None:
     widths = [b - a for a, b in zip(edges[:-1], edges[1:], strict=True)]
     if not any(widths):  # every reward equal: numpy gives bins of width 0
         widths = [1.0 / len(counts)] * len(counts)
-    axes.bar(edges[:-1], counts, width=widths, align="edge", color=COLORS["main"],
-             edgecolor="white", linewidth=0.8)
+    axes.bar(
+        edges[:-1],
+        counts,
+        width=widths,
+        align="edge",
+        color=COLORS["main"],
+        edgecolor="white",
+        linewidth=0.8,
+    )
     axes.set_xlabel("reward")
     axes.set_ylabel("rollouts")
     return figure_svg(figure, "reward-histogram")
@@ -175,11 +198,21 @@ def _scatter_plot(records: Sequence[Mapping[str, Any]], bias: Mapping[str, Any])
     if not points:
         return None
     figure, axes = new_figure()
-    for passed, label, color in ((True, "passed", COLORS["pass"]), (False, "failed", COLORS["fail"])):
+    for passed, label, color in (
+        (True, "passed", COLORS["pass"]),
+        (False, "failed", COLORS["fail"]),
+    ):
         chosen = [(x, y) for x, y, p in points if p is passed]
         if chosen:
-            axes.scatter([x for x, _ in chosen], [y for _, y in chosen], s=18, alpha=0.75,
-                         color=color, label=f"{label} ({len(chosen)})", linewidths=0)
+            axes.scatter(
+                [x for x, _ in chosen],
+                [y for _, y in chosen],
+                s=18,
+                alpha=0.75,
+                color=color,
+                label=f"{label} ({len(chosen)})",
+                linewidths=0,
+            )
     axes.set_xlabel("response length (" + unit.replace("_", " ") + ")")
     axes.set_ylabel("reward")
     axes.legend(frameon=False)

@@ -15,6 +15,8 @@ def fresh_copy(snapshot: Path | None, destination: Path) -> Path:
         shutil.rmtree(destination)
     if snapshot is None:
         destination.mkdir(parents=True)
+    elif os.environ.get("RLENV_PERTURB_LISTING") == "reverse":
+        _copy_reversed(snapshot, destination)  # `verify --perturb`: another listing order
     else:
         shutil.copytree(snapshot, destination, symlinks=True)
     # fixed mtimes so nothing inside can tell two copies apart
@@ -22,6 +24,16 @@ def fresh_copy(snapshot: Path | None, destination: Path) -> Path:
         for name in sorted(dirs) + sorted(files):
             os.utime(os.path.join(root, name), (0, 0), follow_symlinks=False)
     return destination
+
+
+def _copy_reversed(source: Path, destination: Path) -> None:
+    destination.mkdir(parents=True)
+    for entry in sorted(source.iterdir(), key=lambda path: path.name, reverse=True):
+        target = destination / entry.name
+        if entry.is_dir() and not entry.is_symlink():
+            _copy_reversed(entry, target)
+        else:
+            shutil.copy2(entry, target, follow_symlinks=False)
 
 
 def changes(before: list[tuple[str, str]], workdir: Path) -> dict[str, object]:

@@ -1,0 +1,510 @@
+"""Shared helpers for the benchmarks: process-tree measurement, synthetic envs, a chat server.
+
+A benchmark prints figures and a PASS/MISS line per target and always exits 0: it reports, it
+does not fail. Every measured run is a real subprocess (the whole process: interpreter start,
+imports, work, teardown), timed with `time.perf_counter` around `Popen` ... `wait4`.
+
+Memory of a process tree is measured by sampling /proc every `interval` seconds:
+
+- sum of peaks: for every process seen in the tree (the command and all its descendants, e.g.
+  rlenv's orchestrator and its frozen-world workers), its own peak RSS (`VmHWM` in
+  /proc/PID/status, a high-water mark the kernel keeps, so it is exact up to the last sample),
+  summed over processes. Shared pages (libpython, .so files) count once per process, so this
+  is an upper bound on the tree's memory;
+- peak PSS: the largest sampled sum of `Pss` (/proc/PID/smaps_rollup) over the live tree, which
+  splits shared pages between the processes that map them (closer to what the tree costs);
+- wait4 maxrss: `ru_maxrss` the kernel reports for the direct child when it is reaped: the
+  largest single process of the tree (the child or a descendant it waited for), a cross-check.
+
+A process that starts and exits between two samples is missed (none of the measured programs
+does that: rlenv's workers and Inspect's process live for the whole run).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+RLENV = BIN / "rlenv"
+INSPECT_VENV = Path(os.environ.get("INSPECT_VENV", "/tmp/venv-inspect"))
+FAKE_URL = "http://lookup.bench.invalid/v1/lookup"
+
+
+# -- process tree measurement --------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of a process, over all its threads (/proc/PID/task/TID/children)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as handle:
+                found.extend(int(part) for part in handle.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _tree(root: int) -> list[int]:
+    pids, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        pids.append(pid)
+        stack.extend(_children(pid))
+    return pids
+
+
+def _status_kib(pid: int) -> tuple[int, int] | None:
+    """(VmHWM, VmRSS) in KiB, or None for a zombie or vanished process."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    hwm = rss = None
+    for line in text.splitlines():
+        if line.startswith("VmHWM:"):
+            hwm = int(line.split()[1])
+        elif line.startswith("VmRSS:"):
+            rss = int(line.split()[1])
+    return (hwm, rss) if hwm is not None and rss is not None else None
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as handle:
+            for line in handle:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class Measurement:
+    """One whole-process run of a command."""
+
+    command: list[str]
+    returncode: int
+    wall_s: float
+    peak_kib: dict[int, int] = field(default_factory=dict)  # pid -> VmHWM
+    peak_pss_kib: int = 0
+    wait4_maxrss_kib: int = 0
+    stdout: str = ""
+    stderr: str = ""
+
+    @property
+    def sum_peak_mb(self) -> float:
+        return sum(self.peak_kib.values()) / 1024
+
+    @property
+    def peak_pss_mb(self) -> float:
+        return self.peak_pss_kib / 1024
+
+    @property
+    def largest_mb(self) -> float:
+        return max(self.wait4_maxrss_kib, *self.peak_kib.values(), 0) / 1024
+
+    @property
+    def processes(self) -> int:
+        return len(self.peak_kib)
+
+    def check(self) -> Measurement:
+        """Raise with the command's stderr when it failed (a broken benchmark is not a figure)."""
+        if self.returncode != 0:
+            raise RuntimeError(
+                f"command failed ({self.returncode}): {' '.join(self.command)}\n"
+                f"{self.stderr[-3000:]}\n{self.stdout[-2000:]}"
+            )
+        return self
+
+
+def measure(
+    command: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    interval: float = 0.02,
+    pss: bool = True,
+    timeout: float = 600.0,
+) -> Measurement:
+    """Run a command to completion; wall time and memory of its whole process tree."""
+    out = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()
+    merged = {**os.environ, **(env or {})}
+    peaks: dict[int, int] = {}
+    peak_pss = 0
+    done = threading.Event()
+
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        list(command), cwd=cwd, env=merged, stdout=out, stderr=err, stdin=subprocess.DEVNULL
+    )
+
+    def sample() -> None:
+        nonlocal peak_pss
+        while not done.is_set():
+            pss_total = 0
+            for pid in _tree(process.pid):
+                status = _status_kib(pid)
+                if status is None:
+                    continue
+                peaks[pid] = max(peaks.get(pid, 0), status[0])
+                if pss:
+                    pss_total += _pss_kib(pid)
+            peak_pss = max(peak_pss, pss_total)
+            done.wait(interval)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    killer = threading.Timer(timeout, lambda: os.kill(process.pid, signal.SIGKILL))
+    killer.start()
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    finally:
+        killer.cancel()
+    wall = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    done.set()
+    sampler.join()
+    out.seek(0)
+    err.seek(0)
+    return Measurement(
+        command=list(command),
+        returncode=process.returncode,
+        wall_s=wall,
+        peak_kib=peaks,
+        peak_pss_kib=peak_pss,
+        wait4_maxrss_kib=usage.ru_maxrss,
+        stdout=out.read().decode("utf-8", "replace"),
+        stderr=err.read().decode("utf-8", "replace"),
+    )
+
+
+def median_wall(command: Sequence[str], runs: int, **options: Any) -> tuple[float, list[float]]:
+    """Median whole-process wall time of `runs` runs (memory sampling off)."""
+    walls = [measure(command, pss=False, interval=1.0, **options).check().wall_s for _ in range(runs)]
+    return statistics.median(walls), walls
+
+
+# -- synthetic envs ------------------------------------------------------------------------
+
+ENV_MODULE = '''\
+"""Benchmark env helpers: an instant policy, a one-tool policy and an httpx tool."""
+
+import json
+
+import httpx
+
+URL = "{url}"
+# module level, so SSL context creation happens once at import, not per tool call
+_CLIENT = httpx.Client(timeout=10.0)
+
+
+def instant(messages, tools, ctx):
+    """Answer at once with the last word of the prompt."""
+    return str(messages[-1]["content"]).split()[-1]
+
+
+def one_tool(messages, tools, ctx):
+    """Call `lookup` once with the prompt's last word (a field not named like a secret), then answer with what it returned."""
+    last = messages[-1]
+    if last.get("role") == "tool":
+        return json.loads(last["content"])["answer"]
+    term = str(last["content"]).split()[-1]
+    return {{
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{{
+            "id": "call_0",
+            "type": "function",
+            "function": {{"name": "lookup", "arguments": json.dumps({{"term": term}})}},
+        }}],
+    }}
+
+
+def lookup(args, ctx):
+    """POST the term to a fixed URL (replayed from the cassette at run time)."""
+    response = _CLIENT.post(URL, json={{"term": args["term"]}})
+    response.raise_for_status()
+    return response.json()
+'''
+
+
+def input_key(index: int) -> str:
+    return f"k{index:07d}"
+
+
+def answer_for(index: int) -> str:
+    return f"v{index:07d}"
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def interaction(index: int, url: str = FAKE_URL) -> dict[str, Any]:
+    """One vcrpy interaction as `rlenv record` writes it: POST {"term": ...} -> {"answer": ...}."""
+    body = json.dumps({"term": input_key(index)}, separators=(",", ":"))
+    payload = json.dumps({"answer": answer_for(index)}, separators=(",", ":"))
+    host = url.split("/")[2]
+    return {
+        "request": {
+            "body": body,
+            "headers": {
+                "accept": ["*/*"],
+                "content-length": [str(len(body))],
+                "content-type": ["application/json"],
+                "host": [host],
+            },
+            "method": "POST",
+            "uri": url,
+        },
+        "response": {
+            "body": {"string": payload},
+            "headers": {
+                "content-length": [str(len(payload))],
+                "content-type": ["application/json"],
+            },
+            "status": {"code": 200, "message": "OK"},
+        },
+    }
+
+
+def write_cassette(path: Path, count: int, url: str = FAKE_URL) -> Path:
+    """A vcrpy YAML cassette (format version 1) with `count` distinct interactions."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    document = {"interactions": [interaction(index, url) for index in range(count)], "version": 1}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        yaml.dump(document, handle, Dumper=dumper, sort_keys=True, width=100)
+    return path
+
+
+def write_inputs(path: Path, count: int) -> Path:
+    with open(path, "w") as handle:
+        for index in range(count):
+            handle.write(
+                json.dumps(
+                    {"id": f"i{index:07d}", "prompt": f"echo {input_key(index)}",
+                     "answer": answer_for(index)}
+                )
+                + "\n"
+            )
+    return path
+
+
+def build_env(
+    root: Path,
+    inputs: int,
+    *,
+    policy: str = "instant",
+    tool: bool = False,
+    cassette_interactions: int | None = None,
+    rollouts: int = 1,
+    module: str = "benchenv",
+) -> Path:
+    """Write a bundled-style env (spec, inputs, helper module, cassette) and return the spec.
+
+    `policy="instant"` answers with the input's key (exact_match fails: the gold is the value);
+    `policy="one_tool"` looks the key up through the replayed tool and answers the value (passes).
+    """
+    import yaml
+
+    root.mkdir(parents=True, exist_ok=True)
+    (root / f"{module}.py").write_text(ENV_MODULE.format(url=FAKE_URL))
+    inputs_path = write_inputs(root / "inputs.jsonl", inputs)
+    spec: dict[str, Any] = {
+        "name": f"bench-{policy}",
+        "seed": 1,
+        "time": "2025-01-01T00:00:00+00:00",
+        "model": f"python:{module}:{policy}",
+        "decoding": {"temperature": 0.0},
+        "inputs": {"path": "inputs.jsonl", "sha256": sha256_file(inputs_path)},
+        "verifiers": [{"name": "exact", "type": "exact_match", "expected_field": "answer"}],
+        "rollouts": rollouts,
+        "limits": {"max_turns": 4, "timeout_s": 30},
+    }
+    if tool:
+        cassette = write_cassette(
+            root / "cassettes" / "lookup.yaml", cassette_interactions or inputs
+        )
+        spec["tools"] = [
+            {
+                "name": "lookup",
+                "description": "Look a key up.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"term": {"type": "string"}},
+                    "required": ["term"],
+                    "additionalProperties": False,
+                },
+                "function": f"{module}:lookup",
+                "cassette": {"path": "cassettes/lookup.yaml", "sha256": sha256_file(cassette)},
+            }
+        ]
+    spec_path = root / "env.yaml"
+    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return spec_path
+
+
+@contextmanager
+def temp_dir(prefix: str) -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def rlenv_run(spec: Path, out: Path, *extra: str) -> list[str]:
+    """The `rlenv run` command line (the real console script of this interpreter's venv)."""
+    return [str(RLENV), "run", str(spec), "--out", str(out), "--json", *extra]
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(1 for _ in handle)
+
+
+# -- a loopback OpenAI-compatible server in its own process --------------------------------
+
+
+@dataclass
+class ServerHandle:
+    base_url: str
+    times_path: Path
+
+
+@contextmanager
+def chat_server(latency_ms: float) -> Iterator[ServerHandle]:
+    """tests/chat_server.py in a child process; its request arrival times land in a file.
+
+    The server runs in its own interpreter so its threads do not share a GIL with the harness.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="bench-chat-"))
+    times = directory / "times.json"
+    process = subprocess.Popen(
+        [sys.executable, __file__, "_serve", str(latency_ms), str(times)],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().strip()
+        if not line.startswith("listening on "):
+            raise RuntimeError(f"chat server did not start: {line!r}")
+        yield ServerHandle(line.removeprefix("listening on "), times)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+def arrival_times(handle: ServerHandle) -> list[float]:
+    """Ask the server process to dump the monotonic arrival time of every request so far."""
+    request = handle.times_path.with_suffix(".request")
+    handle.times_path.unlink(missing_ok=True)
+    request.write_text("dump")
+    for _ in range(3000):
+        if handle.times_path.exists():
+            try:
+                return list(json.loads(handle.times_path.read_text()))
+            except ValueError:
+                pass
+        time.sleep(0.01)  # polling a file written by another process, not synchronising tests
+    raise RuntimeError("chat server did not dump its request times")
+
+
+def _serve(latency_ms: float, times_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from chat_server import start_chat_server
+
+    server, base_url, _ = start_chat_server(latency_s=latency_ms / 1000)
+    request = times_path.with_suffix(".request")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    print(f"listening on {base_url}", flush=True)
+    while not stop.wait(0.05):
+        if request.exists():
+            request.unlink()
+            with server.lock:
+                stamps = [entry["time"] for entry in server.log]
+            partial = times_path.with_suffix(".tmp")
+            partial.write_text(json.dumps(stamps))
+            os.replace(partial, times_path)
+    server.stop()
+
+
+# -- output ----------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A plain fixed-width text table (the output is committed as evidence, so no colours)."""
+    cells = [[str(value) for value in row] for row in rows]
+    widths = [max(len(str(h)), *(len(row[i]) for row in cells)) for i, h in enumerate(headers)]
+    line = "  ".join(str(h).ljust(w) for h, w in zip(headers, widths, strict=True))
+    rule = "  ".join("-" * w for w in widths)
+    body = [
+        "  ".join(
+            value.rjust(w) if _numeric(value) else value.ljust(w)
+            for value, w in zip(row, widths, strict=True)
+        )
+        for row in cells
+    ]
+    return "\n".join([line, rule, *body])
+
+
+def _numeric(text: str) -> bool:
+    try:
+        float(text.rstrip("x%s").replace(",", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def header(title: str) -> None:
+    import platform
+
+    print(f"# {title}")
+    print(
+        f"# {time.strftime('%Y-%m-%d %H:%M:%S')}  python {platform.python_version()}"
+        f"  {os.cpu_count()} cpus  {platform.platform()}"
+    )
+    print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print()
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "_serve":
+    _serve(float(sys.argv[2]), Path(sys.argv[3]))

@@ -1,0 +1,3 @@
+from rlenv.cli import main
+
+main()

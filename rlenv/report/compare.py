@@ -1,0 +1,270 @@
+"""`rlenv compare RUN_DIR...`: the same env scored at successive checkpoints, side by side.
+
+Runs are taken in the order given (training-step order). Metrics come from
+:func:`rlenv.metrics.compare_runs` (rows and flags between neighbours) and
+:func:`rlenv.metrics.compute_all` (each run's own diagnostics and flags); one more flag is
+raised here: a reward gain that longer answers explain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlenv.errors import UserError
+from rlenv.report.common import (
+    RunData,
+    dump_json,
+    flatten_scalars,
+    fmt,
+    format_flag,
+    line_plot,
+    load_labels,
+    load_run,
+    markup,
+    render,
+    report_flags,
+    require,
+    write_atomic,
+)
+
+LENGTH_SHARE_THRESHOLD = 0.5
+"""Flag a reward gain when at least this share of it is predicted by the change in length."""
+
+METRICS: list[tuple[str, str]] = [
+    ("n_records", "rollouts"),
+    ("pass_rate", "verifier pass rate"),
+    ("pass_rate_noise_floor", "noise floor, pass rate"),
+    ("delta_pass_rate", "Δ pass rate vs previous"),
+    ("reward_mean", "reward mean"),
+    ("reward_noise_floor", "noise floor, reward"),
+    ("delta_reward_mean", "Δ reward mean vs previous"),
+    ("human_mean", "human score mean"),
+    ("kl_mean_k1", "KL to reference (mean k1)"),
+    ("distinct_2", "distinct-2"),
+    ("duplicate_rate", "duplicate rate"),
+    ("mean_length", "mean length (words)"),
+    ("length_spearman", "Spearman length–reward"),
+    ("length_explained_gain", "share of reward gain explained by length"),
+    ("suspect_rate", "suspect rate (high reward, failing)"),
+]
+"""Table rows in order: (row key, label). Rows that are empty for every run are left out."""
+
+PLOTTED = [
+    "pass_rate",
+    "reward_mean",
+    "human_mean",
+    "kl_mean_k1",
+    "suspect_rate",
+    "mean_length",
+    "length_spearman",
+    "distinct_2",
+    "duplicate_rate",
+]
+
+
+def compare(
+    run_dirs: Sequence[str | Path],
+    force: bool = False,
+    out: str | Path | None = None,
+    human: Mapping[str | Path, Any] | None = None,
+    *,
+    steps: Sequence[int] | None = None,
+) -> dict[str, Any]:
+    """Compare runs of one env in training-step order; write ``compare.html`` and
+    ``compare.json`` into ``out`` (default: the last run's parent / ``compare-<n>``).
+
+    Refuses (UserError) runs whose env fingerprints differ unless ``force``. ``human`` maps a
+    run directory to its human labels (a file for metrics.load_human). ``steps`` are the
+    training steps of the runs (default 0, 1, 2, ...). Returns a JSON-serialisable dict:
+    ``runs`` (one row of metrics per run, with its own ``flags`` and all its ``scalars``),
+    ``flags`` (between neighbouring runs), ``metrics`` (table rows), ``html`` and ``out``.
+    """
+    from rlenv import metrics
+
+    if len(run_dirs) < 2:
+        raise UserError("compare needs at least two run directories")
+    if steps is not None and len(steps) != len(run_dirs):
+        raise UserError(f"--steps has {len(steps)} values for {len(run_dirs)} runs")
+    runs = [load_run(path) for path in run_dirs]
+    _check_fingerprints(runs, force)
+    require("matplotlib", "rlenv compare")
+    require("jinja2", "rlenv compare")
+    names = _names(runs)
+    labels_by_dir = {_resolved(path): labels for path, labels in (human or {}).items()}
+    humans = {}
+    for name, run in zip(names, runs, strict=True):
+        if _resolved(run.run_dir) in labels_by_dir:
+            humans[name] = load_labels(labels_by_dir.pop(_resolved(run.run_dir)))
+    if labels_by_dir:
+        unknown = ", ".join(sorted(labels_by_dir))
+        raise UserError(f"--human names a run directory that is not compared: {unknown}")
+
+    compared = metrics.compare_runs(
+        [(name, run.records) for name, run in zip(names, runs, strict=True)], humans or None
+    )
+    rows: list[dict[str, Any]] = []
+    for index, (name, run, row) in enumerate(zip(names, runs, compared["runs"], strict=True)):
+        diagnostics = metrics.compute_all(run.records, humans.get(name))
+        rows.append(
+            {
+                **row,
+                "step": int(steps[index]) if steps is not None else index,
+                "run_dir": str(run.run_dir),
+                "env": run.env_name,
+                "fingerprint": run.fingerprint,
+                "model": run.model.get("uri"),
+                "digest": run.digest,
+                "length_spearman": (diagnostics.get("length_bias") or {}).get("spearman"),
+                "duplicate_rate": (diagnostics.get("diversity") or {}).get("duplicate_rate"),
+                "flags": report_flags(diagnostics, run.decoding),
+                "warnings": run.warnings,
+                "scalars": flatten_scalars(
+                    {key: value for key, value in diagnostics.items() if key != "flags"}
+                ),
+            }
+        )
+    found = list(compared["flags"]) + _length_flags(rows)
+    shown = [(key, label) for key, label in METRICS if any(r.get(key) is not None for r in rows)]
+    target = Path(out) if out is not None else _default_out(runs[-1].run_dir)
+    fingerprints = {row["name"]: row["fingerprint"] for row in rows}
+    result: dict[str, Any] = {
+        "runs": rows,
+        "flags": found,
+        "metrics": [key for key, _ in shown],
+        "fingerprints_match": len(set(fingerprints.values())) == 1,
+        "forced": bool(force),
+        "out": str(target),
+        "html": str(target / "compare.html"),
+    }
+    page = render(
+        "compare.html.j2",
+        title=f"rlenv compare: {runs[0].env_name or 'runs'}",
+        result=result,
+        rows=rows,
+        shown=shown,
+        flags=[{**flag, "line": format_flag(flag)} for flag in found],
+        plots=markup(_plots(rows)),
+    )
+    write_atomic(target / "compare.json", dump_json(result))
+    write_atomic(target / "compare.html", page)
+    return result
+
+
+def _resolved(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def _check_fingerprints(runs: Sequence[RunData], force: bool) -> None:
+    prints = [run.fingerprint for run in runs]
+    if len(set(prints)) == 1 and prints[0] is not None or force:
+        return
+    listed = ", ".join(
+        f"{run.run_dir} {(fp or 'none')[:12]}" for run, fp in zip(runs, prints, strict=True)
+    )
+    raise UserError(
+        f"runs come from different envs (fingerprints {listed}); pass --force to compare anyway"
+    )
+
+
+def _names(runs: Sequence[RunData]) -> list[str]:
+    """Short unique names: the directory name, with its parent when two share it."""
+    names = [run.run_dir.name or str(run.run_dir) for run in runs]
+    if len(set(names)) < len(names):
+        names = [f"{run.run_dir.parent.name}/{run.run_dir.name}" for run in runs]
+    seen: dict[str, int] = {}
+    unique = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        unique.append(name if seen[name] == 1 else f"{name}#{seen[name]}")
+    return unique
+
+
+def _default_out(last_run: Path) -> Path:
+    number = 1
+    while (last_run.parent / f"compare-{number}").exists():
+        number += 1
+    return last_run.parent / f"compare-{number}"
+
+
+def _length_flags(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A reward gain (beyond the noise where it is known) that the change in answer length
+    predicts for at least LENGTH_SHARE_THRESHOLD of it (metrics.length_explained_gain)."""
+    found = []
+    for prev, cur in zip(rows[:-1], rows[1:], strict=True):
+        share, gain = cur.get("length_explained_gain"), cur.get("delta_reward_mean")
+        noise = cur.get("noise_reward_mean")
+        if share is None or gain is None or gain <= 0 or share < LENGTH_SHARE_THRESHOLD:
+            continue
+        if noise is not None and gain <= noise:
+            continue
+        found.append(
+            {
+                "name": "length_explained_gain",
+                "runs": [prev["name"], cur["name"]],
+                "message": f"{share:.0%} of the reward gain ({gain:+.3g}) is predicted by the"
+                f" change in answer length (mean {fmt(prev.get('mean_length'))} ->"
+                f" {fmt(cur.get('mean_length'))} words)",
+                "value": share,
+                "threshold": LENGTH_SHARE_THRESHOLD,
+            }
+        )
+    return found
+
+
+def _plots(rows: Sequence[Mapping[str, Any]]) -> str:
+    """One small line plot per metric across runs, x = training step."""
+    labels = dict(METRICS)
+    xs = [row["step"] for row in rows]
+    default_steps = xs == list(range(len(rows)))
+    parts = []
+    for key in PLOTTED:
+        values = [row.get(key) for row in rows]
+        if all(v is None for v in values):
+            continue
+        svg = line_plot(
+            xs,
+            {labels[key]: values},
+            xlabel="run" if default_steps else "step",
+            ylabel="",
+            salt=f"compare-{key}",
+            xticklabels=[row["name"] for row in rows] if default_steps else None,
+            width=4.2,
+            height=2.8,
+        )
+        parts.append(
+            f'<figure data-metric="{key}"><figcaption>{labels[key]}</figcaption>{svg}</figure>'
+        )
+    return "\n".join(parts)
+
+
+def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
+    """Plain-text table of each metric (rows) across runs (columns), then the flags."""
+    rows = result["runs"]
+    labels = dict(METRICS)
+    label_width = max(len(labels[key]) for key in result["metrics"]) if result["metrics"] else 10
+    lines = [
+        f"{i + 1}. {row['name']}  (step {row['step']}, {row['run_dir']})"
+        for i, row in enumerate(rows)
+    ]
+    header = " " * label_width + "".join(
+        f"{'run ' + str(i + 1):>{width}}" for i in range(len(rows))
+    )
+    lines += ["", header]
+    for key in result["metrics"]:
+        cells = "".join(f"{fmt(row.get(key)):>{width}}" for row in rows)
+        lines.append(f"{labels[key]:<{label_width}}{cells}")
+    if not result.get("fingerprints_match", True):
+        lines.append("")
+        lines.append("WARNING  env fingerprints differ (compared with --force)")
+    lines.append("")
+    for flag in result["flags"]:
+        lines.append(f"FLAG     {format_flag(flag)}")
+    for row in rows:
+        for flag in row.get("flags") or []:
+            lines.append(f"FLAG     [{row['name']}] {format_flag(flag)}")
+    if not result["flags"] and not any(row.get("flags") for row in rows):
+        lines.append("no flags")
+    lines.append(f"compare  {result['html']}")
+    return "\n".join(lines)
