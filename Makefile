@@ -3,13 +3,15 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-EXTRAS ?= test,dev
+EXTRAS ?= test,dev,hf,report
 
 .PHONY: venv demo test lint fmt bench clean search-service record-search
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	# torch first and pinned: the CPU wheel on disk (anything else pulls a CUDA build)
+	$(BIN)/python -m pip install -q torch==2.13.0
 	$(BIN)/python -m pip install -q -e ".[$(EXTRAS)]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)

@@ -39,6 +39,7 @@ class Trajectory:
     )
     logprobs: list[Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    kl_parts: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def answer(self) -> str | None:
@@ -81,8 +82,11 @@ async def rollout_loop(
                 trajectory.logprobs = (trajectory.logprobs or []) + [
                     {"turn": turn, "tokens": reply.logprobs}
                 ]
-            if reply.extra:
-                trajectory.extra.setdefault("turns", []).append({"turn": turn, **reply.extra})
+            if "kl" in reply.extra:
+                trajectory.kl_parts.append(reply.extra["kl"])
+            turn_extra = {key: value for key, value in reply.extra.items() if key != "kl"}
+            if turn_extra:
+                trajectory.extra.setdefault("turns", []).append({"turn": turn, **turn_extra})
             message = reply.message
             trajectory.messages.append(message)
             calls = message.get("tool_calls") or []

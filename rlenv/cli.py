@@ -100,6 +100,9 @@ def run(
     concurrency: Annotated[int, typer.Option(help="Rollouts in flight at once.")] = 4,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     base_url: BaseUrlOpt = None,
+    reference: Annotated[
+        str | None, typer.Option(help="Base model for KL (hf:PATH), e.g. the SFT checkpoint.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts."""
@@ -119,6 +122,7 @@ def run(
             resume=resume,
             base_url=base_url,
             progress=advance,
+            reference=reference,
         )
     if as_json:
         _print_json({**result.summary, "run_dir": str(result.run_dir)})
@@ -225,6 +229,18 @@ def record(
         typer.echo(line)
     if result.spec_updated:
         typer.echo(f"updated pinned cassette hashes in {spec}")
+
+
+def _register_commands() -> None:
+    """Commands that live in their own modules (rlenv/commands/NAME.py)."""
+    from rlenv.commands import compare as compare_command
+    from rlenv.commands import report as report_command
+
+    report_command.register(app)
+    compare_command.register(app)
+
+
+_register_commands()
 
 
 def main() -> None:

@@ -36,6 +36,15 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
             f"reward   mean {_fmt(reward.get('mean'))}  std {_fmt(reward.get('std'))}"
             f"  min {_fmt(reward.get('min'))}  max {_fmt(reward.get('max'))}"
         )
+    kl = summary.get("kl")
+    if kl:
+        lines.append(
+            f"KL       {kl.get('estimator')}: sequence {_fmt(kl.get('mean_sequence_kl'))} nats,"
+            f" per token {_fmt(kl.get('mean_token_kl'))}  k1 {_fmt(kl.get('mean_k1'))}"
+            f"  k3 {_fmt(kl.get('mean_k3'))}  entropy {_fmt(kl.get('mean_entropy'))}"
+        )
+    for hazard in summary.get("hazards") or []:
+        lines.append(f"WARN     {hazard.get('name')}: {hazard.get('message')}")
     if summary.get("fixtures"):
         lines.append("fixtures " + "  ".join(f"{k} {v}" for k, v in summary["fixtures"].items()))
     for flag in summary.get("flags") or []:

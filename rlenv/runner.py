@@ -21,7 +21,7 @@ from rlenv.clock import monotonic, wall_now
 from rlenv.errors import InfraError, RunFailed, UserError
 from rlenv.executor import LocalExecutor
 from rlenv.inputs import InputRecord, load_inputs
-from rlenv.providers.base import ModelReply, ModelRequest, resolve_provider
+from rlenv.providers.base import ModelReply, ModelRequest, check_reference, resolve_provider
 from rlenv.results import ResultsWriter, read_results, run_digest
 from rlenv.seeding import derive_seed
 from rlenv.spec import LoadedSpec, check_files, fingerprint, load_spec
@@ -123,6 +123,7 @@ def run(
     runs_root: Path = Path("runs"),
     progress: Callable[[int, int], None] | None = None,
     record_dir: Path | None = None,
+    reference: str | None = None,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
 
@@ -140,7 +141,14 @@ def run(
     model_uri = model or spec.model
     if not model_uri:
         raise UserError("no model: pass --model URI or set 'model' in the spec")
-    provider = resolve_provider(model_uri, base_url=base_url)
+    reference = reference or spec.reference
+    check_reference(model_uri, reference)
+    options: dict[str, Any] | None = None
+    if reference:
+        options = {"reference": reference}
+    elif model_uri.startswith("openai:"):
+        options = {"max_connections": max(256, concurrency)}
+    provider = resolve_provider(model_uri, base_url=base_url, options=options)
     rollouts_per_input = rollouts or spec.rollouts
     inputs = prepared.inputs[:limit] if limit else prepared.inputs
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
@@ -151,6 +159,7 @@ def run(
         "decoding": spec.decoding.model_dump(),
         "rollouts_per_input": rollouts_per_input,
         "limit": limit,
+        "reference": reference,
     }
     done = _open_run_dir(run_dir, meta, resume)
     tasks = [
@@ -308,6 +317,25 @@ async def _outside_rollout(
     return await executor.finish(task, trajectory, provider.uri)
 
 
+def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Decoding settings that make sampled KL estimates biased or exploitable."""
+    from rlenv.policy_shift.hazards import decoding_hazards
+
+    return decoding_hazards(meta["decoding"])
+
+
+def world_modes() -> dict[str, str]:
+    """Which isolation mechanisms were in force (not part of the digest)."""
+    from rlenv.executor import network_guard_mode
+    from rlenv.sandbox import faketime_library
+
+    return {
+        "network_guard": network_guard_mode(False),
+        "subprocess_clock": "libfaketime" if faketime_library() else "real",
+        "python_clock": "freezegun",
+    }
+
+
 def build_summary(
     prepared: Prepared, meta: dict[str, Any], records: list[dict[str, Any]], model_uri: str
 ) -> dict[str, Any]:
@@ -349,6 +377,9 @@ def build_summary(
             key: diagnostics[key]
             for key in ("disagreements", "length_bias", "diversity", "sample_efficiency", "kl")
         },
+        "kl": diagnostics["kl"],
+        "hazards": _hazards(meta) if meta.get("reference") else [],
+        "world": world_modes(),
         "flags": flags,
         "digest": run_digest(records),
         "rlenv_version": __version__,

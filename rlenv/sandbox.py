@@ -52,7 +52,10 @@ __all__ = [
     "SANDBOX_WORKDIR",
     "SandboxLimits",
     "SandboxResult",
+    "faketime_env",
     "faketime_library",
+    "faketime_site_dir",
+    "faketime_string",
     "probe_mechanism",
     "run_program_cases",
     "run_python_tests",
@@ -197,7 +200,7 @@ if spec.get("hostname"):
         socket.sethostname(spec["hostname"])
     except OSError:
         pass
-if spec.get("hide") or spec.get("expose"):
+if spec.get("hide") or spec.get("cover"):
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
     MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
@@ -206,23 +209,24 @@ if spec.get("hide") or spec.get("expose"):
             e = ctypes.get_errno()
             sys.stderr.write("sandbox: cannot mount on %s: %s\n" % (dst, os.strerror(e)))
             os._exit(125)
-    # Directories the sandbox uid cannot enter (e.g. /root, /tmp/pytest-of-root) that hold
-    # the interpreter or the workdir: cover each with an empty tmpfs and bind back only what
-    # the sandbox needs (the interpreter read-only, the workdir read-write).
-    expose = spec.get("expose", [])
-    fds = [os.open(inner, os.O_PATH | os.O_DIRECTORY) for _, inner, _ in expose]
-    for closed in dict.fromkeys(c for c, _, _ in expose):
-        _mount(b"tmpfs", closed, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755")
-        for (where, inner, writable), fd in zip(expose, fds):
-            if where != closed:
-                continue
-            os.makedirs(inner, exist_ok=True)
-            _mount(("/proc/self/fd/%d" % fd).encode(), inner, None, MS_BIND | MS_REC, None)
+    def _under(path, root):
+        return path == root or path.startswith(root.rstrip("/") + "/")
+    # Cover world-writable dirs and dirs the sandbox uid cannot enter with empty read-only
+    # tmpfs, then bind back what the program needs inside them (the interpreter read-only,
+    # the workdir read-write), opened before they went out of sight.
+    cover = [d for d in spec.get("cover", []) if os.path.isdir(d)]
+    keep = [(p, w, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p, w in spec.get("keep", [])]
+    for directory in cover:
+        _mount(b"tmpfs", directory, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m")
+    for path, writable, fd in keep:
+        if any(_under(path, d) for d in cover):
+            os.makedirs(path, exist_ok=True)
+            _mount(("/proc/self/fd/%d" % fd).encode(), path, None, MS_BIND | MS_REC, None)
             if not writable:
-                _mount(None, inner, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-        _mount(None, closed, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-    for fd in fds:
+                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
         os.close(fd)
+    for directory in cover:
+        _mount(None, directory, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     for path, kind in spec.get("hide", []):
         if not os.path.lexists(path):
             continue  # already out of sight under a covered directory
@@ -241,6 +245,10 @@ try:
     entered = True
 except OSError:
     pass
+import ctypes
+if ctypes.CDLL(None, use_errno=True).prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+    sys.stderr.write("sandbox: cannot set no_new_privs\n")
+    os._exit(125)
 uid = spec.get("uid")
 if uid is not None:
     os.setgroups([])
@@ -303,8 +311,74 @@ def faketime_string(instant: str, tz: str) -> str:
     return "@" + local.strftime("%Y-%m-%d %H:%M:%S")
 
 
+_SLEEP_SHIM = '''"""Loaded by rlenv's sandbox with libfaketime. Python >= 3.11 sleeps with
+clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME), which libfaketime 0.9.10 turns into EINVAL
+when the monotonic clock is left real (wolfcw/libfaketime#426); sleep on select() instead."""
+import select as _select
+import time as _time
+
+
+def _sleep(seconds):
+    seconds = float(seconds)
+    if seconds < 0:
+        raise ValueError("sleep length must be non-negative")
+    deadline = _time.monotonic() + seconds
+    while True:
+        remaining = deadline - _time.monotonic()
+        if remaining <= 0:
+            return
+        _select.select([], [], [], remaining)
+
+
+_time.sleep = _sleep
+'''
+SITE_DIR_INSIDE = "/.rlenv-site"
+
+
+@functools.lru_cache(maxsize=1)
+def faketime_site_dir() -> str:
+    """A directory (created once per process) with a sitecustomize.py that keeps
+    ``time.sleep`` working in Python programs run under libfaketime; put it on PYTHONPATH."""
+    import atexit
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="rlenv-faketime-site-")
+    os.chmod(path, 0o755)
+    shim = Path(path) / "sitecustomize.py"
+    shim.write_text(_SLEEP_SHIM, encoding="utf-8")
+    shim.chmod(0o644)
+    creator = os.getpid()
+
+    def cleanup() -> None:
+        if os.getpid() == creator:  # not from a forked child that exits normally
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(cleanup)
+    return path
+
+
+def faketime_env(instant: str, tz: str = "UTC", site_dir: str | None = None) -> dict[str, str]:
+    """Variables that start a child process's clock at ``instant`` (libfaketime), with the
+    monotonic clock left real so timeouts work; {} when libfaketime is not installed.
+    ``site_dir`` (default ``faketime_site_dir()``) goes on PYTHONPATH for the sleep fix."""
+    library = faketime_library()
+    if library is None:
+        return {}
+    return {
+        "LD_PRELOAD": library,
+        "FAKETIME": faketime_string(instant, tz),
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": site_dir if site_dir is not None else faketime_site_dir(),
+    }
+
+
 def _sandbox_env(
-    limits: SandboxLimits, home: str, extra: dict[str, str] | None, notes: list[str]
+    limits: SandboxLimits,
+    home: str,
+    extra: dict[str, str] | None,
+    notes: list[str],
+    site_dir: str,
 ) -> dict[str, str]:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -320,15 +394,10 @@ def _sandbox_env(
         "PYTHONIOENCODING": "utf-8",
     }
     if limits.frozen_time is not None:
-        library = faketime_library()
-        if library is None:
+        frozen = faketime_env(limits.frozen_time, limits.tz, site_dir)
+        if not frozen:
             notes.append("frozen_time not applied: libfaketime is not installed")
-        else:
-            env["LD_PRELOAD"] = library
-            env["FAKETIME"] = faketime_string(limits.frozen_time, limits.tz)
-            # Monotonic clocks stay real so sleeps and timeouts in the program still work.
-            env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
-            env["DONT_FAKE_MONOTONIC"] = "1"
+        env.update(frozen)
     env.update(extra or {})
     return env
 
@@ -340,7 +409,7 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def _bwrap_args(workdir: Path, hidden: list[Path]) -> list[str]:
+def _bwrap_args(workdir: Path, hidden: list[Path], site_dir: str | None) -> list[str]:
     root = _is_root()
     args = [
         "--unshare-pid",
@@ -383,6 +452,8 @@ def _bwrap_args(workdir: Path, hidden: list[Path]) -> list[str]:
                 args += ["--perms", "0755", "--dir", str(parent)]
         args += ["--ro-bind", str(prefix), str(prefix)]
         ro_paths.append(prefix)
+    if site_dir is not None:
+        args += ["--ro-bind", site_dir, SITE_DIR_INSIDE]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--bind", str(workdir), SANDBOX_WORKDIR]
     for path in hidden:
@@ -409,14 +480,22 @@ def _closed_parents(path: str) -> str | None:
     return None
 
 
-def _expose_list(workdir: Path) -> list[tuple[str, str, bool]]:
-    """(closed ancestor, path, writable) for the interpreter prefix and the workdir."""
-    out = []
-    for path, writable in ((_python_prefix(), False), (str(workdir), True)):
-        closed = _closed_parents(path)
-        if closed is not None:
-            out.append((closed, path, writable))
-    return out
+_WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def _cover_list(workdir: Path, root: bool) -> list[str]:
+    """Dirs an unshare sandbox replaces by an empty read-only tmpfs: the usual world-writable
+    ones and, as root, the closed parents of the interpreter and the workdir."""
+    candidates = [d for d in _WORLD_WRITABLE if not _within(Path(d), workdir)]
+    if root:
+        for path in (_python_prefix(), str(workdir)):
+            closed = _closed_parents(path)
+            if closed is not None:
+                candidates.append(closed)
+    outermost = [
+        c for c in candidates if not any(o != c and _within(Path(c), Path(o)) for o in candidates)
+    ]
+    return list(dict.fromkeys(outermost))
 
 
 def _hide_list(hidden: list[Path]) -> list[tuple[str, str]]:
@@ -552,9 +631,14 @@ def run_sandboxed(
     root = _is_root()
     drop_uid = root
     inside_workdir = SANDBOX_WORKDIR if mechanism == "bwrap" else str(workdir)
+    site_dir = faketime_site_dir() if limits.frozen_time and faketime_library() else None
+    site_inside = SITE_DIR_INSIDE if mechanism == "bwrap" else (site_dir or "")
+    keep = [(_python_prefix(), False), (str(workdir), True)]
+    if site_dir is not None:
+        keep.append((site_dir, False))
     wrapper_spec: dict[str, Any] = {
         "argv": list(argv),
-        "env": _sandbox_env(limits, inside_workdir, env, notes),
+        "env": _sandbox_env(limits, inside_workdir, env, notes, site_inside),
         "cwd": inside_workdir,
         "uid": SANDBOX_UID if drop_uid else None,
         # Non-root without a user namespace: RLIMIT_NPROC would count all the caller's
@@ -562,7 +646,8 @@ def run_sandboxed(
         "rlimits": _rlimits(limits, nproc=root or mechanism != "rlimits"),
         "hostname": "sandbox" if mechanism == "unshare" else None,
         "hide": _hide_list(hidden_paths) if mechanism == "unshare" else [],
-        "expose": _expose_list(workdir) if mechanism == "unshare" and root else [],
+        "cover": _cover_list(workdir, root) if mechanism == "unshare" else [],
+        "keep": keep,
         "init": mechanism == "unshare",
     }
     if mechanism == "rlimits":
@@ -572,7 +657,7 @@ def run_sandboxed(
         if not root:
             notes.append("RLIMIT_NPROC not applied and kill(-1) not prevented (not root)")
     if mechanism == "unshare":
-        notes.append("host file system visible; world-writable dirs writable (unshare)")
+        notes.append("host file system visible (read-only for the sandbox uid only as root)")
 
     pass_fds: tuple[int, ...] = ()
     args_fd = None
@@ -581,7 +666,7 @@ def run_sandboxed(
         # Arguments go through a memfd (--args) so they do not show in /proc/1/cmdline.
         args_fd = os.memfd_create("bwrap-args", 0)
         payload = b"\0".join(
-            a.encode() for a in _bwrap_args(workdir, hidden_paths)
+            a.encode() for a in _bwrap_args(workdir, hidden_paths, site_dir)
         )
         os.write(args_fd, payload + b"\0")
         os.lseek(args_fd, 0, os.SEEK_SET)

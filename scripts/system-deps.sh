@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suite needs, idempotently:
 #   bubblewrap  process isolation for code-executing verifiers (rlenv/sandbox.py)
-#   faketime    libfaketime, the frozen clock inside that sandbox
+#   faketime    libfaketime, the frozen clock inside that sandbox and for tool subprocesses
+#   chromium    headless rendering of report.html in the report tests
 # Does nothing (and needs no root) when both are already present.
 set -euo pipefail
 
@@ -17,9 +18,10 @@ have_faketime_lib() {
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 have_faketime_lib || missing+=(faketime)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
 
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "system-deps: bubblewrap and libfaketime already present"
+  echo "system-deps: bubblewrap, libfaketime and chromium already present"
   exit 0
 fi
 

@@ -91,7 +91,20 @@ POOL_PATTERNS = {
     "number": r"\b(\d{2,6})\b",
     "place": r"(?:on the |town of |rises on )((?:Mount )?[A-Z][a-z]+)",
 }
-NOT_PERSON = {"The", "Its", "It", "Mount", "Eskerra", "Lantern", "Weavers", "Guild", "Courier"}
+NOT_NAME = {"The", "Its", "It", "Mount", "Eskerra", "Lantern", "Fair", "Guild", "Courier", "Museum",
+            "Hut", "Bridge", "River", "Sea"}  # fmt: skip
+
+
+def values_in(text: str, kind: str) -> list[str]:
+    """The years, names, numbers or places in a text (names of guilds, fairs, etc. excluded)."""
+    found = []
+    for value in re.findall(POOL_PATTERNS[kind], text):
+        if kind == "person" and set(value.split()) & NOT_NAME:
+            continue
+        if kind == "number" and re.fullmatch(r"1[3-9]\d\d", value):
+            continue
+        found.append(value)
+    return found
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -102,13 +115,8 @@ def value_pools(corpus: list[dict[str, Any]]) -> dict[str, list[str]]:
     """Candidate wrong answers of each type, taken from the whole corpus, sorted."""
     pools: dict[str, set[str]] = {kind: set() for kind in POOL_PATTERNS}
     for doc in corpus:
-        for kind, pattern in POOL_PATTERNS.items():
-            for match in re.findall(pattern, doc["text"]):
-                if kind == "person" and set(match.split()) & NOT_PERSON:
-                    continue
-                if kind == "number" and re.fullmatch(r"1[3-9]\d\d", match):
-                    continue
-                pools[kind].add(match)
+        for kind in POOL_PATTERNS:
+            pools[kind].update(values_in(doc["text"], kind))
     return {kind: sorted(values) for kind, values in pools.items()}
 
 
@@ -129,20 +137,29 @@ def sentence(question: dict[str, Any], doc: dict[str, Any], answer: str) -> str:
     return template.format(T=entity(doc), A=answer, I=invention(question["prompt"]))
 
 
-def distractor_sentence(
-    question: dict[str, Any], corpus: list[dict[str, Any]], answer_type: str, rng: random.Random
-) -> str | None:
-    """A sentence from another document about the same entity that holds a same-type value."""
-    head = entity(_doc(corpus, question["doc_id"])).replace("Mount ", "").replace(" River", "")
-    found: list[str] = []
+def distractors(question: dict[str, Any], corpus: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(sentence, value) from other documents that mention the question's entity.
+
+    The sentence is about a different entity (the town's guild, a bridge on the river, the
+    inventor's museum, the element's ore), the value is a year, name, number or place in it.
+    """
+    title = entity(_doc(corpus, question["doc_id"]))
+    head = title.replace("Mount ", "").replace(" River", "")
+    if question["kind"].startswith("invent"):
+        head = head.split(" ", 1)[1]  # a person: their surname names the museum
+    found: list[tuple[str, str]] = []
+    gold = {str(question["answer"]), *question["aliases"]}
     for doc in corpus:
-        if doc["id"] == question["doc_id"] or head not in doc["title"]:
+        if doc["id"] == question["doc_id"] or head not in doc["text"]:
             continue
         for part in re.split(r"(?<=\.) ", doc["text"]):
-            values = re.findall(POOL_PATTERNS[answer_type], part)
-            if values and question["answer"] not in values and head in part:
-                found.append(part)
-    return rng.choice(sorted(found)) if found else None
+            if head not in part:
+                continue
+            for kind in sorted(POOL_PATTERNS):
+                for value in values_in(part, kind):
+                    if value not in gold and value not in head and head not in value:
+                        found.append((part, value))
+    return sorted(set(found))
 
 
 def _doc(corpus: list[dict[str, Any]], doc_id: str) -> dict[str, Any]:
@@ -194,22 +211,20 @@ def pairs_for(
     )
     chosen = [gold, *question["aliases"], *(w.format(v=gold) for w in WRAPPERS[2:])]
     chosen += [stated, long_stated]
-    wrong_type = rng.choice(sorted(set(POOL_PATTERNS) - {answer_type}))
-    wrong_value = pick_other(pools[wrong_type], avoid, rng)
     same_value = pick_other(pools[answer_type], avoid, rng)
     other = rng.choice(others)
     other_doc = _doc(corpus, other["doc_id"])
-    distractor = distractor_sentence(question, corpus, answer_type, rng)
+    found = distractors(question, corpus)
+    distractor_text, distractor_value = rng.choice(found) if found else (same_value, same_value)
     rejected = {
         "dont_know": DONT_KNOW,
         "refusal": REFUSALS,
-        "wrong_type": [w.format(v=wrong_value) for w in WRAPPERS[1:]]
-        + [sentence(question, doc, wrong_value)],
         "off_topic": [str(other["answer"]), sentence(other, other_doc, str(other["answer"]))],
-        "wrong_entity": [distractor] if distractor else [same_value, f"It is {same_value}."],
+        "wrong_entity": [distractor_text],
+        "wrong_value": [w.format(v=distractor_value) for w in WRAPPERS[1:]],
     }
     kinds = list(rejected)
-    kinds.append(rng.choice(kinds[:4]))
+    kinds.append(rng.choice(kinds[:3]))
     if rng.random() < 0.4:
         kinds.append(rng.choice(kinds[:4]))
     made = [(*pick_pair(chosen, rejected[kind], rng), kind) for kind in kinds]

@@ -17,12 +17,12 @@ def _parse_steps(text: str | None) -> list[int] | None:
         raise UserError(f"--steps {text!r}: expected integers separated by commas") from None
 
 
-def _parse_human(values: list[str] | None) -> dict[str, str] | None:
+def _parse_human(values: list[str] | None) -> dict[str | Path, str] | None:
     from rlenv.errors import UserError
 
     if not values:
         return None
-    pairs: dict[str, str] = {}
+    pairs: dict[str | Path, str] = {}
     for value in values:
         run_dir, sep, labels = value.partition("=")
         if not sep or not run_dir or not labels:
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
     def compare(
         run_dirs: Annotated[
             list[Path],
-            typer.Argument(metavar="RUN_DIR...", help="Run directories in training-step order."),
+            typer.Argument(metavar="RUN_DIR", help="Run directories in training-step order."),
         ],
         force: Annotated[
             bool, typer.Option("--force", help="Compare runs of different env fingerprints.")
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
         exports = {}
         if tensorboard is not None:
             exports["tensorboard"] = export_tensorboard(result, tensorboard)
-            exports["wandb"] = export_wandb(result, tensorboard / "wandb")
+            exports["wandb"] = export_wandb(result, tensorboard)
         if as_json:
             _echo_json({**result, "exports": exports})
             return

@@ -285,7 +285,7 @@ def policy_shift(
         "logprob": _concat(logp),
         "ref_logprob": _concat(logq),
     }
-    return _shift_record("exact", per_token)
+    return kl_math.shift_record("exact", per_token)
 
 
 def sampled_policy_shift(
@@ -317,7 +317,7 @@ def sampled_policy_shift(
         "logprob": logp,
         "ref_logprob": ref,
     }
-    return _shift_record(estimator, per_token)
+    return kl_math.shift_record(estimator, per_token)
 
 
 def check_same_vocabulary(policy: HFModel, reference: HFModel) -> None:
@@ -344,29 +344,6 @@ def to_bits(nats: Any) -> Any:
 
 
 # -- helpers ------------------------------------------------------------------------------
-
-
-def _shift_record(estimator: str, per_token: Mapping[str, np.ndarray | None]) -> dict[str, Any]:
-    tokens = len(per_token["k1"]) if per_token["k1"] is not None else 0
-    sequence: dict[str, float | None] = {}
-    for name in ("kl", "k1", "k3", "entropy"):
-        values = per_token[name]
-        if values is None:
-            sequence[f"{name}_sum"] = sequence[f"{name}_mean"] = None
-            continue
-        total = float(np.sum(values))
-        sequence[f"{name}_sum"] = _finite(total)
-        sequence[f"{name}_mean"] = _finite(total / tokens) if tokens else None
-    return {
-        "unit": "nats",
-        "estimator": estimator,
-        "tokens": tokens,
-        "per_token": {
-            name: None if values is None else [_finite(float(v)) for v in values]
-            for name, values in per_token.items()
-        },
-        "sequence": sequence,
-    }
 
 
 def _finite(value: float) -> float | None:

@@ -15,7 +15,7 @@ for scoring, with no top-k / top-p / min-length truncation:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -149,3 +149,44 @@ def aggregate(per_rollout: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_entropy": _pooled_mean(ent_arrays),
     }
     return {k: _json_float(v) if isinstance(v, float) else v for k, v in summary.items()}
+
+
+def shift_record(estimator: str, per_token: Mapping[str, np.ndarray | None]) -> dict[str, Any]:
+    """One completion's shift record: per-token lists and per-sequence sums and means."""
+    tokens = len(per_token["k1"]) if per_token["k1"] is not None else 0
+    sequence: dict[str, float | None] = {}
+    for name in ("kl", "k1", "k3", "entropy"):
+        values = per_token[name]
+        if values is None:
+            sequence[f"{name}_sum"] = sequence[f"{name}_mean"] = None
+            continue
+        total = float(np.sum(values))
+        sequence[f"{name}_sum"] = _json_float(total)
+        sequence[f"{name}_mean"] = _json_float(total / tokens) if tokens else None
+    return {
+        "unit": "nats",
+        "estimator": estimator,
+        "tokens": tokens,
+        "per_token": {
+            name: None if values is None else [_json_float(float(v)) for v in values]
+            for name, values in per_token.items()
+        },
+        "sequence": sequence,
+    }
+
+
+def merge_shift_records(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Join the per-turn shift records of one rollout into one (token lists concatenated)."""
+    if len(parts) == 1:
+        return parts[0]
+    names = ("kl", "k1", "k3", "entropy", "logprob", "ref_logprob")
+    per_token: dict[str, np.ndarray | None] = {}
+    for name in names:
+        pieces = [part["per_token"].get(name) for part in parts]
+        per_token[name] = (
+            None if any(piece is None for piece in pieces)
+            else np.asarray([value for piece in pieces for value in piece], dtype=np.float64)
+        )
+    estimators = {part.get("estimator") for part in parts}
+    estimator = "exact" if estimators == {"exact"} else sorted(e for e in estimators if e)[0]
+    return shift_record(estimator, per_token)

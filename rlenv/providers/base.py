@@ -108,3 +108,12 @@ def resolve_provider(uri: str, *, base_url: str | None = None, options: dict[str
     from rlenv.providers.hf import HFProvider
 
     return HFProvider(uri, rest, **(options or {}))
+
+
+def check_reference(uri: str, reference: str | None) -> None:
+    """A reference model only makes sense for a local policy whose full distributions we have."""
+    if reference and not uri.startswith("hf:"):
+        raise UserError(
+            f"--reference needs an hf:PATH policy (got {uri.split(':', 1)[0]}:); KL to the base"
+            " model is computed from both models' full next-token distributions"
+        )

@@ -93,13 +93,14 @@ def compare(
     require("jinja2", "rlenv compare")
     names = _names(runs)
     labels_by_dir = {_resolved(path): labels for path, labels in (human or {}).items()}
-    humans = {}
-    for name, run in zip(names, runs, strict=True):
-        if _resolved(run.run_dir) in labels_by_dir:
-            humans[name] = load_labels(labels_by_dir.pop(_resolved(run.run_dir)))
-    if labels_by_dir:
-        unknown = ", ".join(sorted(labels_by_dir))
-        raise UserError(f"--human names a run directory that is not compared: {unknown}")
+    unknown = sorted(set(labels_by_dir) - {_resolved(run.run_dir) for run in runs})
+    if unknown:
+        raise UserError(f"--human names a directory that is not compared: {', '.join(unknown)}")
+    humans = {
+        name: load_labels(labels_by_dir[_resolved(run.run_dir)])
+        for name, run in zip(names, runs, strict=True)
+        if _resolved(run.run_dir) in labels_by_dir
+    }
 
     compared = metrics.compare_runs(
         [(name, run.records) for name, run in zip(names, runs, strict=True)], humans or None
@@ -158,7 +159,7 @@ def _resolved(path: str | Path) -> str:
 
 def _check_fingerprints(runs: Sequence[RunData], force: bool) -> None:
     prints = [run.fingerprint for run in runs]
-    if len(set(prints)) == 1 and prints[0] is not None or force:
+    if force or (len(set(prints)) == 1 and prints[0] is not None):
         return
     listed = ", ".join(
         f"{run.run_dir} {(fp or 'none')[:12]}" for run, fp in zip(runs, prints, strict=True)

@@ -63,8 +63,9 @@ def export_tensorboard(result: Mapping[str, Any], logdir: str | Path) -> dict[st
 def export_wandb(
     result: Mapping[str, Any], directory: str | Path, project: str = "rlenv"
 ) -> dict[str, Any]:
-    """A W&B offline run (``wandb sync`` uploads it later) under ``directory``, with the same
-    scalars as TensorBoard; skipped, with the reason, when ``wandb`` is not installed."""
+    """A W&B offline run (``directory/wandb/offline-run-*``; ``wandb sync`` uploads it later)
+    with the same scalars as TensorBoard; skipped, with the reason, when ``wandb`` is not
+    installed. W&B needs increasing steps: give the runs in training-step order."""
     try:
         import wandb
     except ImportError:

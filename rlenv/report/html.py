@@ -60,7 +60,8 @@ def report_run(
     require("jinja2", "rlenv report")
     diagnostics = metrics.compute_all(run.records, labels)
     target = Path(out) if out is not None else run.run_dir
-    page = render_report(run, diagnostics, human_file=str(human) if human else None)
+    shown_file = str(human) if isinstance(human, (str, Path)) else None
+    page = render_report(run, diagnostics, human_file=shown_file)
     write_atomic(target / "metrics.json", dump_json(diagnostics))
     write_atomic(target / "report.html", page)
     return {

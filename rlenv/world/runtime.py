@@ -292,6 +292,10 @@ class WorldRuntime:
             output["logprobs"] = trajectory.logprobs
         if trajectory.extra:
             output["extra"] = trajectory.extra
+        if trajectory.kl_parts:
+            from rlenv.policy_shift.kl import merge_shift_records
+
+            output["kl"] = merge_shift_records(trajectory.kl_parts)
         return output
 
     # -- a whole rollout, policy inside the world ------------------------------------------
