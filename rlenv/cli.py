@@ -103,6 +103,15 @@ def run(
     reference: Annotated[
         str | None, typer.Option(help="Base model for KL (hf:PATH), e.g. the SFT checkpoint.")
     ] = None,
+    expensive_fraction: Annotated[
+        float, typer.Option(help="Share of rollouts (seeded sample) that get expensive verifiers.")
+    ] = 1.0,
+    defer_expensive: Annotated[
+        bool, typer.Option("--defer-expensive", help="Leave expensive verifiers to `rlenv grade`.")
+    ] = False,
+    no_grader_cache: Annotated[
+        bool, typer.Option("--no-grader-cache", help="Do not reuse cached expensive grades.")
+    ] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts."""
@@ -123,6 +132,9 @@ def run(
             base_url=base_url,
             progress=advance,
             reference=reference,
+            expensive_fraction=expensive_fraction,
+            defer_expensive=defer_expensive,
+            grader_cache=not no_grader_cache,
         )
     if as_json:
         _print_json({**result.summary, "run_dir": str(result.run_dir)})
@@ -167,8 +179,10 @@ def verify(
         )
     elif result.identical:
         typer.echo(f"identical: {len(result.digests)} runs, digest {result.digests[0]}")
-        if result.labels:
+        if result.labels and result.labels[0] == "reference":
             typer.echo("perturbed: " + ", ".join(result.labels[1:]))
+        elif result.labels:
+            typer.echo("grader cache: " + ", ".join(result.labels))
     else:
         div = result.divergence or {}
         typer.echo(
@@ -229,6 +243,27 @@ def record(
         typer.echo(line)
     if result.spec_updated:
         typer.echo(f"updated pinned cassette hashes in {spec}")
+
+
+@app.command()
+@handle_errors
+def grade(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory with deferred verifiers.")],
+    no_grader_cache: Annotated[
+        bool, typer.Option("--no-grader-cache", help="Do not reuse cached grades.")
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the expensive verifiers a run deferred; rewrite its results and summary."""
+    from rlenv.grade import grade as grade_run
+    from rlenv.report_text import format_summary
+
+    result = grade_run(run_dir, grader_cache=not no_grader_cache)
+    if as_json:
+        _print_json({**result.summary, "graded": result.graded, "cache_hits": result.cache_hits})
+        return
+    typer.echo(f"graded {result.graded} rollouts ({result.cache_hits} grades from the cache)")
+    typer.echo(format_summary(result.summary, run_dir))
 
 
 def _register_commands() -> None:

@@ -110,5 +110,8 @@ class LocalExecutor:
     async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
         return await self._call(runtime.worker_finish, task, trajectory, model)  # type: ignore[no-any-return]
 
+    async def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+        return await self._call(runtime.worker_grade, record)  # type: ignore[no-any-return]
+
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

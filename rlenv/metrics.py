@@ -400,6 +400,8 @@ def verifier_pass_rates(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
     tallies: dict[str, list[int]] = {}
     for record in _scored(records):
         for verifier in record.get("verifiers") or []:
+            if verifier.get("passed") is None:  # not graded (sampled out or deferred)
+                continue
             tally = tallies.setdefault(str(verifier.get("name")), [0, 0])
             tally[0] += verifier.get("passed") is True
             tally[1] += 1

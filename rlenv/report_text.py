@@ -47,8 +47,10 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
         lines.append(f"WARN     {hazard.get('name')}: {hazard.get('message')}")
     if summary.get("fixtures"):
         lines.append("fixtures " + "  ".join(f"{k} {v}" for k, v in summary["fixtures"].items()))
-    for flag in summary.get("flags") or []:
-        lines.append(f"FLAG     {flag.get('name')}: {flag.get('message')}")
+    from rlenv.report.common import format_flags
+
+    for line in format_flags(summary.get("flags") or []):
+        lines.append(f"FLAG     {line}")
     lines.append(f"digest   {summary['digest']}")
     if run_dir is not None:
         lines.append(f"run dir  {run_dir}")

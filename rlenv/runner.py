@@ -65,9 +65,6 @@ def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
     from rlenv.providers.base import import_ref
     from rlenv.rewards import build_reward_model
     from rlenv.verifiers import build_verifiers
-    from rlenv.world.replay import ToolIndex
-    from rlenv.world.runtime import build_scrubber
-
     added = [str(p) for p in loaded.python_paths() if str(p) not in sys.path]
     sys.path[:0] = added
     try:
@@ -77,13 +74,29 @@ def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
                 raise UserError(f"tools[{index}].function: {tool.function} is not callable")
             cassette = loaded.cassette_path(tool)
             if cassette is not None and cassettes:
-                ToolIndex(tool.name, cassette, build_scrubber(loaded)).load()
+                _refuse_secrets(loaded, index, cassette)
         build_verifiers(list(loaded.spec.verifiers))
         build_reward_model(loaded.spec.reward_model)
     finally:
         for entry in added:
             if entry in sys.path:
                 sys.path.remove(entry)
+
+
+def _refuse_secrets(loaded: LoadedSpec, index: int, cassette: Path) -> None:
+    """A committed fixture must not carry a credential: refuse the spec if one looks like it."""
+    from rlenv.world.replay import load_interactions
+    from rlenv.world.runtime import build_scrubber
+    from rlenv.world.scrub import find_secrets
+
+    found = find_secrets(load_interactions(cassette), build_scrubber(loaded))
+    if found:
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise UserError(
+            f"tools[{index}].cassette: {cassette.name} holds a secret-looking value: {found[0]}{more};"
+            " re-record with `rlenv record` (it scrubs) or scrub the file",
+            where=str(loaded.path),
+        )
 
 
 def _slug(text: str) -> str:
@@ -124,6 +137,9 @@ def run(
     progress: Callable[[int, int], None] | None = None,
     record_dir: Path | None = None,
     reference: str | None = None,
+    expensive_fraction: float = 1.0,
+    defer_expensive: bool = False,
+    grader_cache: bool | Path = True,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
 
@@ -136,8 +152,17 @@ def run(
         raise UserError("--rollouts must be at least 1")
     if limit is not None and limit < 1:
         raise UserError("--limit must be at least 1")
+    if not 0 <= expensive_fraction <= 1:
+        raise UserError("--expensive-fraction must be between 0 and 1")
     prepared = prepare(spec_path, recording=record_dir is not None)
     spec = prepared.loaded.spec
+    if defer_expensive:
+        for index, verifier in enumerate(spec.verifiers):
+            if verifier.cost == "expensive" and verifier.type == "file_state":
+                raise UserError(
+                    f"verifiers[{index}]: a file_state verifier cannot be deferred (the rollout's"
+                    " files are gone by `rlenv grade`); run it inline or make it cheap"
+                )
     model_uri = model or spec.model
     if not model_uri:
         raise UserError("no model: pass --model URI or set 'model' in the spec")
@@ -160,6 +185,9 @@ def run(
         "rollouts_per_input": rollouts_per_input,
         "limit": limit,
         "reference": reference,
+        "spec": str(prepared.loaded.path),
+        "expensive_fraction": expensive_fraction,
+        "deferred_expensive": defer_expensive,
     }
     done = _open_run_dir(run_dir, meta, resume)
     tasks = [
@@ -178,6 +206,9 @@ def run(
             allowed_endpoints=list(getattr(provider, "endpoints", lambda: [])()),
             live_tools=record_dir is not None,
             record_dir=str(record_dir) if record_dir is not None else None,
+            expensive_fraction=expensive_fraction,
+            defer_expensive=defer_expensive,
+            cache_dir=_cache_dir(grader_cache),
         )
         if record_dir is not None:
             concurrency = 1
@@ -201,6 +232,14 @@ def run(
     summary = build_summary(prepared, meta, records, model_uri)
     _write_atomic(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)
+
+
+def _cache_dir(grader_cache: bool | Path) -> str | None:
+    from rlenv.grading import default_cache_dir
+
+    if grader_cache is False:
+        return None
+    return str(default_cache_dir() if grader_cache is True else grader_cache)
 
 
 def _work_parent() -> str | None:
@@ -258,7 +297,7 @@ async def _execute(
                 record = await executor.run_rollout(task)
             else:
                 record = await _outside_rollout(prepared, provider, executor, task)
-            record["timing"] = {"wall_s": round(monotonic() - started, 6)}
+            record.setdefault("timing", {})["wall_s"] = round(monotonic() - started, 6)
             writer.write(record)
             finished += 1
             advance(finished)
@@ -352,6 +391,11 @@ def build_summary(
             if isinstance(value, int):
                 usage[key] = usage.get(key, 0) + value
     diagnostics = metrics.compute_all(records)
+    cache = {"hits": 0, "misses": 0}
+    for record in records:
+        for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
+            cache[key] = cache.get(key, 0) + int(value)
+    pending = sum(1 for record in records if record.get("grading") == "pending")
     flags = diagnostics["flags"]
     if meta["decoding"].get("temperature") == 0:
         # greedy decoding makes identical rollouts expected, not a collapse
@@ -380,6 +424,7 @@ def build_summary(
         "kl": diagnostics["kl"],
         "hazards": _hazards(meta) if meta.get("reference") else [],
         "world": world_modes(),
+        "grading": {"pending_rollouts": pending, "grader_cache": cache},
         "flags": flags,
         "digest": run_digest(records),
         "rlenv_version": __version__,

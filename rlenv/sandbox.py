@@ -13,13 +13,16 @@ Three mechanisms, best first (``probe_mechanism`` picks by actually running a co
     mapped into a user namespace). As a normal user, bwrap uses a user namespace and the limits
     are set inside it, so the process budget counts only the sandbox's own processes.
 ``unshare``
-    util-linux ``unshare``: fresh net, pid, mount, ipc, uts namespaces; hidden paths are covered
-    by empty read-only mounts; as root the wrapper drops to ``SANDBOX_UID``. The rest of the
-    file system is the host's: world-writable directories (/tmp) stay writable.
+    util-linux ``unshare``: fresh net, pid, mount, ipc, uts namespaces; hidden paths and the
+    world-writable dirs (/tmp, /var/tmp, /dev/shm) are covered by empty read-only mounts; as
+    root the wrapper drops to ``SANDBOX_UID``. The rest of the host file system stays visible
+    (read-only to the sandbox uid as root; as a normal user, the caller's own files stay
+    writable).
 ``rlimits``
     resource limits, a cleared environment and a new session only (plus the uid drop as root).
     No network isolation, hidden paths are not hidden; recorded in ``SandboxResult.notes``.
 
+All mechanisms set no_new_privs, clear the environment and start a new session.
 The sandboxed process cannot signal the caller: it is in another pid namespace (bwrap,
 unshare), and as root it runs under another uid (all mechanisms). In ``rlimits`` mode as a
 normal user nothing stops ``kill(-1, 9)``; use it only as a last resort.
@@ -42,7 +45,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +158,7 @@ def _is_root() -> bool:
     return os.geteuid() == 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mechanism_works(mechanism: str) -> bool:
     """Run a trivial Python command through ``mechanism``; True when it exits 0 with output."""
     if mechanism == "bwrap" and shutil.which("bwrap") is None:
@@ -188,8 +191,9 @@ def probe_mechanism() -> str:
 
 # --------------------------------------------------------------------------- the wrapper
 
-# Runs inside the sandbox just before the program: covers hidden paths (unshare only), sets
-# the hostname, the rlimits, drops to the sandbox uid, restores default signal dispositions
+# Runs inside the sandbox just before the program: (unshare only) sets the hostname, covers
+# /tmp-like and closed dirs and the hidden paths; then sets the rlimits, no_new_privs (setuid
+# binaries cannot elevate), drops to the sandbox uid, restores default signal dispositions
 # (Python ignores SIGPIPE/SIGXFSZ and exec would inherit that) and execs with a clean env.
 _WRAPPER = r"""
 import json, os, resource, signal, sys
@@ -301,13 +305,13 @@ def faketime_string(instant: str, tz: str) -> str:
     """The instant as local wall time in ``tz`` (libfaketime reads FAKETIME as local time)."""
     moment = datetime.fromisoformat(instant)
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     try:
         from zoneinfo import ZoneInfo
 
         local = moment.astimezone(ZoneInfo(tz))
     except Exception:  # unknown zone: libc falls back to UTC as well
-        local = moment.astimezone(timezone.utc)
+        local = moment.astimezone(UTC)
     return "@" + local.strftime("%Y-%m-%d %H:%M:%S")
 
 
@@ -562,6 +566,19 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, fl
     return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
+def _bwrap_init_pidfd(info_fd: int) -> list[int]:
+    """Read bwrap's --info-fd JSON (written right after it spawns the namespace init, then
+    closed) and return [pidfd of that init], or [] if bwrap failed before that."""
+    data = b""
+    while chunk := os.read(info_fd, 4096):
+        data += chunk
+    try:
+        child = int(json.loads(data)["child-pid"])
+        return [os.pidfd_open(child)]
+    except (ValueError, KeyError, TypeError, OSError, AttributeError):
+        return []
+
+
 def _child_pidfds(pid: int) -> list[int]:
     """pidfds of ``pid``'s children (for bwrap/unshare: the sandbox's pid 1)."""
     fds = []
@@ -660,20 +677,22 @@ def run_sandboxed(
         notes.append("host file system visible (read-only for the sandbox uid only as root)")
 
     pass_fds: tuple[int, ...] = ()
-    args_fd = None
+    args_fd = info_read = info_write = None
     launcher = [sandbox_python(), "-I", "-S", "-c", _WRAPPER, json.dumps(wrapper_spec)]
     if mechanism == "bwrap":
         # Arguments go through a memfd (--args) so they do not show in /proc/1/cmdline.
         args_fd = os.memfd_create("bwrap-args", 0)
-        payload = b"\0".join(
-            a.encode() for a in _bwrap_args(workdir, hidden_paths, site_dir)
-        )
-        os.write(args_fd, payload + b"\0")
+        # bwrap reports the host pid of the namespace's init on --info-fd: bwrap itself may
+        # exit as soon as the program does, while the init is still tearing the namespace
+        # down, so the init is what we wait for.
+        info_read, info_write = os.pipe()
+        bwrap_args = ["--info-fd", str(info_write), *_bwrap_args(workdir, hidden_paths, site_dir)]
+        os.write(args_fd, b"\0".join(a.encode() for a in bwrap_args) + b"\0")
         os.lseek(args_fd, 0, os.SEEK_SET)
         # The command itself must follow on the real command line (bwrap reads only options
         # from --args); it holds the program's argv and env, nothing from the host.
         command = ["bwrap", "--args", str(args_fd), "--", *launcher]
-        pass_fds = (args_fd,)
+        pass_fds = (args_fd, info_write)
     else:
         if mechanism == "unshare":
             command = ["unshare"]
@@ -692,6 +711,7 @@ def run_sandboxed(
 
     out, err = bytearray(), bytearray()
     overflow = [False]
+    inits: list[int] = []
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
@@ -713,35 +733,39 @@ def run_sandboxed(
         for thread in threads:
             thread.daemon = True
             thread.start()
+        if info_read is not None and info_write is not None:
+            os.close(info_write)
+            info_write = None
+            inits = _bwrap_init_pidfd(info_read)
         returncode, cpu_used = _wait(proc, limits.wall_seconds)
         timed_out = returncode is None
-        # The namespace's pid 1 (child of bwrap/unshare) takes every process in it down when
-        # it dies; keep a handle on it to wait for that after the kill.
-        inits = _child_pidfds(proc.pid) if timed_out else []
+        if timed_out and not inits:
+            # unshare's child is the namespace's pid 1; when it dies, everything in it dies.
+            inits = _child_pidfds(proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)  # also the leftovers of a finished run
         if timed_out:
             returncode, cpu_used = _wait(proc, 30.0)
             if returncode is None:
                 returncode = proc.wait()
-            for pidfd in inits:
-                select.select([pidfd], [], [], 10.0)
-                os.close(pidfd)
+        for pidfd in inits:
+            # Readable once the init has exited, which it does only after the kernel has
+            # killed and released every process of its namespace.
+            select.select([pidfd], [], [], 10.0)
         wall = time.monotonic() - started
         for thread in threads:
             thread.join(timeout=5.0)
             if thread.is_alive():
                 notes.append("output pipe still held by an escaped process; output cut")
     finally:
-        if args_fd is not None:
-            os.close(args_fd)
+        for fd in (args_fd, info_read, info_write, *inits):
+            if fd is not None:
+                os.close(fd)
         if original_owner is not None:
             _chown_tree(workdir, *original_owner)
     assert returncode is not None
     stderr = bytes(err)
-    killed_by = (
-        "wall" if timed_out else _classify(mechanism, returncode, stderr, cpu_used, limits)
-    )
+    killed_by = "wall" if timed_out else _classify(mechanism, returncode, stderr, cpu_used, limits)
     return SandboxResult(
         returncode=returncode,
         stdout=bytes(out),
@@ -825,7 +849,8 @@ def main():
                 failed += len(bad) + skipped
                 passed += result.testsRun - len(bad) - skipped
                 for case, text in bad:
-                    failures.append(case.id().split(".")[-1] + ": " + text.strip().splitlines()[-1][:300])
+                    last = text.strip().splitlines()[-1][:300]
+                    failures.append(case.id().split(".")[-1] + ": " + last)
     except BaseException as exc:
         failed = max(failed, 1)
         failures.append("runner: " + _short(exc))
@@ -847,8 +872,10 @@ def _limit_reason(result: SandboxResult) -> str:
     if result.timed_out:
         return "killed by the wall-clock limit"
     if result.killed_by is not None:
-        return f"hit the {result.killed_by} limit" if " " not in result.killed_by else (
-            f"killed by {result.killed_by}"
+        return (
+            f"hit the {result.killed_by} limit"
+            if " " not in result.killed_by
+            else (f"killed by {result.killed_by}")
         )
     return f"exit code {result.returncode}"
 
@@ -997,4 +1024,3 @@ def run_program_cases(
 def _clip(text: str, size: int = 80) -> str:
     text = _normalise(text)
     return text if len(text) <= size else text[:size] + "..."
-

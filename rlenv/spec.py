@@ -91,6 +91,9 @@ class Verifier(Strict):
     contains: str | None = None
     exists: bool | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    # expensive verifiers (a test suite, a benchmark) can be sampled, deferred and cached
+    cost: Literal["cheap", "expensive"] = "cheap"
+    version: str = "1"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

@@ -52,10 +52,21 @@ def verify(
         )
     if runs < 2:
         raise UserError("--runs must be at least 2")
+    from rlenv.spec import load_spec
+
     root = Path(tempfile.mkdtemp(prefix="rlenv-verify-")) if keep is None else keep
+    # with expensive verifiers: uncached, then filling a fresh grader cache, then served from it
+    expensive = any(v.cost == "expensive" for v in load_spec(spec_path).spec.verifiers)
+    caches: list[bool | Path] = [True] * runs
+    labels: list[str] = []
+    if expensive:
+        runs = max(runs, 3)
+        caches = [False] + [root / "grader-cache"] * (runs - 1)
+        labels = ["uncached", "cache filled"] + ["cache hits"] * (runs - 2)
     try:
         digests: list[str] = []
         run_dirs: list[Path] = []
+        cache_hits: list[int] = []
         for number in range(runs):
             level = concurrencies[number % len(concurrencies)] if concurrencies else concurrency
             result = run(
@@ -67,9 +78,11 @@ def verify(
                 concurrency=level,
                 base_url=base_url,
                 progress=progress,
+                grader_cache=caches[number],
             )
             digests.append(result.digest)
             run_dirs.append(result.run_dir)
+            cache_hits.append(result.summary["grading"]["grader_cache"]["hits"])
         divergence = None
         for number in range(1, runs):
             if digests[number] != digests[0]:
@@ -80,7 +93,9 @@ def verify(
                 if divergence is not None:
                     divergence["runs"] = [1, number + 1]
                 break
-        return Verification(digests, divergence)
+        if expensive:
+            labels = [f"{label} ({hits} cached grades)" for label, hits in zip(labels, cache_hits)]
+        return Verification(digests, divergence, labels)
     finally:
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)

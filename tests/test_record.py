@@ -160,3 +160,37 @@ def test_record_scrubs_every_secret_form_and_skips_errors(env_builder: EnvBuilde
         assert records[form]["tool_calls"][0]["fixture"] == "hit", (form, records[form]["error"])
     assert records["error"]["status"] == "fixture_miss"
     assert os.environ.get("THE_SECRET") is None
+
+
+LEAKS = {
+    "bearer": ("GET", "http://api.test/a", {"Authorization": ["Bearer abcdefgh12345678"]}, None),
+    "api_key_header": ("GET", "http://api.test/b", {"X-Api-Key": ["k-1234567890"]}, None),
+    "cookie": ("GET", "http://api.test/c", {"Cookie": ["sid=abcdef123456"]}, None),
+    "query": ("GET", "http://api.test/d?q=x&api_key=abcdef123456", {}, None),
+    "json_body": ("POST", "http://api.test/e", {}, '{"q": "x", "password": "hunter2hunter2"}'),
+    "form_body": ("POST", "http://api.test/f", {}, "q=x&token=abcdef123456"),
+    "url_credentials": ("GET", "http://user:pw123456@api.test/g", {}, None),
+    "token_in_response": ("GET", "http://api.test/h", {}, None),
+}
+
+
+def test_validate_refuses_cassettes_with_secrets(env_builder: EnvBuilder) -> None:
+    refused = 0
+    for form, (method, uri, headers, body) in LEAKS.items():
+        response_body = '{"ok": true}' if form != "token_in_response" else '{"note": "sk-abcdefghijklmnopqrstuv"}'
+        document = {"version": 1, "interactions": [{
+            "request": {"method": method, "uri": uri, "body": body, "headers": headers},
+            "response": {"status": {"code": 200, "message": "OK"}, "headers": {},
+                         "body": {"string": response_body}},
+        }]}
+        env_builder.root.mkdir(parents=True, exist_ok=True)
+        (env_builder.root / "leaky.yaml").write_text(yaml.safe_dump(document))
+        spec = env_builder.write(
+            "def t(args, ctx):\n    return 1\ndef policy(m, t, c):\n    return 'x'\n",
+            tools=[{"name": "t", "function": "MOD:t", "cassette": {"path": "leaky.yaml"}}],
+        )
+        result = cli("validate", str(spec))
+        assert result.returncode == 2, (form, result.stdout)
+        assert "leaky.yaml holds a secret-looking value: interaction 0" in result.stderr, (form, result.stderr)
+        refused += 1
+    print(f"secret forms refused by validate: {refused}/{len(LEAKS)}")

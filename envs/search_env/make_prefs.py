@@ -14,7 +14,10 @@ the longer and sometimes the shorter of the two, so length alone does not separa
 pair records its ``type`` (the kind of rejected answer) and the ``core`` of the chosen answer
 (the gold answer, used by ``rlenv rm eval`` for short-but-good counterexamples).
 
-    python envs/search_env/make_prefs.py [--seed N] [--out fixtures/search]
+    python envs/search_env/make_prefs.py [--seed N] [--out fixtures/search] [--train-rm]
+
+``--train-rm`` then trains the bundled reward model into ``fixtures/search/rm`` (the same as
+``rlenv rm train fixtures/search/prefs_train.jsonl --out fixtures/search/rm``; needs the rm extra).
 """
 
 from __future__ import annotations
@@ -270,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--data", type=Path, default=DEFAULT_DIR, help="corpus + train questions")
     parser.add_argument("--out", type=Path, default=DEFAULT_DIR)
+    parser.add_argument(
+        "--train-rm", action="store_true", help="then train the bundled reward model into OUT/rm"
+    )
     args = parser.parse_args(argv)
     corpus = read_jsonl(args.data / "corpus.jsonl")
     train_questions = read_jsonl(args.data / "train_questions.jsonl")
@@ -282,6 +288,15 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {len(train)} train and {len(heldout)} held-out pairs"
         f" (chosen longer in {longer} of {len(train) + len(heldout)})"
     )
+    if args.train_rm:
+        from rlenv.rm.train import train as train_rm
+
+        result = train_rm(args.out / "prefs_train.jsonl", args.out / "rm")
+        metrics = result.manifest["metrics"]
+        print(
+            f"trained {result.out}: train accuracy {metrics['train_accuracy']:.3f},"
+            f" holdout accuracy {metrics['holdout_accuracy']:.3f} ({result.seconds:.1f}s)"
+        )
     return 0
 
 

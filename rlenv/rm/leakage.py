@@ -4,14 +4,19 @@ Three comparisons, each by exact hash and by near-duplicate:
 
 - held-out inputs vs the held-out reward model's training pairs (prompt, chosen, rejected);
 - held-out inputs vs the policy's training prompts (when given);
-- the held-out reward model's training pairs vs the training reward model's pairs (when given):
-  the held-out RM must be trained on preferences the training RM never saw.
+- the held-out reward model's training prompts vs the training reward model's preference
+  prompts (when given): the held-out RM must be trained on preferences the training RM never
+  saw. Prompts only: short answers such as "I don't know." recur in any two preference sets.
 
 Texts are normalised to lowercase alphanumeric word tokens. Exact: equal sha256 of the
-normalised text. Near-duplicate: word 5-gram sets (n = the shorter text's length when it has
-fewer than 5 words) with Jaccard >= 0.5, or containment |A & B| / |A| >= 0.8 of the held-out
-(left) item's n-grams in the other text. Candidates come from an inverted n-gram index, so the
-check stays fast on large training sets.
+normalised text. Near-duplicate: containment >= 0.8, the share of the held-out (left) item's
+word 5-grams found in the other text (n = the left text's length when it has fewer than 5
+words, so a short prompt must appear whole). Containment is used rather than 5-gram Jaccard
+>= 0.5 because templated prompts that differ only in their entity ("Who made the first ascent
+of Mount X?" / "... of Mount Y?") reach Jaccard 0.6 but containment 0.75; with one differing
+word, containment reaches 0.8 only for templates of 29 words or more. Jaccard can be switched
+on as well (``jaccard=0.5``). Candidates come from an inverted n-gram index over the distinct
+texts of the other side, so the check stays fast on large training sets.
 """
 
 from __future__ import annotations
@@ -24,13 +29,17 @@ from pathlib import Path
 from typing import Any
 
 NGRAM = 5
-JACCARD = 0.5
 CONTAINMENT = 0.8
-METHOD = (
-    f"exact: sha256 of lowercase word tokens; near: word {NGRAM}-gram Jaccard >= {JACCARD}"
-    f" or containment (share of the held-out item's n-grams found in the other text) >="
-    f" {CONTAINMENT}; n = the shorter text's word count below {NGRAM} words"
-)
+
+
+def describe_method(containment: float, jaccard: float | None) -> str:
+    near = f"word {NGRAM}-gram containment of the held-out item in the other text >= {containment}"
+    if jaccard is not None:
+        near += f" or {NGRAM}-gram Jaccard >= {jaccard}"
+    return (
+        f"exact: sha256 of lowercase word tokens; near: {near}"
+        f" (n = the held-out text's word count when below {NGRAM})"
+    )
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 Item = tuple[str, str, str]  # (id, field, text)
@@ -78,10 +87,11 @@ def _record_items(records: Iterable[Any], fields: Sequence[str], prefix: str) ->
 
 @dataclass
 class Overlap:
+    """One held-out text overlapping one distinct text of the other side (all its records)."""
+
     left_id: str
     left_field: str
-    right_id: str
-    right_field: str
+    right: list[str]  # "id.field" of every record holding the overlapping text
     kind: str  # "exact" | "near"
     jaccard: float
     containment: float
@@ -90,8 +100,7 @@ class Overlap:
         return {
             "left_id": self.left_id,
             "left_field": self.left_field,
-            "right_id": self.right_id,
-            "right_field": self.right_field,
+            "right": self.right,
             "kind": self.kind,
             "jaccard": round(self.jaccard, 4),
             "containment": round(self.containment, 4),
@@ -128,7 +137,7 @@ class Check:
 @dataclass
 class LeakageReport:
     checks: list[Check]
-    method: str = METHOD
+    method: str = ""
 
     @property
     def ok(self) -> bool:
@@ -158,51 +167,61 @@ class LeakageReport:
         return "\n".join(lines)
 
 
-def compare(name: str, left: list[Item], right: list[Item], labels: tuple[str, str]) -> Check:
-    """Every (left item, right item) overlap, exact or near, sorted by ids."""
+def compare(
+    name: str,
+    left: list[Item],
+    right: list[Item],
+    labels: tuple[str, str],
+    *,
+    containment: float = CONTAINMENT,
+    jaccard: float | None = None,
+) -> Check:
+    """Every (left item, distinct right text) overlap, exact or near, sorted by left id."""
     check = Check(name, labels[0], labels[1], len(left), len(right))
-    right_tokens = [tokens(text) for _, _, text in right]
-    exact_index: dict[str, list[int]] = {}
-    for index, words in enumerate(right_tokens):
-        exact_index.setdefault(_hash(words), []).append(index)
+    holders: dict[tuple[str, ...], list[str]] = {}
+    for right_id, right_field, text in right:
+        holders.setdefault(tokens(text), []).append(f"{right_id}.{right_field}")
+    distinct = sorted(holders)
+    exact_index = {_hash(words): position for position, words in enumerate(distinct)}
     indexes: dict[int, dict[tuple[str, ...], list[int]]] = {}
 
     def index_for(n: int) -> dict[tuple[str, ...], list[int]]:
         if n not in indexes:
             built: dict[tuple[str, ...], list[int]] = {}
-            for position, words in enumerate(right_tokens):
+            for position, words in enumerate(distinct):
                 for gram in _grams(words, n):
                     built.setdefault(gram, []).append(position)
             indexes[n] = built
         return indexes[n]
 
-    found: dict[tuple[int, int], Overlap] = {}
-    for left_index, (left_id, left_field, text) in enumerate(left):
+    for left_id, left_field, text in left:
         words = tokens(text)
-        for position in exact_index.get(_hash(words), []):
-            right_id, right_field, _ = right[position]
-            found[(left_index, position)] = Overlap(
-                left_id, left_field, right_id, right_field, "exact", 1.0, 1.0
+        exact = exact_index.get(_hash(words))
+        if exact is not None:
+            check.overlaps.append(
+                Overlap(left_id, left_field, sorted(holders[distinct[exact]]), "exact", 1.0, 1.0)
             )
         n = min(NGRAM, len(words))
-        candidates = sorted({p for gram in _grams(words, n) for p in index_for(n).get(gram, [])})
+        mine = _grams(words, n)
+        index = index_for(n)
+        candidates = sorted({p for gram in mine for p in index.get(gram, [])} - {exact})
         for position in candidates:
-            if (left_index, position) in found:
-                continue
-            other = right_tokens[position]
-            size = min(n, len(other))
-            mine, theirs = _grams(words, size), _grams(other, size)
+            theirs = _grams(distinct[position], n)
             shared = len(mine & theirs)
-            jaccard = shared / len(mine | theirs)
-            containment = shared / len(mine)
-            if jaccard >= JACCARD or containment >= CONTAINMENT:
-                right_id, right_field, _ = right[position]
-                found[(left_index, position)] = Overlap(
-                    left_id, left_field, right_id, right_field, "near", jaccard, containment
+            share = shared / len(mine)
+            similarity = shared / len(mine | theirs)
+            if share >= containment or (jaccard is not None and similarity >= jaccard):
+                check.overlaps.append(
+                    Overlap(
+                        left_id,
+                        left_field,
+                        sorted(holders[distinct[position]]),
+                        "near",
+                        similarity,
+                        share,
+                    )
                 )
-    check.overlaps = sorted(
-        found.values(), key=lambda o: (o.left_id, o.left_field, o.right_id, o.right_field)
-    )
+    check.overlaps.sort(key=lambda o: (o.left_id, o.left_field, o.kind, o.right))
     return check
 
 
@@ -211,9 +230,12 @@ def check_leakage(
     rm_train_pairs: Sequence[Any],
     training_prompts: Sequence[Any] | None = None,
     training_pairs: Sequence[Any] | None = None,
+    *,
+    containment: float = CONTAINMENT,
+    jaccard: float | None = None,
 ) -> LeakageReport:
     """Compare held-out inputs with the held-out RM's training pairs (and, when given, the
-    policy's training prompts); compare the RM's pairs with the training RM's pairs.
+    policy's training prompts); compare the RM's training prompts with the training RM's.
 
     Inputs are records with ``id`` and ``prompt`` or ``messages`` (InputRecord.data, dicts),
     pairs are dicts or PreferencePair objects with ``prompt``/``chosen``/``rejected``, prompts
@@ -222,23 +244,40 @@ def check_leakage(
     inputs = _record_items(heldout_inputs, ("prompt",), "input-")
     pair_fields = ("prompt", "chosen", "rejected")
     rm_items = _record_items(rm_train_pairs, pair_fields, "pair-")
-    checks = [compare("inputs_vs_rm_train", inputs, rm_items, ("held-out inputs", "RM training pairs"))]
+    options: dict[str, Any] = {"containment": containment, "jaccard": jaccard}
+    checks = [
+        compare(
+            "inputs_vs_rm_train",
+            inputs,
+            rm_items,
+            ("held-out inputs", "RM training pairs"),
+            **options,
+        )
+    ]
     if training_prompts is not None:
         prompts = _record_items(training_prompts, ("prompt",), "prompt-")
         checks.append(
-            compare("inputs_vs_training_prompts", inputs, prompts, ("held-out inputs", "training prompts"))
+            compare(
+                "inputs_vs_training_prompts",
+                inputs,
+                prompts,
+                ("held-out inputs", "training prompts"),
+                **options,
+            )
         )
     if training_pairs is not None:
-        policy_rm = _record_items(training_pairs, pair_fields, "train-pair-")
+        policy_rm = _record_items(training_pairs, ("prompt",), "train-pair-")
+        rm_prompts = [item for item in rm_items if item[1] in ("prompt", "messages")]
         checks.append(
             compare(
                 "rm_train_vs_training_rm_pairs",
-                rm_items,
+                rm_prompts,
                 policy_rm,
                 ("RM training pairs", "training-RM pairs"),
+                **options,
             )
         )
-    return LeakageReport(checks)
+    return LeakageReport(checks, describe_method(containment, jaccard))
 
 
 def read_records(path: str | Path) -> list[Any]:
@@ -259,3 +298,69 @@ def read_records(path: str | Path) -> list[Any]:
         except json.JSONDecodeError as exc:
             raise UserError(f"invalid JSON: {exc.msg}", where=f"{path}:{number}") from None
     return records
+
+
+def _pinned(loaded: Any, ref: Any, field_name: str) -> Path:
+    """Resolve a spec file reference and check its pinned sha256 when it has one."""
+    from rlenv.canonical import sha256_file
+    from rlenv.errors import SpecError
+
+    path = loaded.resolve(ref.path)
+    if not path.is_file():
+        raise SpecError(f"{field_name}.path: file not found: {path}", where=str(loaded.path))
+    pinned = getattr(ref, "sha256", None)
+    if pinned and sha256_file(path) != pinned:
+        raise SpecError(
+            f"{field_name}.sha256: hash mismatch for {path.name}: pinned {pinned[:12]}…,"
+            f" file has {sha256_file(path)}",
+            where=str(loaded.path),
+        )
+    return path
+
+
+def spec_leakage(loaded: Any) -> LeakageReport | None:
+    """The leakage report for a spec whose reward_model names its training data; else None.
+
+    Reads ``reward_model.train_data`` (the held-out RM's preference pairs) and, when present,
+    ``reward_model.training_prompts`` (the policy's RL prompts) and
+    ``reward_model.training_pairs`` (the training RM's preference data).
+    """
+    from rlenv.inputs import load_inputs
+    from rlenv.rm.train import read_prefs
+
+    config = loaded.spec.reward_model
+    train_data = getattr(config, "train_data", None)
+    if config is None or train_data is None:
+        return None
+    inputs = [record.data for record in load_inputs(loaded.inputs_path)]
+    pairs = read_prefs(_pinned(loaded, train_data, "reward_model.train_data"))
+    prompts_ref = getattr(config, "training_prompts", None)
+    pairs_ref = getattr(config, "training_pairs", None)
+    prompts = (
+        read_records(_pinned(loaded, prompts_ref, "reward_model.training_prompts"))
+        if prompts_ref
+        else None
+    )
+    other_pairs = (
+        read_records(_pinned(loaded, pairs_ref, "reward_model.training_pairs"))
+        if pairs_ref
+        else None
+    )
+    return check_leakage(inputs, pairs, prompts, other_pairs)
+
+
+def enforce_leakage(loaded: Any) -> list[str]:
+    """Run the spec's leakage check: raise SpecError when ``on_leak: error``, else return the
+    warning lines (empty when clean or when the spec names no training data)."""
+    from rlenv.errors import SpecError
+
+    report = spec_leakage(loaded)
+    if report is None or report.ok:
+        return []
+    lines = [line for line in report.summary().splitlines() if "no overlap" not in line]
+    if getattr(loaded.spec.reward_model, "on_leak", "error") == "error":
+        raise SpecError(
+            "held-out leakage: " + "; ".join(lines) + " (set reward_model.on_leak: warn to allow)",
+            where=str(loaded.path),
+        )
+    return [f"warning: held-out leakage: {line}" for line in lines]

@@ -27,6 +27,7 @@ from rlenv.rewards import RewardContext, build_reward_model
 from rlenv.seeding import derive_seed, seed_everything
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
+from rlenv.grading import PENDING
 from rlenv.world import netguard, snapshot
 from rlenv.world.replay import ToolIndex, make_replay_cassette_class
 from rlenv.world.scrub import Scrubber
@@ -46,6 +47,9 @@ class WorkerConfig:
     allowed_endpoints: list[tuple[str, int]] = field(default_factory=list)
     live_tools: bool = False  # recording: tools reach the network, no replay
     record_dir: str | None = None  # where `rlenv record` writes each tool's cassette
+    expensive_fraction: float = 1.0
+    defer_expensive: bool = False
+    cache_dir: str | None = None  # grader cache for expensive verifiers; None: off
 
 
 @dataclass
@@ -114,6 +118,19 @@ class WorldRuntime:
         }
         self.schemas = tool_schemas(self.loaded)
         self.verifiers = build_verifiers(list(spec.verifiers))
+        self.cache = None
+        self.identities: dict[str, Any] = {}
+        if config.cache_dir:
+            from rlenv.grading import GraderCache, verifier_identity
+            from rlenv.spec import python_sources
+
+            sources = python_sources(self.loaded)
+            self.cache = GraderCache(Path(config.cache_dir))
+            for verifier_config in spec.verifiers:
+                module = (verifier_config.function or "").split(":", 1)[0]
+                self.identities[verifier_config.label] = verifier_identity(
+                    verifier_config, sources.get(module)
+                )
         self.reward = build_reward_model(spec.reward_model)
         snapshot_path = self.loaded.snapshot_path
         self.snapshot_path = snapshot_path
@@ -211,6 +228,46 @@ class WorldRuntime:
         fixture = "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
         return ToolOutcome(content, fixture, ok)
 
+    def grade(
+        self,
+        context: VerifierContext,
+        task: RolloutTask,
+        input_id: str,
+        changes: dict[str, Any],
+        *,
+        only: set[str] | None = None,
+        late: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Run the verifiers in order; expensive ones sampled, deferred or served from cache."""
+        from rlenv.grading import PENDING, SKIPPED, rollout_hash, sampled
+
+        results: list[dict[str, Any]] = []
+        content: str | None = None
+        for verifier in self.verifiers:
+            config = verifier.config
+            if only is not None and config.label not in only:
+                continue
+            if config.cost == "expensive":
+                if not late and self.config.defer_expensive:
+                    results.append(_ungraded(config, PENDING))
+                    continue
+                if not late and not sampled(self.loaded.spec.seed, input_id, task.rollout,
+                                            self.config.expensive_fraction):
+                    results.append(_ungraded(config, SKIPPED))
+                    continue
+                if self.cache is not None:
+                    if content is None:
+                        content = rollout_hash(context.answer, context.messages, context.input, changes)
+                    key = self.cache.key(self.identities[config.label], content)
+                    cached = self.cache.get(key)
+                    if cached is None:
+                        cached = verifier(context).as_dict()
+                        self.cache.put(key, cached)
+                    results.append(cached)
+                    continue
+            results.append(verifier(context).as_dict())
+        return results
+
     def _recording(self, name: str) -> Any:
         """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""
         import contextlib
@@ -233,6 +290,7 @@ class WorldRuntime:
         os.chdir(workdir)
         try:
             results: list[dict[str, Any]] = []
+            cache_counts: dict[str, int] | None = None
             passed: bool | None = None
             reward: float | None = None
             reward_error: str | None = None
@@ -245,8 +303,14 @@ class WorldRuntime:
                     seed=seed,
                 )
                 seed_everything(derive_seed(seed, "verifiers"))
-                results = [verifier(context).as_dict() for verifier in self.verifiers]
-                passed = all(result["passed"] for result in results)
+                changes = snapshot.changes(self.snapshot_manifest, workdir)
+                before = (self.cache.hits, self.cache.misses) if self.cache else (0, 0)
+                results = self.grade(context, task, record.id, changes)
+                if self.cache is not None:
+                    cache_counts = {"hits": self.cache.hits - before[0],
+                                    "misses": self.cache.misses - before[1]}
+                graded = [result for result in results if result["passed"] is not None]
+                passed = all(result["passed"] for result in graded)
                 if self.reward is not None:
                     seed_everything(derive_seed(seed, "reward"))
                     try:
@@ -262,7 +326,8 @@ class WorldRuntime:
                         )
                     except Exception as exc:
                         reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
-            changes = snapshot.changes(self.snapshot_manifest, workdir)
+            else:
+                changes = snapshot.changes(self.snapshot_manifest, workdir)
         finally:
             os.chdir(previous)
             shutil.rmtree(workdir, ignore_errors=True)
@@ -288,6 +353,10 @@ class WorldRuntime:
         }
         if reward_error:
             output["reward_error"] = reward_error
+        if any(result["detail"] == PENDING for result in results):
+            output["grading"] = PENDING
+        if cache_counts is not None:
+            output["timing"] = {"grader_cache": cache_counts}
         if trajectory.logprobs is not None:
             output["logprobs"] = trajectory.logprobs
         if trajectory.extra:
@@ -297,6 +366,39 @@ class WorldRuntime:
 
             output["kl"] = merge_shift_records(trajectory.kl_parts)
         return output
+
+    def grade_late(self, record: dict[str, Any]) -> dict[str, Any]:
+        """`rlenv grade`: run a record's deferred verifiers; same result shape as inline."""
+        task = RolloutTask(int(record["input_index"]), int(record["rollout"]))
+        pending = {v["name"] for v in record["verifiers"] if v["detail"] == PENDING}
+        data = self.inputs[task.input_index].data
+        self.prepare(task)  # a fresh snapshot copy: deferred verifiers do not see the final state
+        workdir = self.workdir_of(task)
+        previous = os.getcwd()
+        os.chdir(workdir)
+        try:
+            seed_everything(derive_seed(int(record["seed"]), "verifiers"))
+            context = VerifierContext(
+                answer=record["answer"], messages=record["messages"], input=data,
+                workdir=workdir, seed=int(record["seed"]),
+            )
+            graded = {
+                result["name"]: result
+                for result in self.grade(context, task, record["input_id"], record["world"],
+                                         only=pending, late=True)
+            }
+        finally:
+            os.chdir(previous)
+            shutil.rmtree(workdir, ignore_errors=True)
+        for result in graded.values():
+            if result["detail"]:
+                result["detail"] = self.sanitise(result["detail"])
+        updated = dict(record)
+        updated["verifiers"] = [graded.get(v["name"], v) for v in record["verifiers"]]
+        known = [v for v in updated["verifiers"] if v["passed"] is not None]
+        updated["passed"] = all(v["passed"] for v in known)
+        updated.pop("grading", None)
+        return updated
 
     # -- a whole rollout, policy inside the world ------------------------------------------
 
@@ -372,6 +474,10 @@ def _freeze_subprocess_clock(instant: str) -> str:
     return "libfaketime"
 
 
+def _ungraded(config: Any, why: str) -> dict[str, Any]:
+    return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
+
+
 def make_in_world_policy(uri: str) -> Any:
     if uri.startswith("python:"):
         from rlenv.providers.python import PythonPolicy
@@ -414,6 +520,20 @@ def worker_tool(task: RolloutTask, call: dict[str, Any], turn: int, number: int)
         return runtime.call_tool(task, call, turn, number)
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def worker_grade(record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+    runtime = _get()
+    hits, misses = (runtime.cache.hits, runtime.cache.misses) if runtime.cache else (0, 0)
+    updated = runtime.grade_late(record)
+    if runtime.cache is None:
+        return updated, 0, 0
+    return updated, runtime.cache.hits - hits, runtime.cache.misses - misses
+
+
+def worker_cache_counts() -> tuple[int, int]:
+    runtime = _get()
+    return (runtime.cache.hits, runtime.cache.misses) if runtime.cache else (0, 0)
 
 
 def worker_finish(task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:

@@ -158,3 +158,54 @@ def _header(headers: Any, name: str) -> str:
             value = headers[key]
             return value[0] if isinstance(value, list) else str(value)
     return ""
+
+
+TOKEN_PATTERNS = re.compile(
+    r"(sk-[A-Za-z0-9_-]{16,}|sk_live_[A-Za-z0-9]{16,}|ghp_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
+    r"|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{30,}"
+    r"|Bearer\s+[A-Za-z0-9._~+/-]{12,}=*|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
+)
+
+
+def _mask(value: str) -> str:
+    return value[:4] + "…" if len(value) > 4 else "…"
+
+
+def find_secrets(interactions: list[tuple[Any, dict[str, Any]]], scrubber: Scrubber) -> list[str]:
+    """Secret-looking values left in a cassette: where each is (values masked in the message)."""
+    found: list[str] = []
+    for number, (request, response) in enumerate(interactions):
+        where = f"interaction {number}"
+        parts = urlsplit(request.uri)
+        if "@" in parts.netloc and not parts.netloc.startswith(f"{REDACTED}@"):
+            found.append(f"{where}: credentials in the URL")
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if scrubber.is_secret_name(key) and value not in ("", REDACTED):
+                found.append(f"{where}: query parameter {key}={_mask(value)}")
+        for name, value in (request.headers or {}).items():
+            values = value if isinstance(value, list) else [value]
+            if scrubber.is_secret_header(name) and any(str(v) != REDACTED for v in values):
+                found.append(f"{where}: request header {name}")
+        for name, value in (response.get("headers") or {}).items():
+            values = value if isinstance(value, list) else [value]
+            if scrubber.is_secret_header(name) and any(str(v) != REDACTED for v in values):
+                found.append(f"{where}: response header {name}")
+        for label, body in (("request body", request.body),
+                            ("response body", (response.get("body") or {}).get("string"))):
+            if not body:
+                continue
+            text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+            try:
+                data = json.loads(text)
+            except ValueError:
+                data = None
+            if data is not None and scrubber.json_value(data) != data:
+                found.append(f"{where}: {label} has a secret-named field")
+            elif data is None and "=" in text:
+                for key, value in parse_qsl(text, keep_blank_values=True):
+                    if scrubber.is_secret_name(key) and value not in ("", REDACTED):
+                        found.append(f"{where}: {label} field {key}={_mask(value)}")
+            token = TOKEN_PATTERNS.search(text)
+            if token:
+                found.append(f"{where}: {label} contains a token-like value {_mask(token.group(0))}")
+    return found

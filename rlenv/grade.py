@@ -1,0 +1,93 @@
+"""`rlenv grade RUN_DIR`: run the verifiers a run deferred, then rewrite results and summary.
+
+Late grades are only ever applied to the run they belong to: the env fingerprint must be the
+run's, and every record must come from the run's model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlenv.canonical import canonical_bytes
+from rlenv.errors import UserError
+from rlenv.executor import LocalExecutor
+from rlenv.results import order_key, read_results
+from rlenv.runner import _cache_dir, _pretty, _write_atomic, build_summary, prepare
+from rlenv.world.runtime import WorkerConfig
+
+
+@dataclass
+class GradeResult:
+    graded: int
+    cache_hits: int
+    cache_misses: int
+    summary: dict[str, Any]
+
+
+def grade(run_dir: str | Path, *, grader_cache: bool | Path = True, workers: int = 2) -> GradeResult:
+    run_path = Path(run_dir)
+    meta_path = run_path / "run.json"
+    results_path = run_path / "results.jsonl"
+    if not meta_path.is_file() or not results_path.is_file():
+        raise UserError("not a run directory (needs run.json and results.jsonl)", where=str(run_path))
+    meta = json.loads(meta_path.read_text())
+    prepared = prepare(meta["spec"])
+    if prepared.fingerprint != meta["env"]["fingerprint"]:
+        raise UserError(
+            f"the env changed since this run (fingerprint {prepared.fingerprint[:12]}… vs"
+            f" {meta['env']['fingerprint'][:12]}…); late grades would mix environments",
+            where=str(run_path),
+        )
+    records = read_results(results_path)
+    model = meta["model"]["uri"]
+    others = sorted({str(record.get("model")) for record in records} - {model})
+    if others:
+        raise UserError(
+            f"results.jsonl holds rollouts of another model ({others[0]}); refusing to grade",
+            where=str(results_path),
+        )
+    pending = [record for record in records if record.get("grading") == "pending"]
+    hits = misses = 0
+    if pending:
+        work_root = Path(tempfile.mkdtemp(prefix="rlenv-grade-"))
+        try:
+            config = WorkerConfig(
+                spec_path=str(prepared.loaded.path),
+                work_root=str(work_root),
+                cache_dir=_cache_dir(grader_cache),
+            )
+            executor = LocalExecutor(config, min(workers, len(pending)))
+            try:
+                graded = asyncio.run(_grade_all(executor, pending))
+            finally:
+                executor.close()
+        finally:
+            shutil.rmtree(work_root, ignore_errors=True)
+        by_key = {}
+        for record, record_hits, record_misses in graded:
+            hits, misses = hits + record_hits, misses + record_misses
+            record.setdefault("timing", {})["graded_late"] = True
+            by_key[(record["input_id"], record["rollout"])] = record
+        records = [by_key.get((r["input_id"], r["rollout"]), r) for r in records]
+        records.sort(key=order_key)
+        temporary = results_path.with_name(".results.jsonl.tmp")
+        with open(temporary, "wb") as handle:
+            for record in records:
+                handle.write(canonical_bytes(record) + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, results_path)
+    summary = build_summary(prepared, meta, records, model)
+    _write_atomic(run_path / "summary.json", _pretty(summary))
+    return GradeResult(len(pending), hits, misses, summary)
+
+
+async def _grade_all(executor: LocalExecutor, records: list[dict[str, Any]]) -> list[Any]:
+    return list(await asyncio.gather(*(executor.grade(record) for record in records)))
