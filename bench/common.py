@@ -204,7 +204,9 @@ def measure(
 
 def median_wall(command: Sequence[str], runs: int, **options: Any) -> tuple[float, list[float]]:
     """Median whole-process wall time of `runs` runs (memory sampling off)."""
-    walls = [measure(command, pss=False, interval=1.0, **options).check().wall_s for _ in range(runs)]
+    walls = [
+        measure(command, pss=False, interval=1.0, **options).check().wall_s for _ in range(runs)
+    ]
     return statistics.median(walls), walls
 
 
@@ -313,8 +315,11 @@ def write_inputs(path: Path, count: int) -> Path:
         for index in range(count):
             handle.write(
                 json.dumps(
-                    {"id": f"i{index:07d}", "prompt": f"echo {input_key(index)}",
-                     "answer": answer_for(index)}
+                    {
+                        "id": f"i{index:07d}",
+                        "prompt": f"echo {input_key(index)}",
+                        "answer": answer_for(index),
+                    }
                 )
                 + "\n"
             )

@@ -81,10 +81,13 @@ def _print_json(value: Any) -> None:
 SpecArg = Annotated[Path, typer.Argument(help="Env spec (YAML).", show_default=False)]
 ModelOpt = Annotated[
     str | None,
-    typer.Option("--model", help="Model URI: python:pkg.mod:fn, replay:FILE, openai:NAME, hf:PATH."),
+    typer.Option(
+        "--model", help="Model URI: python:pkg.mod:fn, replay:FILE, openai:NAME, hf:PATH."
+    ),
 ]
 BaseUrlOpt = Annotated[
-    str | None, typer.Option("--base-url", help="OpenAI-compatible server URL (or OPENAI_BASE_URL).")
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible server URL (or OPENAI_BASE_URL)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
@@ -153,7 +156,10 @@ def verify(
     concurrency: Annotated[int, typer.Option(help="Rollouts in flight at once.")] = 4,
     base_url: BaseUrlOpt = None,
     perturb: Annotated[
-        bool, typer.Option("--perturb", help="Vary hash seed, TZ, locale, cwd, concurrency, listing order.")
+        bool,
+        typer.Option(
+            "--perturb", help="Vary hash seed, TZ, locale, cwd, concurrency, listing order."
+        ),
     ] = False,
     as_json: JsonOpt = False,
 ) -> None:
@@ -174,8 +180,12 @@ def verify(
         )
     if as_json:
         _print_json(
-            {"identical": result.identical, "digests": result.digests,
-             "runs": result.labels, "divergence": result.divergence}
+            {
+                "identical": result.identical,
+                "digests": result.digests,
+                "runs": result.labels,
+                "divergence": result.divergence,
+            }
         )
     elif result.identical:
         typer.echo(f"identical: {len(result.digests)} runs, digest {result.digests[0]}")
@@ -234,7 +244,12 @@ def record(
     from rlenv.record import record as record_env
 
     result = record_env(
-        spec, model=model, mode=mode, base_url=base_url, limit=limit, rollouts=rollouts  # type: ignore[arg-type]
+        spec,
+        model=model,
+        mode=mode,  # type: ignore[arg-type]  # checked by record()
+        base_url=base_url,
+        limit=limit,
+        rollouts=rollouts,
     )
     if as_json:
         _print_json(asdict(result))

@@ -18,7 +18,6 @@ from rlenv.errors import RunFailed
 from rlenv.world import runtime
 from rlenv.world.runtime import FROZEN_ENV, RolloutTask, WorkerConfig
 
-
 _NETNS_PREFIX: list[str] | None = None
 
 
@@ -104,7 +103,9 @@ class LocalExecutor:
     async def prepare(self, task: RolloutTask) -> None:
         await self._call(runtime.worker_prepare, task)
 
-    async def tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+    async def tool(
+        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
+    ) -> ToolOutcome:
         return await self._call(runtime.worker_tool, task, call, turn, number)  # type: ignore[no-any-return]
 
     async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:

@@ -31,12 +31,16 @@ class GradeResult:
     summary: dict[str, Any]
 
 
-def grade(run_dir: str | Path, *, grader_cache: bool | Path = True, workers: int = 2) -> GradeResult:
+def grade(
+    run_dir: str | Path, *, grader_cache: bool | Path = True, workers: int = 2
+) -> GradeResult:
     run_path = Path(run_dir)
     meta_path = run_path / "run.json"
     results_path = run_path / "results.jsonl"
     if not meta_path.is_file() or not results_path.is_file():
-        raise UserError("not a run directory (needs run.json and results.jsonl)", where=str(run_path))
+        raise UserError(
+            "not a run directory (needs run.json and results.jsonl)", where=str(run_path)
+        )
     meta = json.loads(meta_path.read_text())
     prepared = prepare(meta["spec"])
     if prepared.fingerprint != meta["env"]["fingerprint"]:

@@ -35,8 +35,9 @@ def sampled(env_seed: int, input_id: str, rollout: int, fraction: float) -> bool
     return derive_seed(env_seed, "expensive", input_id, rollout) / 2**53 < fraction
 
 
-def rollout_hash(answer: str | None, messages: list[dict[str, Any]], data: dict[str, Any],
-                 world: dict[str, Any]) -> str:
+def rollout_hash(
+    answer: str | None, messages: list[dict[str, Any]], data: dict[str, Any], world: dict[str, Any]
+) -> str:
     """What a verifier can see of a rollout, hashed: the cache key's content part."""
     return sha256_json({"answer": answer, "messages": messages, "input": data, "world": world})
 

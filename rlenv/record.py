@@ -72,8 +72,12 @@ def record(
             assert target is not None and tool.cassette is not None
             recorded = record_dir / f"{tool.name}.yaml"
             if not recorded.is_file():
-                outcome.cassettes[tool.name] = {"path": str(target), "interactions": 0, "new": 0,
-                                                "note": "no HTTP made; nothing written"}
+                outcome.cassettes[tool.name] = {
+                    "path": str(target),
+                    "interactions": 0,
+                    "new": 0,
+                    "note": "no HTTP made; nothing written",
+                }
                 continue
             count = len(load_interactions(recorded))
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -105,5 +109,3 @@ def pinned_hash_lines(result: RecordResult) -> list[str]:
         + (f", sha256 {info['sha256']}" if "sha256" in info else f" — {info.get('note')}")
         for name, info in sorted(result.cassettes.items())
     ]
-
-

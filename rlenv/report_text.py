@@ -19,17 +19,24 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
     lines = [
         f"env      {env['name']} v{env['version']}  fingerprint {env['fingerprint'][:16]}",
         f"model    {summary['model'].get('uri')}",
-        f"rollouts {summary['rollouts']} ({summary['inputs']} inputs x {summary['rollouts_per_input']})"
-        + "  " + "  ".join(f"{status} {count}" for status, count in summary["counts"].items()),
+        f"rollouts {summary['rollouts']}"
+        f" ({summary['inputs']} inputs x {summary['rollouts_per_input']})"
+        + "  "
+        + "  ".join(f"{status} {count}" for status, count in summary["counts"].items()),
     ]
     rate = summary["pass_rate"]
     ci = rate.get("wilson_ci") or [None, None]
     lines.append(
-        f"pass     {_fmt(rate.get('value'))}  (95% CI {_fmt(ci[0])}-{_fmt(ci[1])}, n={rate.get('n')})"
+        f"pass     {_fmt(rate.get('value'))}"
+        f"  (95% CI {_fmt(ci[0])}-{_fmt(ci[1])}, n={rate.get('n')})"
     )
     if summary["pass_at_k"]:
-        lines.append("pass@k   " + "  ".join(f"{k}: {_fmt(v)}" for k, v in summary["pass_at_k"].items()))
-        lines.append("pass^k   " + "  ".join(f"{k}: {_fmt(v)}" for k, v in summary["pass_hat_k"].items()))
+        lines.append(
+            "pass@k   " + "  ".join(f"{k}: {_fmt(v)}" for k, v in summary["pass_at_k"].items())
+        )
+        lines.append(
+            "pass^k   " + "  ".join(f"{k}: {_fmt(v)}" for k, v in summary["pass_hat_k"].items())
+        )
     reward = summary.get("reward")
     if reward:
         lines.append(

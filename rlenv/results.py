@@ -83,7 +83,9 @@ def _keys_in_order(keys: set[str], top: bool) -> list[str]:
 def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:
     if isinstance(left, dict) and isinstance(right, dict):
         for key in _keys_in_order(set(left) | set(right), top=not path):
-            found = _first_difference(left.get(key), right.get(key), f"{path}.{key}" if path else key)
+            found = _first_difference(
+                left.get(key), right.get(key), f"{path}.{key}" if path else key
+            )
             if found:
                 return found
         return None
@@ -139,9 +141,16 @@ def _turn_of(field: str, record: dict[str, Any]) -> int | None:
     """Which model turn a differing field belongs to (assistant messages before it)."""
     if field.startswith("messages["):
         index = int(field[len("messages[") : field.index("]")])
-        return sum(
-            1 for message in record.get("messages", [])[: index + 1] if message.get("role") == "assistant"
-        ) - 1 if index < len(record.get("messages", [])) else None
+        return (
+            sum(
+                1
+                for message in record.get("messages", [])[: index + 1]
+                if message.get("role") == "assistant"
+            )
+            - 1
+            if index < len(record.get("messages", []))
+            else None
+        )
     if field.startswith("tool_calls["):
         index = int(field[len("tool_calls[") : field.index("]")])
         calls = record.get("tool_calls", [])

@@ -18,7 +18,7 @@ from rlenv import __version__
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.canonical import canonical_bytes
 from rlenv.clock import monotonic, wall_now
-from rlenv.errors import InfraError, RunFailed, UserError
+from rlenv.errors import InfraError, UserError
 from rlenv.executor import LocalExecutor
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply, ModelRequest, check_reference, resolve_provider
@@ -65,6 +65,7 @@ def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
     from rlenv.providers.base import import_ref
     from rlenv.rewards import build_reward_model
     from rlenv.verifiers import build_verifiers
+
     added = [str(p) for p in loaded.python_paths() if str(p) not in sys.path]
     sys.path[:0] = added
     try:
@@ -93,7 +94,8 @@ def _refuse_secrets(loaded: LoadedSpec, index: int, cassette: Path) -> None:
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise UserError(
-            f"tools[{index}].cassette: {cassette.name} holds a secret-looking value: {found[0]}{more};"
+            f"tools[{index}].cassette: {cassette.name} holds a secret-looking value:"
+            f" {found[0]}{more};"
             " re-record with `rlenv record` (it scrubs) or scrub the file",
             where=str(loaded.path),
         )
@@ -120,7 +122,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 
 
 def _pretty(value: Any) -> bytes:
-    return (json.dumps(json.loads(canonical_bytes(value)), indent=2, ensure_ascii=False) + "\n").encode()
+    return (
+        json.dumps(json.loads(canonical_bytes(value)), indent=2, ensure_ascii=False) + "\n"
+    ).encode()
 
 
 def run(
@@ -219,8 +223,17 @@ def run(
                 executor = LocalExecutor(config, workers)
                 try:
                     asyncio.run(
-                        _execute(prepared, provider, executor, tasks, concurrency, writer,
-                                 lambda finished: progress(len(done) + finished, total) if progress else None)
+                        _execute(
+                            prepared,
+                            provider,
+                            executor,
+                            tasks,
+                            concurrency,
+                            writer,
+                            lambda finished: (
+                                progress(len(done) + finished, total) if progress else None
+                            ),
+                        )
                     )
                 finally:
                     executor.close()
@@ -407,7 +420,9 @@ def build_summary(
         "rollouts_per_input": meta["rollouts_per_input"],
         "inputs": len({record["input_id"] for record in records}),
         "rollouts": len(records),
-        "expected_rollouts": len(prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs)
+        "expected_rollouts": len(
+            prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
+        )
         * meta["rollouts_per_input"],
         "counts": diagnostics["counts"]["by_status"],
         "pass_rate": diagnostics["pass_rate"],

@@ -8,7 +8,7 @@ import sys
 
 
 def derive_seed(env_seed: int, *parts: object) -> int:
-    """A 53-bit seed (exact in JSON numbers) from the env seed and any identifying parts (input id, rollout, turn...).
+    """A 53-bit seed (exact in JSON) from the env seed and identifying parts (input id, rollout).
 
     Pure function of its arguments, so results do not depend on order or concurrency.
     """
@@ -17,7 +17,7 @@ def derive_seed(env_seed: int, *parts: object) -> int:
 
 
 def seed_everything(seed: int) -> random.Random:
-    """Seed Python's and NumPy's global RNGs (and torch's if it is loaded); return a fresh Random."""
+    """Seed Python's and NumPy's global RNGs (and torch's if loaded); return a fresh Random."""
     random.seed(seed)
     if "numpy" in sys.modules:
         import numpy

@@ -19,6 +19,10 @@ from rlenv.errors import SpecError
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
 
+Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
+DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -73,9 +77,7 @@ class Verifier(Strict):
     expected: Any = None
     expected_field: str | None = None
     aliases_field: str | None = None
-    normalize: list[Literal["lower", "strip", "whitespace", "punctuation", "articles"]] = Field(
-        default_factory=lambda: ["lower", "strip", "whitespace"]
-    )
+    normalize: list[Normalise] = Field(default_factory=lambda: list(DEFAULT_NORMALISE))
     pattern: str | None = None
     flags: list[Literal["ignorecase", "multiline", "dotall"]] = Field(default_factory=list)
     fullmatch: bool = False
@@ -132,7 +134,7 @@ class RewardModel(Strict):
 
 
 class Scrub(Strict):
-    """Extra secret names to scrub when recording (headers, query, body fields), on top of the defaults."""
+    """Extra secret names to scrub when recording (headers, query, body fields)."""
 
     extra_names: list[str] = Field(default_factory=list)
     record_errors: bool = False
@@ -151,7 +153,7 @@ class EnvSpec(Strict):
     time: datetime
     model: str | None = None
     reference: str | None = None
-    decoding: Decoding = Field(default_factory=Decoding)
+    decoding: Decoding = Field(default_factory=Decoding)  # type: ignore[arg-type]
     system_prompt: str | None = None
     inputs: PinnedFile
     snapshot: PinnedFile | None = None
@@ -159,7 +161,7 @@ class EnvSpec(Strict):
     verifiers: list[Verifier] = Field(min_length=1)
     reward_model: RewardModel | None = None
     rollouts: int = Field(1, ge=1)
-    limits: Limits = Field(default_factory=Limits)
+    limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     scrub: Scrub | None = None
     python_path: list[str] = Field(default_factory=lambda: ["."])
 
@@ -238,7 +240,7 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Any) -> str:
     kind = error["type"]
     message = error["msg"]
     if kind == "extra_forbidden":
@@ -351,7 +353,9 @@ def check_files(loaded: LoadedSpec, *, cassettes: bool = True) -> dict[str, str]
         snapshot = loaded.snapshot_path
         assert snapshot is not None
         if not snapshot.is_dir():
-            raise SpecError(f"snapshot.path: directory not found: {snapshot}", where=str(loaded.path))
+            raise SpecError(
+                f"snapshot.path: directory not found: {snapshot}", where=str(loaded.path)
+            )
         actual = manifest_hash(snapshot)
         if actual != spec.snapshot.sha256:
             raise SpecError(

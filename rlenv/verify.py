@@ -47,8 +47,13 @@ def verify(
 
     if perturb:
         return _verify_perturbed(
-            spec_path, model=model, rollouts=rollouts, limit=limit, concurrency=concurrency,
-            base_url=base_url, keep=keep,
+            spec_path,
+            model=model,
+            rollouts=rollouts,
+            limit=limit,
+            concurrency=concurrency,
+            base_url=base_url,
+            keep=keep,
         )
     if runs < 2:
         raise UserError("--runs must be at least 2")
@@ -94,7 +99,10 @@ def verify(
                     divergence["runs"] = [1, number + 1]
                 break
         if expensive:
-            labels = [f"{label} ({hits} cached grades)" for label, hits in zip(labels, cache_hits)]
+            labels = [
+                f"{label} ({hits} cached grades)"
+                for label, hits in zip(labels, cache_hits, strict=True)
+            ]
         return Verification(digests, divergence, labels)
     finally:
         if keep is None:
@@ -132,23 +140,47 @@ def _verify_perturbed(
     root = Path(tempfile.mkdtemp(prefix="rlenv-perturb-")) if keep is None else keep
     spec = Path(spec_path).resolve()
     try:
-        reference = run(spec, model=model, rollouts=rollouts, limit=limit,
-                        out=root / "reference", concurrency=concurrency, base_url=base_url)
+        reference = run(
+            spec,
+            model=model,
+            rollouts=rollouts,
+            limit=limit,
+            out=root / "reference",
+            concurrency=concurrency,
+            base_url=base_url,
+        )
         digests, labels = [reference.digest], ["reference"]
         divergence = None
         for number, (label, changes, level) in enumerate(PERTURBATIONS, start=1):
             out = root / f"perturbed-{number}"
-            command = [sys.executable, "-m", "rlenv", "run", str(spec), "--out", str(out),
-                       "--json", "--concurrency", str(level or max(2, concurrency + 1))]
-            for flag, value in (("--model", model), ("--base-url", base_url),
-                                ("--rollouts", rollouts), ("--limit", limit)):
+            command = [
+                sys.executable,
+                "-m",
+                "rlenv",
+                "run",
+                str(spec),
+                "--out",
+                str(out),
+                "--json",
+                "--concurrency",
+                str(level or max(2, concurrency + 1)),
+            ]
+            for flag, value in (
+                ("--model", model),
+                ("--base-url", base_url),
+                ("--rollouts", rollouts),
+                ("--limit", limit),
+            ):
                 if value is not None:
                     command += [flag, str(value)]
             workdir = root / f"cwd-{number}"
             workdir.mkdir()
             done = subprocess.run(
-                command, cwd=workdir if label == "working directory" else Path.cwd(),
-                env={**os.environ, **changes}, capture_output=True, text=True,
+                command,
+                cwd=workdir if label == "working directory" else Path.cwd(),
+                env={**os.environ, **changes},
+                capture_output=True,
+                text=True,
             )
             if done.returncode != 0:
                 message = (done.stderr.strip().splitlines() or ["no output"])[-1]

@@ -18,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RLENV = Path(sys.executable).parent / "rlenv"
 
 
-def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-        timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """Run the installed `rlenv` console script (the real entry point), never a TTY."""
     merged = {**os.environ, **(env or {})}
     return subprocess.run(
@@ -55,10 +56,14 @@ class EnvBuilder:
     ) -> Path:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / f"{self.module}.py").write_text(textwrap.dedent(code))
-        records = inputs if inputs is not None else [
-            {"id": "a", "prompt": "say a", "answer": "a"},
-            {"id": "b", "prompt": "say b", "answer": "b"},
-        ]
+        records = (
+            inputs
+            if inputs is not None
+            else [
+                {"id": "a", "prompt": "say a", "answer": "a"},
+                {"id": "b", "prompt": "say b", "answer": "b"},
+            ]
+        )
         inputs_path = self.root / "inputs.jsonl"
         inputs_path.write_text("".join(json.dumps(r) + "\n" for r in records))
         document: dict[str, Any] = {

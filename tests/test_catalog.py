@@ -35,23 +35,77 @@ def _snapshot_env(builder: EnvBuilder) -> Path:
 
 
 CATALOG = [
-    ("snapshot-missing", lambda s: shutil.rmtree(s.parent / "snap"), "snapshot.path: directory not found"),
-    ("snapshot-changed", lambda s: (s.parent / "snap" / "g.txt").write_text("new"),
-     "snapshot.sha256: manifest hash mismatch"),
-    ("inputs-missing", lambda s: (s.parent / "inputs.jsonl").unlink(), "inputs.path: file not found"),
-    ("cassette-missing", lambda s: _edit(s, lambda d: d.update(tools=[{"name": "t", "function": "m:f",
-     "cassette": {"path": "nope.yaml"}}])), "tools[0].cassette.path: cassette not found"),
-    ("cassette-hash", lambda s: ((s.parent / "c.yaml").write_text("interactions: []\nversion: 1\n"),
-     _edit(s, lambda d: d.update(tools=[{"name": "t", "function": "m:f",
-     "cassette": {"path": "c.yaml", "sha256": "0" * 64}}]))), "tools[0].cassette.sha256: hash mismatch"),
-    ("invalid-regex", lambda s: _edit(s, lambda d: d.update(verifiers=[{"type": "regex", "pattern": "(("}])),
-     "invalid regex"),
-    ("invalid-json-schema", lambda s: _edit(s, lambda d: d.update(
-        verifiers=[{"type": "json_schema", "schema": {"type": "nonsense"}}])), "invalid JSON schema"),
+    (
+        "snapshot-missing",
+        lambda s: shutil.rmtree(s.parent / "snap"),
+        "snapshot.path: directory not found",
+    ),
+    (
+        "snapshot-changed",
+        lambda s: (s.parent / "snap" / "g.txt").write_text("new"),
+        "snapshot.sha256: manifest hash mismatch",
+    ),
+    (
+        "inputs-missing",
+        lambda s: (s.parent / "inputs.jsonl").unlink(),
+        "inputs.path: file not found",
+    ),
+    (
+        "cassette-missing",
+        lambda s: _edit(
+            s,
+            lambda d: d.update(
+                tools=[{"name": "t", "function": "m:f", "cassette": {"path": "nope.yaml"}}]
+            ),
+        ),
+        "tools[0].cassette.path: cassette not found",
+    ),
+    (
+        "cassette-hash",
+        lambda s: (
+            (s.parent / "c.yaml").write_text("interactions: []\nversion: 1\n"),
+            _edit(
+                s,
+                lambda d: d.update(
+                    tools=[
+                        {
+                            "name": "t",
+                            "function": "m:f",
+                            "cassette": {"path": "c.yaml", "sha256": "0" * 64},
+                        }
+                    ]
+                ),
+            ),
+        ),
+        "tools[0].cassette.sha256: hash mismatch",
+    ),
+    (
+        "invalid-regex",
+        lambda s: _edit(s, lambda d: d.update(verifiers=[{"type": "regex", "pattern": "(("}])),
+        "invalid regex",
+    ),
+    (
+        "invalid-json-schema",
+        lambda s: _edit(
+            s,
+            lambda d: d.update(verifiers=[{"type": "json_schema", "schema": {"type": "nonsense"}}]),
+        ),
+        "invalid JSON schema",
+    ),
     ("no-model", lambda s: _edit(s, lambda d: d.pop("model")), "no model: pass --model"),
-    ("non-utf8-inputs", lambda s: ((s.parent / "inputs.jsonl").write_bytes(b"\xff\xfe"),
-     _edit(s, lambda d: d["inputs"].update(sha256=__import__("hashlib").sha256(b"\xff\xfe").hexdigest()))),
-     "inputs file is not UTF-8"),
+    (
+        "non-utf8-inputs",
+        lambda s: (
+            (s.parent / "inputs.jsonl").write_bytes(b"\xff\xfe"),
+            _edit(
+                s,
+                lambda d: d["inputs"].update(
+                    sha256=__import__("hashlib").sha256(b"\xff\xfe").hexdigest()
+                ),
+            ),
+        ),
+        "inputs file is not UTF-8",
+    ),
 ]
 
 
@@ -97,15 +151,40 @@ def test_out_is_a_file_and_resume_without_run(env_builder: EnvBuilder, tmp_path:
     assert resume.returncode == 2 and "holds no run to resume" in resume.stderr
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     document=st.recursive(
-        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=12),
-        lambda children: st.lists(children, max_size=4)
-        | st.dictionaries(
-            st.sampled_from(["name", "seed", "time", "inputs", "verifiers", "tools", "decoding",
-                             "rollouts", "limits", "path", "sha256", "type", "x"]),
-            children, max_size=5),
+        st.none()
+        | st.booleans()
+        | st.integers()
+        | st.floats(allow_nan=False)
+        | st.text(max_size=12),
+        lambda children: (
+            st.lists(children, max_size=4)
+            | st.dictionaries(
+                st.sampled_from(
+                    [
+                        "name",
+                        "seed",
+                        "time",
+                        "inputs",
+                        "verifiers",
+                        "tools",
+                        "decoding",
+                        "rollouts",
+                        "limits",
+                        "path",
+                        "sha256",
+                        "type",
+                        "x",
+                    ]
+                ),
+                children,
+                max_size=5,
+            )
+        ),
         max_leaves=20,
     )
 )
@@ -120,7 +199,9 @@ def test_loader_fuzz_only_ever_raises_spec_errors(tmp_path_factory, document) ->
 
 
 @given(text=st.text(max_size=200))
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 def test_loader_fuzz_raw_text(tmp_path_factory, text: str) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "spec.yaml"
     path.write_text(text)
@@ -148,10 +229,16 @@ def test_verify_perturb_passes_clean_env_and_catches_listing_order(
     spec = env_builder.write(POLICY, rollouts=1)
     clean = cli("verify", str(spec), "--perturb")
     assert clean.returncode == 0, clean.stdout + clean.stderr
-    assert "hash seed, timezone, locale, working directory, concurrency, listing order" in clean.stdout
+    assert (
+        "hash seed, timezone, locale, working directory, concurrency, listing order" in clean.stdout
+    )
     builder = EnvBuilder(tmp_path / "leaky")
-    leaky = builder.write(LISTING_TOOL, rollouts=1, tools=[{"name": "listing", "function": "MOD:listing"}],
-                          verifiers=[{"type": "regex", "pattern": "."}])
+    leaky = builder.write(
+        LISTING_TOOL,
+        rollouts=1,
+        tools=[{"name": "listing", "function": "MOD:listing"}],
+        verifiers=[{"type": "regex", "pattern": "."}],
+    )
     snapshot = leaky.parent / "snap"
     snapshot.mkdir()
     for name in ["delta", "alpha", "echo", "charlie", "bravo", "foxtrot"]:

@@ -31,8 +31,13 @@ def env(env_builder: EnvBuilder, tmp_path: Path) -> tuple[Path, Path]:
         inputs=[{"id": f"q{n}", "prompt": f"say w{n}", "answer": f"w{n}"} for n in range(8)],
         verifiers=[
             {"name": "cheap", "type": "regex", "pattern": "w"},
-            {"name": "suite", "type": "python", "function": "MOD:slow_check", "cost": "expensive",
-             "options": {"counter": str(counter)}},
+            {
+                "name": "suite",
+                "type": "python",
+                "function": "MOD:slow_check",
+                "cost": "expensive",
+                "options": {"counter": str(counter)},
+            },
         ],
         rollouts=2,
     )
@@ -44,7 +49,9 @@ def _executions(counter: Path) -> int:
 
 
 def _run(spec: Path, out: Path, cache: Path, *extra: str) -> dict:
-    result = cli("run", str(spec), "--out", str(out), "--json", *extra, env={"RLENV_CACHE_DIR": str(cache)})
+    result = cli(
+        "run", str(spec), "--out", str(out), "--json", *extra, env={"RLENV_CACHE_DIR": str(cache)}
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -114,4 +121,7 @@ def test_verify_compares_cached_and_uncached_grades(env) -> None:
     result = cli("verify", str(spec))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "identical: 3 runs" in result.stdout
-    assert "grader cache: uncached (0 cached grades), cache filled (0 cached grades), cache hits (16 cached grades)" in result.stdout
+    assert (
+        "grader cache: uncached (0 cached grades), cache filled (0 cached grades),"
+        " cache hits (16 cached grades)" in result.stdout
+    )

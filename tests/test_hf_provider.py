@@ -24,8 +24,10 @@ def pair(tmp_path_factory) -> tuple[Path, Path]:
 def _spec(builder: EnvBuilder, **decoding) -> Path:
     return builder.write(
         "",
-        inputs=[{"id": "p1", "prompt": "Hello there", "answer": "x"},
-                {"id": "p2", "prompt": "What is 2+2?", "answer": "4"}],
+        inputs=[
+            {"id": "p1", "prompt": "Hello there", "answer": "x"},
+            {"id": "p2", "prompt": "What is 2+2?", "answer": "4"},
+        ],
         model=None,
         decoding={"temperature": 1.0, "top_p": 1.0, "top_k": 0, "max_tokens": 12, **decoding},
         verifiers=[{"type": "regex", "pattern": "[a-z]"}],
@@ -53,11 +55,22 @@ def _independent_kl(policy_dir: Path, reference_dir: Path, messages, completion_
     return (np.exp(logp) * (logp - logq)).sum(axis=-1)
 
 
-def test_kl_to_reference_matches_independent_computation(env_builder: EnvBuilder, tmp_path: Path, pair) -> None:
+def test_kl_to_reference_matches_independent_computation(
+    env_builder: EnvBuilder, tmp_path: Path, pair
+) -> None:
     policy, reference = pair
     spec = _spec(env_builder)
-    result = cli("run", str(spec), "--model", f"hf:{policy}", "--reference", f"hf:{reference}",
-                 "--out", str(tmp_path / "run"), "--json")
+    result = cli(
+        "run",
+        str(spec),
+        "--model",
+        f"hf:{policy}",
+        "--reference",
+        f"hf:{reference}",
+        "--out",
+        str(tmp_path / "run"),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     kl = summary["kl"]
@@ -81,19 +94,40 @@ def test_kl_to_reference_matches_independent_computation(env_builder: EnvBuilder
 def test_identical_models_have_zero_kl(env_builder: EnvBuilder, tmp_path: Path, pair) -> None:
     policy, _ = pair
     spec = _spec(env_builder)
-    result = cli("run", str(spec), "--model", f"hf:{policy}", "--reference", f"hf:{policy}",
-                 "--out", str(tmp_path / "same"), "--json")
+    result = cli(
+        "run",
+        str(spec),
+        "--model",
+        f"hf:{policy}",
+        "--reference",
+        f"hf:{policy}",
+        "--out",
+        str(tmp_path / "same"),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     kl = json.loads(result.stdout)["kl"]
     assert kl["mean_sequence_kl"] == pytest.approx(0.0, abs=1e-9)
     assert kl["mean_k1"] == pytest.approx(0.0, abs=1e-9)
 
 
-def test_hazard_warnings_on_truncated_sampling(env_builder: EnvBuilder, tmp_path: Path, pair) -> None:
+def test_hazard_warnings_on_truncated_sampling(
+    env_builder: EnvBuilder, tmp_path: Path, pair
+) -> None:
     policy, reference = pair
     spec = _spec(env_builder, top_k=5, top_p=0.9, temperature=0.7)
-    result = cli("run", str(spec), "--model", f"hf:{policy}", "--reference", f"hf:{reference}",
-                 "--out", str(tmp_path / "hz"), "--limit", "1")
+    result = cli(
+        "run",
+        str(spec),
+        "--model",
+        f"hf:{policy}",
+        "--reference",
+        f"hf:{reference}",
+        "--out",
+        str(tmp_path / "hz"),
+        "--limit",
+        "1",
+    )
     assert result.returncode == 0, result.stderr
     assert "WARN     top_k_truncation" in result.stdout
     assert "WARN     top_p_truncation" in result.stdout
@@ -110,16 +144,28 @@ def test_hf_runs_are_deterministic(env_builder: EnvBuilder, pair) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_bad_checkpoints_and_reference_are_user_errors(env_builder: EnvBuilder, tmp_path: Path, pair) -> None:
+def test_bad_checkpoints_and_reference_are_user_errors(
+    env_builder: EnvBuilder, tmp_path: Path, pair
+) -> None:
     spec = _spec(env_builder)
-    missing = cli("run", str(spec), "--model", f"hf:{tmp_path / 'nope'}", "--out", str(tmp_path / "a"))
+    missing = cli(
+        "run", str(spec), "--model", f"hf:{tmp_path / 'nope'}", "--out", str(tmp_path / "a")
+    )
     assert missing.returncode == 2 and "checkpoint directory not found" in missing.stderr
     not_ckpt = tmp_path / "empty"
     not_ckpt.mkdir()
     bad = cli("run", str(spec), "--model", f"hf:{not_ckpt}", "--out", str(tmp_path / "b"))
     assert bad.returncode == 2 and "no config.json" in bad.stderr
-    wrong = cli("run", str(spec), "--model", "python:x:y", "--reference", f"hf:{pair[1]}",
-                "--out", str(tmp_path / "c"))
+    wrong = cli(
+        "run",
+        str(spec),
+        "--model",
+        "python:x:y",
+        "--reference",
+        f"hf:{pair[1]}",
+        "--out",
+        str(tmp_path / "c"),
+    )
     assert wrong.returncode == 2 and "--reference needs an hf:PATH policy" in wrong.stderr
     for result in (missing, bad, wrong):
         assert "Traceback" not in result.stderr

@@ -38,14 +38,16 @@ def route(args, ctx):
         socket.getaddrinfo("example.com", 80)
     elif name == "subprocess":
         code = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)"
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={})
+        command = [sys.executable, "-c", code]
+        result = subprocess.run(command, capture_output=True, text=True, env={})
         if result.returncode != 0:
             raise ConnectionError(result.stderr.strip().splitlines()[-1])
     return "CONNECTED"
 
 def policy(messages, tools, ctx):
     if messages[-1]["role"] != "tool":
-        return {"tool_calls": [{"id": "c", "function": {"name": "route", "arguments": messages[-1]["content"]}}]}
+        call = {"name": "route", "arguments": messages[-1]["content"]}
+        return {"tool_calls": [{"id": "c", "function": call}]}
     return messages[-1]["content"]
 """
 
@@ -53,14 +55,19 @@ ROUTES = ["httpx", "requests", "urllib", "aiohttp", "socket", "dns", "subprocess
 
 
 def test_every_route_out_is_refused(env_builder: EnvBuilder, tmp_path: Path) -> None:
-    routes = [route for route in ROUTES if route not in ("requests", "aiohttp")
-              or importlib.util.find_spec(route) is not None]
+    routes = [
+        route
+        for route in ROUTES
+        if route not in ("requests", "aiohttp") or importlib.util.find_spec(route) is not None
+    ]
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(16)
     port = server.getsockname()[1]
-    inputs = [{"id": route, "prompt": f'{{"route": "{route}", "port": {port}}}', "answer": "x"}
-              for route in routes]
+    inputs = [
+        {"id": route, "prompt": f'{{"route": "{route}", "port": {port}}}', "answer": "x"}
+        for route in routes
+    ]
     spec = env_builder.write(
         ROUTES_CODE,
         inputs=inputs,

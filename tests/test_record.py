@@ -22,9 +22,17 @@ SECRET = "sk-live-9f8e7d6c5b4a39281706"
 def _start_search_service(tmp_path: Path) -> tuple[subprocess.Popen, str]:
     port_file = tmp_path / "port"
     process = subprocess.Popen(
-        [sys.executable, str(ROOT / "envs/search_env/service.py"), "--port", "0",
-         "--port-file", str(port_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            str(ROOT / "envs/search_env/service.py"),
+            "--port",
+            "0",
+            "--port-file",
+            str(port_file),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     line = process.stdout.readline()  # blocks until the server is listening
     assert line.startswith("listening on "), line
@@ -51,7 +59,9 @@ def test_record_then_replay_with_service_stopped(tmp_path: Path) -> None:
         recorded = cli("record", str(spec), "--limit", "6", "--rollouts", "1", env=env)
         assert recorded.returncode == 0, recorded.stderr
         assert "search: 6 interactions (6 new)" in recorded.stdout
-        live = cli("run", str(spec), "--limit", "6", "--out", str(tmp_path / "live"), "--json", env=env)
+        live = cli(
+            "run", str(spec), "--limit", "6", "--out", str(tmp_path / "live"), "--json", env=env
+        )
         assert live.returncode == 0, live.stderr
         again = cli("record", str(spec), "--limit", "6", "--rollouts", "1", env=env)
         assert "search: 6 interactions (0 new)" in again.stdout, "only new interactions are added"
@@ -60,8 +70,16 @@ def test_record_then_replay_with_service_stopped(tmp_path: Path) -> None:
         assert process.wait(timeout=10) == 0
     cassette = (spec.parent / "cassettes" / "search.yaml").read_text()
     assert SECRET not in cassette and "REDACTED" in cassette
-    replayed = cli("run", str(spec), "--limit", "6", "--out", str(tmp_path / "replayed"), "--json",
-                   env={"RLENV_SEARCH_URL": url})
+    replayed = cli(
+        "run",
+        str(spec),
+        "--limit",
+        "6",
+        "--out",
+        str(tmp_path / "replayed"),
+        "--json",
+        env={"RLENV_SEARCH_URL": url},
+    )
     assert replayed.returncode == 0, replayed.stderr
     summary = json.loads(replayed.stdout)
     assert summary["fixtures"] == {"hit": 12}
@@ -127,7 +145,9 @@ def policy(messages, tools, ctx):
 FORMS = ["bearer", "api_key_header", "cookie", "query", "json_body", "form_body", "url_credentials"]
 
 
-def test_record_scrubs_every_secret_form_and_skips_errors(env_builder: EnvBuilder, tmp_path: Path) -> None:
+def test_record_scrubs_every_secret_form_and_skips_errors(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -177,12 +197,24 @@ LEAKS = {
 def test_validate_refuses_cassettes_with_secrets(env_builder: EnvBuilder) -> None:
     refused = 0
     for form, (method, uri, headers, body) in LEAKS.items():
-        response_body = '{"ok": true}' if form != "token_in_response" else '{"note": "sk-abcdefghijklmnopqrstuv"}'
-        document = {"version": 1, "interactions": [{
-            "request": {"method": method, "uri": uri, "body": body, "headers": headers},
-            "response": {"status": {"code": 200, "message": "OK"}, "headers": {},
-                         "body": {"string": response_body}},
-        }]}
+        response_body = (
+            '{"ok": true}'
+            if form != "token_in_response"
+            else '{"note": "sk-abcdefghijklmnopqrstuv"}'
+        )
+        document = {
+            "version": 1,
+            "interactions": [
+                {
+                    "request": {"method": method, "uri": uri, "body": body, "headers": headers},
+                    "response": {
+                        "status": {"code": 200, "message": "OK"},
+                        "headers": {},
+                        "body": {"string": response_body},
+                    },
+                }
+            ],
+        }
         env_builder.root.mkdir(parents=True, exist_ok=True)
         (env_builder.root / "leaky.yaml").write_text(yaml.safe_dump(document))
         spec = env_builder.write(
@@ -191,6 +223,9 @@ def test_validate_refuses_cassettes_with_secrets(env_builder: EnvBuilder) -> Non
         )
         result = cli("validate", str(spec))
         assert result.returncode == 2, (form, result.stdout)
-        assert "leaky.yaml holds a secret-looking value: interaction 0" in result.stderr, (form, result.stderr)
+        assert "leaky.yaml holds a secret-looking value: interaction 0" in result.stderr, (
+            form,
+            result.stderr,
+        )
         refused += 1
     print(f"secret forms refused by validate: {refused}/{len(LEAKS)}")

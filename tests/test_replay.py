@@ -61,12 +61,24 @@ def _cassette(path: Path) -> Path:
         "version": 1,
         "interactions": [
             # recorded with other key order and spacing: must still match on content
-            _interaction("POST", "http://api.example.test/v1/lookup",
-                         '{"lang": "en", "term": "apple"}', {"term": "apple", "kind": "fruit"}),
-            _interaction("POST", "http://api.example.test/v1/lookup",
-                         '{"lang":"en","term":"kale"}', {"term": "kale", "kind": "vegetable"}),
-            _interaction("GET", "http://api.example.test/v1/lookup?term=apple", None,
-                         {"term": "apple", "via": "get"}),
+            _interaction(
+                "POST",
+                "http://api.example.test/v1/lookup",
+                '{"lang": "en", "term": "apple"}',
+                {"term": "apple", "kind": "fruit"},
+            ),
+            _interaction(
+                "POST",
+                "http://api.example.test/v1/lookup",
+                '{"lang":"en","term":"kale"}',
+                {"term": "kale", "kind": "vegetable"},
+            ),
+            _interaction(
+                "GET",
+                "http://api.example.test/v1/lookup?term=apple",
+                None,
+                {"term": "apple", "via": "get"},
+            ),
         ],
     }
     path.write_text(yaml.safe_dump(document))
@@ -81,10 +93,19 @@ def _spec(builder: EnvBuilder, inputs: list[dict], on_miss="error") -> Path:
         TOOL_CODE,
         inputs=inputs,
         tools=[
-            {"name": "lookup", "function": "MOD:lookup", "parameters": params,
-             "cassette": {"path": cassette.name}, "on_miss": on_miss},
-            {"name": "lookup_urllib", "function": "MOD:lookup_urllib", "parameters": params,
-             "cassette": {"path": cassette.name}},
+            {
+                "name": "lookup",
+                "function": "MOD:lookup",
+                "parameters": params,
+                "cassette": {"path": cassette.name},
+                "on_miss": on_miss,
+            },
+            {
+                "name": "lookup_urllib",
+                "function": "MOD:lookup_urllib",
+                "parameters": params,
+                "cassette": {"path": cassette.name},
+            },
             {"name": "raw_socket", "function": "MOD:raw_socket"},
         ],
         verifiers=[{"type": "contains", "expected_field": "answer", "normalize": ["lower"]}],
@@ -119,7 +140,10 @@ def test_miss_is_an_error_and_counted(env_builder: EnvBuilder, tmp_path: Path) -
     assert summary["counts"] == {"fixture_miss": 1, "ok": 1}
     missed = next(record for record in records if record["input_id"] == "2")
     assert missed["status"] == "fixture_miss" and missed["passed"] is False
-    assert "unrecorded request for tool 'lookup': POST http://api.example.test/v1/lookup" in missed["error"]
+    assert (
+        "unrecorded request for tool 'lookup': POST http://api.example.test/v1/lookup"
+        in missed["error"]
+    )
 
 
 def test_declared_fallback_is_used_and_counted(env_builder: EnvBuilder, tmp_path: Path) -> None:
@@ -145,7 +169,9 @@ def test_raw_network_is_refused_inside_a_tool(env_builder: EnvBuilder, tmp_path:
     finally:
         server.close()
     content = records[0]["messages"][2]["content"]
-    assert content.startswith("error: NetworkRefused: rlenv frozen world: outbound connection to 127.0.0.1")
+    assert content.startswith(
+        "error: NetworkRefused: rlenv frozen world: outbound connection to 127.0.0.1"
+    )
     assert records[0]["tool_calls"][0]["ok"] is False
     assert summary["pass_rate"]["value"] == 0.0
 

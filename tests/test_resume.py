@@ -28,7 +28,9 @@ def _inputs(count: int) -> list[dict]:
 def _start(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(RLENV), "run", str(spec), "--out", str(out), "--json", "--concurrency", "2", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 

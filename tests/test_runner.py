@@ -31,8 +31,18 @@ def test_bundled_env_twice_same_digest_and_contract(tmp_path: Path) -> None:
     assert first["digest"] == second["digest"]
     assert first["pass_rate"]["value"] == 1.0  # the baseline solves it
     assert first["counts"] == {"ok": 12}
-    for key in ("env", "model", "decoding", "counts", "pass_rate", "pass_at_k", "pass_hat_k",
-                "reward", "flags", "digest"):
+    for key in (
+        "env",
+        "model",
+        "decoding",
+        "counts",
+        "pass_rate",
+        "pass_at_k",
+        "pass_hat_k",
+        "reward",
+        "flags",
+        "digest",
+    ):
         assert key in first
     assert first["env"]["fingerprint"] and first["pass_rate"]["wilson_ci"]
     summary = json.loads((tmp_path / "one" / "summary.json").read_text())
@@ -40,8 +50,18 @@ def test_bundled_env_twice_same_digest_and_contract(tmp_path: Path) -> None:
     records = read_jsonl(tmp_path / "one" / "results.jsonl")
     assert len(records) == 12
     record = records[0]
-    for key in ("input_id", "rollout", "seed", "messages", "tool_calls", "answer", "verifiers",
-                "reward", "status", "usage"):
+    for key in (
+        "input_id",
+        "rollout",
+        "seed",
+        "messages",
+        "tool_calls",
+        "answer",
+        "verifiers",
+        "reward",
+        "status",
+        "usage",
+    ):
         assert key in record
     assert record["tool_calls"][0]["fixture"] == "none"
     assert record["world"]["modified"], "the edit shows up as a changed file"
@@ -65,7 +85,9 @@ def test_limit_and_rollouts(tmp_path: Path) -> None:
     assert set(summary["pass_at_k"]) == {"1", "2", "3"}
 
 
-def test_frozen_time_and_seeds_inside_tools_and_policy(env_builder: EnvBuilder, tmp_path: Path) -> None:
+def test_frozen_time_and_seeds_inside_tools_and_policy(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
     code = """
 import datetime, json, os, random, subprocess, time
 import numpy
@@ -84,7 +106,8 @@ def clock(args, ctx):
 
 def policy(messages, tools, ctx):
     if messages[-1]["role"] != "tool":
-        return {"content": None, "tool_calls": [{"id": "c0", "function": {"name": "clock", "arguments": "{}"}}]}
+        call = {"id": "c0", "function": {"name": "clock", "arguments": "{}"}}
+        return {"content": None, "tool_calls": [call]}
     seen = json.loads(messages[-1]["content"])
     mine = {"policy_time": time.time(), "policy_draw": random.random(), "seed": ctx.seed}
     return json.dumps({**seen, **mine}, sort_keys=True)
@@ -94,10 +117,15 @@ def policy(messages, tools, ctx):
         tools=[{"name": "clock", "function": "MOD:clock", "parameters": {"type": "object"}}],
         verifiers=[{"type": "regex", "pattern": "time"}],
     )
-    first = read_jsonl(Path(_run(spec, tmp_path / "t1")["digest"] and tmp_path / "t1" / "results.jsonl"))
+    first = read_jsonl(
+        Path(_run(spec, tmp_path / "t1")["digest"] and tmp_path / "t1" / "results.jsonl")
+    )
     second = read_jsonl(tmp_path / "t1" / "results.jsonl")
     _run(spec, tmp_path / "t2", "--concurrency", "1")
-    again = {(r["input_id"], r["rollout"]): json.loads(r["answer"]) for r in read_jsonl(tmp_path / "t2" / "results.jsonl")}
+    again = {
+        (r["input_id"], r["rollout"]): json.loads(r["answer"])
+        for r in read_jsonl(tmp_path / "t2" / "results.jsonl")
+    }
     answers = {(r["input_id"], r["rollout"]): json.loads(r["answer"]) for r in first}
     assert answers == again, "same seeds and clock on a second run"
     frozen = 1709294400.0  # 2024-03-01T12:00:00Z
@@ -161,8 +189,15 @@ def test_never_overwrites_and_resume_completes(tmp_path: Path) -> None:
 def test_resume_refuses_a_different_model(tmp_path: Path) -> None:
     out = tmp_path / "r"
     _run(FILE_EDIT, out, "--limit", "1")
-    other = cli("run", str(FILE_EDIT), "--out", str(out), "--resume",
-                "--model", "python:file_edit_env.policies:null")
+    other = cli(
+        "run",
+        str(FILE_EDIT),
+        "--out",
+        str(out),
+        "--resume",
+        "--model",
+        "python:file_edit_env.policies:null",
+    )
     assert other.returncode == 2 and "different model" in other.stderr
 
 
@@ -184,18 +219,31 @@ def policy(messages, tools, ctx):
 """
     spec = env_builder.write(
         code,
-        tools=[{"name": "echo", "function": "MOD:echo", "parameters": {
-            "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}],
+        tools=[
+            {
+                "name": "echo",
+                "function": "MOD:echo",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"],
+                },
+            }
+        ],
         limits={"max_turns": 3},
     )
     summary = _run(spec, tmp_path / "mt")
     assert summary["counts"] == {"max_turns": 4}
     record = read_jsonl(tmp_path / "mt" / "results.jsonl")[0]
-    assert record["messages"][2]["content"].startswith("error: invalid arguments: 'text' is a required property")
+    assert record["messages"][2]["content"].startswith(
+        "error: invalid arguments: 'text' is a required property"
+    )
     assert record["tool_calls"][0]["ok"] is False
 
 
-def test_replay_provider_grades_answers_from_a_file(env_builder: EnvBuilder, tmp_path: Path) -> None:
+def test_replay_provider_grades_answers_from_a_file(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
     spec = env_builder.write(ECHO_POLICY)
     answers = tmp_path / "answers.jsonl"
     answers.write_text(
@@ -207,7 +255,14 @@ def test_replay_provider_grades_answers_from_a_file(env_builder: EnvBuilder, tmp
     summary = _run(spec, tmp_path / "rp", "--model", f"replay:{answers}")
     assert summary["counts"] == {"model_error": 1, "ok": 3}
     assert summary["pass_rate"]["passed"] == 2
-    bad = cli("run", str(spec), "--model", f"replay:{tmp_path / 'missing.jsonl'}", "--out", str(tmp_path / "x"))
+    bad = cli(
+        "run",
+        str(spec),
+        "--model",
+        f"replay:{tmp_path / 'missing.jsonl'}",
+        "--out",
+        str(tmp_path / "x"),
+    )
     assert bad.returncode == 2 and "replay file not found" in bad.stderr
 
 

@@ -24,27 +24,87 @@ def _mutate(spec_path: Path, change) -> None:
 CASES = [
     # (id, how to break the spec, expected fragment of the one-line message, expected line?)
     ("unknown-top-key", lambda d: d.update(sed=1), "sed: unknown key", True),
-    ("unknown-nested-key", lambda d: d["verifiers"][0].update(expectd="x"),
-     "verifiers[0].expectd: unknown key", True),
+    (
+        "unknown-nested-key",
+        lambda d: d["verifiers"][0].update(expectd="x"),
+        "verifiers[0].expectd: unknown key",
+        True,
+    ),
     ("missing-seed", lambda d: d.pop("seed"), "seed: required field is missing", False),
-    ("seed-wrong-type", lambda d: d.update(seed="abc"), "seed: Input should be a valid integer", True),
-    ("time-without-zone", lambda d: d.update(time="2024-03-01T12:00:00"),
-     "time: frozen time needs a zone", True),
-    ("time-garbage", lambda d: d.update(time="yesterday"), "time: Input should be a valid datetime", True),
-    ("negative-temperature", lambda d: d.update(decoding={"temperature": -1}),
-     "decoding.temperature: Input should be greater than or equal to 0", True),
-    ("top-p-above-one", lambda d: d.update(decoding={"top_p": 1.5}),
-     "decoding.top_p: Input should be less than or equal to 1", True),
-    ("bad-verifier-type", lambda d: d["verifiers"][0].update(type="fuzzy"), "verifiers[0].type", True),
-    ("regex-without-pattern", lambda d: d.update(verifiers=[{"type": "regex"}]),
-     "verifier of type 'regex' needs 'pattern'", True),
-    ("no-verifiers", lambda d: d.update(verifiers=[]), "verifiers: List should have at least 1 item", True),
-    ("bad-sha-format", lambda d: d["inputs"].update(sha256="xyz"), "inputs.sha256: String should match pattern", True),
-    ("rollouts-zero", lambda d: d.update(rollouts=0), "rollouts: Input should be greater than or equal to 1", True),
-    ("bad-tool-ref", lambda d: d.update(tools=[{"name": "t", "function": "not a ref"}]),
-     "tools[0].function: String should match pattern", True),
-    ("duplicate-tools", lambda d: d.update(tools=[{"name": "t", "function": "m:f"}, {"name": "t", "function": "m:g"}]),
-     "duplicate tool name(s): t", False),
+    (
+        "seed-wrong-type",
+        lambda d: d.update(seed="abc"),
+        "seed: Input should be a valid integer",
+        True,
+    ),
+    (
+        "time-without-zone",
+        lambda d: d.update(time="2024-03-01T12:00:00"),
+        "time: frozen time needs a zone",
+        True,
+    ),
+    (
+        "time-garbage",
+        lambda d: d.update(time="yesterday"),
+        "time: Input should be a valid datetime",
+        True,
+    ),
+    (
+        "negative-temperature",
+        lambda d: d.update(decoding={"temperature": -1}),
+        "decoding.temperature: Input should be greater than or equal to 0",
+        True,
+    ),
+    (
+        "top-p-above-one",
+        lambda d: d.update(decoding={"top_p": 1.5}),
+        "decoding.top_p: Input should be less than or equal to 1",
+        True,
+    ),
+    (
+        "bad-verifier-type",
+        lambda d: d["verifiers"][0].update(type="fuzzy"),
+        "verifiers[0].type",
+        True,
+    ),
+    (
+        "regex-without-pattern",
+        lambda d: d.update(verifiers=[{"type": "regex"}]),
+        "verifier of type 'regex' needs 'pattern'",
+        True,
+    ),
+    (
+        "no-verifiers",
+        lambda d: d.update(verifiers=[]),
+        "verifiers: List should have at least 1 item",
+        True,
+    ),
+    (
+        "bad-sha-format",
+        lambda d: d["inputs"].update(sha256="xyz"),
+        "inputs.sha256: String should match pattern",
+        True,
+    ),
+    (
+        "rollouts-zero",
+        lambda d: d.update(rollouts=0),
+        "rollouts: Input should be greater than or equal to 1",
+        True,
+    ),
+    (
+        "bad-tool-ref",
+        lambda d: d.update(tools=[{"name": "t", "function": "not a ref"}]),
+        "tools[0].function: String should match pattern",
+        True,
+    ),
+    (
+        "duplicate-tools",
+        lambda d: d.update(
+            tools=[{"name": "t", "function": "m:f"}, {"name": "t", "function": "m:g"}]
+        ),
+        "duplicate tool name(s): t",
+        False,
+    ),
     ("bad-name", lambda d: d.update(name="has spaces"), "name: String should match pattern", True),
 ]
 
@@ -97,7 +157,9 @@ def test_missing_spec_and_directory(tmp_path: Path) -> None:
     assert directory.returncode == 2 and "is a directory" in directory.stderr
 
 
-def test_hash_mismatch_refused_before_any_policy_call(env_builder: EnvBuilder, tmp_path: Path) -> None:
+def test_hash_mismatch_refused_before_any_policy_call(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
     marker = tmp_path / "policy-was-called"
     spec = env_builder.write(
         f"""
@@ -119,7 +181,10 @@ def policy(messages, tools, ctx):
 @pytest.mark.parametrize(
     "lines,fragment",
     [
-        (['{"id": "a", "prompt": "x"}', '{"id": "a", "prompt": "y"}'], "duplicate input id 'a' (first on line 1)"),
+        (
+            ['{"id": "a", "prompt": "x"}', '{"id": "a", "prompt": "y"}'],
+            "duplicate input id 'a' (first on line 1)",
+        ),
         (['{"id": "a", "prompt": "x"}', "{not json"], "inputs.jsonl:2: invalid JSON"),
         (['{"prompt": "x"}'], "inputs.jsonl:1: each input needs an 'id'"),
         (['{"id": "a"}'], "needs a 'prompt' string or a 'messages' list"),

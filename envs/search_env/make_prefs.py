@@ -180,9 +180,7 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-def pick_pair(
-    chosen: list[str], rejected: list[str], rng: random.Random
-) -> tuple[str, str]:
+def pick_pair(chosen: list[str], rejected: list[str], rng: random.Random) -> tuple[str, str]:
     """A (chosen, rejected) pair; a coin decides which of the two is longer when both can be."""
     chosen_longer = rng.random() < 0.5
     candidates = [

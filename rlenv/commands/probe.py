@@ -1,6 +1,5 @@
 """`rlenv probe SPEC`: which reward hacks does the env's reward model pay for?"""
 
-
 from pathlib import Path
 from typing import Annotated
 
@@ -18,7 +17,8 @@ def register(app: typer.Typer) -> None:
         reward_model: Annotated[
             str | None,
             typer.Option(
-                "--reward-model", help="rm:DIR, hf-rm:DIR or URL (default: the spec's reward model)."
+                "--reward-model",
+                help="rm:DIR, hf-rm:DIR or URL (default: the spec's reward model).",
             ),
         ] = None,
         export: Annotated[

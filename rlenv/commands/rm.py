@@ -1,6 +1,5 @@
 """`rlenv rm train|eval`: the held-out reward model (library: rlenv.rm)."""
 
-
 from pathlib import Path
 from typing import Annotated
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 

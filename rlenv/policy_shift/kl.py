@@ -15,7 +15,7 @@ for scoring, with no top-k / top-p / min-length truncation:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -184,7 +184,8 @@ def merge_shift_records(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for name in names:
         pieces = [part["per_token"].get(name) for part in parts]
         per_token[name] = (
-            None if any(piece is None for piece in pieces)
+            None
+            if any(piece is None for piece in pieces)
             else np.asarray([value for piece in pieces for value in piece], dtype=np.float64)
         )
     estimators = {part.get("estimator") for part in parts}

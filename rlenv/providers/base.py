@@ -88,14 +88,18 @@ def import_ref(ref: str, *, what: str) -> Any:
         raise UserError(f"{what}: module {module_name!r} has no {attribute!r}") from None
 
 
-def resolve_provider(uri: str, *, base_url: str | None = None, options: dict[str, Any] | None = None) -> Any:
+def resolve_provider(
+    uri: str, *, base_url: str | None = None, options: dict[str, Any] | None = None
+) -> Any:
     """Build the orchestrator-side provider object for a model URI."""
     scheme, rest = parse_model_uri(uri)
     if scheme == "python":
         from rlenv.providers.python import InWorldProvider
 
         if ":" not in rest:
-            raise UserError(f"bad model URI {uri!r}: expected python:pkg.module:function", where="--model")
+            raise UserError(
+                f"bad model URI {uri!r}: expected python:pkg.module:function", where="--model"
+            )
         return InWorldProvider(uri)
     if scheme == "replay":
         from rlenv.providers.replay import ReplayProvider

@@ -153,7 +153,9 @@ class HFProvider:
             {"token_id": int(token), "logprob": float(logprob)}
             for token, logprob in zip(output["completion_ids"], output["logprobs_raw"], strict=True)
         ]
-        return ModelReply(message=message, usage=dict(output["usage"]), logprobs=logprobs, extra=extra)
+        return ModelReply(
+            message=message, usage=dict(output["usage"]), logprobs=logprobs, extra=extra
+        )
 
     async def aclose(self) -> None:
         return None

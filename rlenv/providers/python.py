@@ -33,7 +33,7 @@ def normalise_reply(value: Any) -> dict[str, Any]:
         return {"role": "assistant", "content": value}
     if not isinstance(value, dict):
         raise ModelOutputError(f"policy returned {type(value).__name__}, expected str or dict")
-    message = {"role": "assistant", "content": value.get("content")}
+    message: dict[str, Any] = {"role": "assistant", "content": value.get("content")}
     calls = value.get("tool_calls") or []
     if calls:
         if not isinstance(calls, list):

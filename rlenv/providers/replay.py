@@ -48,10 +48,14 @@ def load_replay(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
         if not isinstance(data, dict) or "input_id" not in data:
             raise UserError("each replay line needs 'input_id'", where=where)
         if not any(key in data for key in ("answer", "completion", "messages")):
-            raise UserError("each replay line needs 'answer', 'completion' or 'messages'", where=where)
+            raise UserError(
+                "each replay line needs 'answer', 'completion' or 'messages'", where=where
+            )
         key = (str(data["input_id"]), int(data.get("rollout", 0)))
         if key in table:
-            raise UserError(f"duplicate replay entry for input {key[0]!r} rollout {key[1]}", where=where)
+            raise UserError(
+                f"duplicate replay entry for input {key[0]!r} rollout {key[1]}", where=where
+            )
         table[key] = data
     return table
 
@@ -76,5 +80,7 @@ class ReplayPolicy:
                 f"no replay entry for input {request.input_id!r} rollout {request.rollout}"
             )
         text = entry.get("answer", entry.get("completion"))
-        return ModelReply(message={"role": "assistant", "content": None if text is None else str(text)},
-                          usage=dict(entry.get("usage") or {}))
+        return ModelReply(
+            message={"role": "assistant", "content": None if text is None else str(text)},
+            usage=dict(entry.get("usage") or {}),
+        )

@@ -116,7 +116,9 @@ def evaluate(model: str | Path, prefs_path: str | Path) -> dict[str, Any]:
 
     plain = [(slot(p.prompt, p.chosen), slot(p.prompt, p.rejected)) for p in pairs]
     distinct = len(prompts)
-    long_bad = [(slot(p.prompt, p.chosen), slot(p.prompt, pad_longer(p.rejected, p.chosen))) for p in pairs]
+    long_bad = [
+        (slot(p.prompt, p.chosen), slot(p.prompt, pad_longer(p.rejected, p.chosen))) for p in pairs
+    ]
     short_good = [
         (slot(p.prompt, core), slot(p.prompt, p.rejected))
         for p in pairs
@@ -154,14 +156,18 @@ def evaluate(model: str | Path, prefs_path: str | Path) -> dict[str, Any]:
             "head_length_weight": manifest.get("head", {}).get("length_weight"),
         },
         "counterexamples": {
-            "long_but_bad": {"n": len(long_bad), "accuracy": _accuracy(side(long_bad, 0), side(long_bad, 1))},
+            "long_but_bad": {
+                "n": len(long_bad),
+                "accuracy": _accuracy(side(long_bad, 0), side(long_bad, 1)),
+            },
             "short_but_good": {
                 "n": len(short_good),
                 "accuracy": _accuracy(side(short_good, 0), side(short_good, 1)),
             },
         },
         "by_type": {
-            kind: {"n": v["n"], "accuracy": v["correct"] / v["n"]} for kind, v in sorted(by_type.items())
+            kind: {"n": v["n"], "accuracy": v["correct"] / v["n"]}
+            for kind, v in sorted(by_type.items())
         },
         "seen_in_training": sum(1 for p in pairs if p.key[:16] in trained_keys),
     }

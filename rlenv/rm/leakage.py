@@ -40,6 +40,8 @@ def describe_method(containment: float, jaccard: float | None) -> str:
         f"exact: sha256 of lowercase word tokens; near: {near}"
         f" (n = the held-out text's word count when below {NGRAM})"
     )
+
+
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 Item = tuple[str, str, str]  # (id, field, text)
@@ -63,7 +65,9 @@ def _text_of(value: Any) -> str:
         return value
     if isinstance(value, list):
         return "\n".join(
-            str(m.get("content") or "") for m in value if isinstance(m, dict) and m.get("role") != "system"
+            str(m.get("content") or "")
+            for m in value
+            if isinstance(m, dict) and m.get("role") != "system"
         )
     return ""
 

@@ -27,8 +27,47 @@ from typing import Any
 from rlenv.errors import UserError
 
 STOPWORDS = frozenset(
-    "a an and are as at be by did do does for from had has have how in into is it its of on or"
-    " the this that to was were what when where which who whom why with".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "how",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "the",
+        "this",
+        "that",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "why",
+        "with",
+    ]
 )
 PADDING = (
     "I have looked into this question carefully and considered all of the relevant details"
@@ -89,12 +128,16 @@ class _PythonRewardScorer:
         self.workdir = workdir
         self.current: dict[str, Any] = {}
 
-    def score_with(self, prompt: list[dict[str, Any]], answer: str, record: dict[str, Any], seed: int) -> float:
+    def score_with(
+        self, prompt: list[dict[str, Any]], answer: str, record: dict[str, Any], seed: int
+    ) -> float:
         from rlenv.rewards import RewardContext
 
         assert self.function is not None
         messages = [*prompt, {"role": "assistant", "content": answer}]
-        return float(self.function(RewardContext(prompt, answer, messages, record, self.workdir, seed)))
+        return float(
+            self.function(RewardContext(prompt, answer, messages, record, self.workdir, seed))
+        )
 
     def identity(self) -> dict[str, Any]:
         return {"uri": self.uri}
@@ -152,7 +195,10 @@ def probe(
     skipped = [r.id for r, gold in usable if gold is None]
     usable = [(r, gold) for r, gold in usable if gold is not None]
     if not usable:
-        raise UserError(f"no held-out input has a gold '{field}' field to probe with", where=str(loaded.inputs_path))
+        raise UserError(
+            f"no held-out input has a gold '{field}' field to probe with",
+            where=str(loaded.inputs_path),
+        )
 
     added = [str(p) for p in loaded.python_paths() if str(p) not in sys.path]
     sys.path[:0] = added
@@ -196,7 +242,15 @@ def probe(
                         all(result.passed for result in results),
                         _mean([result.score for result in results]) or 0.0,
                     )
-                rows.append({"record": record, "prompt": prompt, "variants": variants, "verdicts": verdicts, "seed": seed})
+                rows.append(
+                    {
+                        "record": record,
+                        "prompt": prompt,
+                        "variants": variants,
+                        "verdicts": verdicts,
+                        "seed": seed,
+                    }
+                )
                 for text in variants.values():
                     prompts.append(prompt)
                     answers.append(text)
@@ -205,7 +259,9 @@ def probe(
                 for row in rows:
                     for text in row["variants"].values():
                         rewards.append(
-                            python_scorer.score_with(row["prompt"], text, row["record"].data, row["seed"])
+                            python_scorer.score_with(
+                                row["prompt"], text, row["record"].data, row["seed"]
+                            )
                         )
             else:
                 rewards = scorer.score_many(prompts, answers)
@@ -271,7 +327,9 @@ def probe(
         "skipped": skipped,
         "unhacked": {
             "mean_reward": _mean([row["rewards"]["none"] for row in rows]),
-            "verifier_pass_rate": _mean([1.0 if row["verdicts"]["none"][0] else 0.0 for row in rows]),
+            "verifier_pass_rate": _mean(
+                [1.0 if row["verdicts"]["none"][0] else 0.0 for row in rows]
+            ),
         },
         "hacks": report_hacks,
         "flagged": [h["name"] for h in report_hacks if h["flagged"]],

@@ -184,7 +184,9 @@ class HTTPRewardModel:
         try:
             value = response.json()["reward"]
         except (ValueError, KeyError, TypeError):
-            raise InfraError(f"reward model {self.uri}: expected JSON {{'reward': number}}") from None
+            raise InfraError(
+                f"reward model {self.uri}: expected JSON {{'reward': number}}"
+            ) from None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InfraError(f"reward model {self.uri}: 'reward' is not a number")
         return _finite(float(value), self.uri)

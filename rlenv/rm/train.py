@@ -57,7 +57,9 @@ class PreferencePair:
     def key(self) -> str:
         """Content hash of (prompt, chosen, rejected): the pair's identity across files."""
         return sha256_bytes(
-            canonical_bytes({"prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected})
+            canonical_bytes(
+                {"prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
+            )
         )
 
 
@@ -123,7 +125,10 @@ def read_prefs(path: str | Path) -> list[PreferencePair]:
         prompt = data.get("prompt")
         if not (
             isinstance(prompt, str)
-            or (isinstance(prompt, list) and all(isinstance(m, dict) and "role" in m for m in prompt))
+            or (
+                isinstance(prompt, list)
+                and all(isinstance(m, dict) and "role" in m for m in prompt)
+            )
         ):
             raise _bad(where, "'prompt' must be a string or a list of {role, content} messages")
         for name in ("chosen", "rejected"):
@@ -132,8 +137,10 @@ def read_prefs(path: str | Path) -> list[PreferencePair]:
         if data["chosen"] == data["rejected"]:
             raise _bad(where, "'chosen' and 'rejected' are identical")
         margin = data.get("margin", 0.0)
-        if isinstance(margin, bool) or not isinstance(margin, int | float) or not math.isfinite(
-            margin
+        if (
+            isinstance(margin, bool)
+            or not isinstance(margin, int | float)
+            or not math.isfinite(margin)
         ):
             raise _bad(where, "'margin' must be a finite number")
         pair = PreferencePair(
@@ -143,7 +150,11 @@ def read_prefs(path: str | Path) -> list[PreferencePair]:
             rejected=data["rejected"],
             margin=float(margin),
             line=number,
-            extra={k: v for k, v in data.items() if k not in ("id", "prompt", "chosen", "rejected", "margin")},
+            extra={
+                k: v
+                for k, v in data.items()
+                if k not in ("id", "prompt", "chosen", "rejected", "margin")
+            },
         )
         raw_id = data.get("id")
         if raw_id is None:
@@ -156,7 +167,9 @@ def read_prefs(path: str | Path) -> list[PreferencePair]:
             raise _bad(where, f"duplicate pair id {pair_id!r} (first on line {seen[pair_id]})")
         seen[pair_id] = number
         pairs.append(
-            PreferencePair(pair_id, prompt, pair.chosen, pair.rejected, pair.margin, number, pair.extra)
+            PreferencePair(
+                pair_id, prompt, pair.chosen, pair.rejected, pair.margin, number, pair.extra
+            )
         )
     if not pairs:
         raise UserError("preference file has no pairs", where=str(path))
@@ -274,7 +287,9 @@ def write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_STORED) as archive:
         for name in sorted(arrays):
             member = io.BytesIO()
-            np.lib.format.write_array(member, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+            np.lib.format.write_array(
+                member, np.ascontiguousarray(arrays[name]), allow_pickle=False
+            )
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             info.external_attr = 0o644 << 16
             archive.writestr(info, member.getvalue())
@@ -327,7 +342,11 @@ def train(
 
     def score_rows(subset: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
         prompts = [p.prompt for p in subset]
-        options = {"length_feature": length_feature, "length_mean": length_mean, "length_std": length_std}
+        options = {
+            "length_feature": length_feature,
+            "length_mean": length_mean,
+            "length_std": length_std,
+        }
         chosen = features(prompts, [p.chosen for p in subset], **options)
         rejected = features(prompts, [p.rejected for p in subset], **options)
         return chosen, rejected

@@ -6,7 +6,7 @@ import json
 import math
 import re
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +50,7 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
-def normalise(text: str, steps: list[str]) -> str:
+def normalise(text: str, steps: Sequence[str]) -> str:
     for step in steps:
         if step == "lower":
             text = text.lower()
@@ -200,7 +200,11 @@ def _python(config: Verifier) -> Check:
         if isinstance(value, int | float):
             return float(value) >= 1.0, float(value), None
         if isinstance(value, tuple) and len(value) == 2:
-            return bool(value[0]), float(bool(value[0])), None if value[1] is None else str(value[1])
+            return (
+                bool(value[0]),
+                float(bool(value[0])),
+                None if value[1] is None else str(value[1]),
+            )
         if isinstance(value, dict) and "passed" in value:
             passed = bool(value["passed"])
             return passed, float(value.get("score", float(passed))), value.get("detail")

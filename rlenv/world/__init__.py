@@ -1,4 +1,4 @@
-"""The frozen world: replayed tool HTTP, refused network, frozen clock, seeded RNGs, snapshot copies.
+"""The frozen world: replayed tool HTTP, refused network, frozen clock, seeded RNGs, snapshots.
 
 Runs inside worker processes only, so its process-wide patches never touch the model endpoint.
 """

@@ -34,7 +34,7 @@ def normalise_url(uri: str) -> str:
 
 
 def canonical_body(body: bytes | str | None) -> bytes:
-    """JSON bodies compare by content (key order and spacing ignored), form bodies by sorted pairs."""
+    """JSON bodies compare by content (key order, spacing ignored); form bodies by sorted pairs."""
     if body is None:
         return b""
     raw = body.encode() if isinstance(body, str) else bytes(body)
@@ -75,7 +75,8 @@ def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
     try:
         loaded = FilesystemPersister.load_cassette(str(path), serializer=_serializer_for(path))
     except Exception as exc:  # vcrpy raises several kinds for unreadable files
-        raise SpecError(f"cassette cannot be read: {type(exc).__name__}: {exc}", where=str(path))
+        message = f"cassette cannot be read: {type(exc).__name__}: {exc}"
+        raise SpecError(message, where=str(path)) from None
     requests, responses = loaded[0], loaded[1]
     return list(zip(requests, responses, strict=False))
 
@@ -122,7 +123,9 @@ def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
     status = int(fallback.get("status", 200))
     return {
         "status": {"code": status, "message": "OK" if status < 400 else "Fallback"},
-        "headers": {"content-type": ["application/json" if not isinstance(body, str) else "text/plain"]},
+        "headers": {
+            "content-type": ["application/json" if not isinstance(body, str) else "text/plain"]
+        },
         "body": {"string": text.encode()},
     }
 
@@ -169,7 +172,9 @@ def make_replay_cassette_class() -> type:
 
         def play_response(self, request: Any) -> dict[str, Any]:
             outcome, response = self._lookup(request)
-            self.events.append(FixtureEvent(self.current or "?", outcome, request.method, request.uri))
+            self.events.append(
+                FixtureEvent(self.current or "?", outcome, request.method, request.uri)
+            )
             assert response is not None
             return response
 

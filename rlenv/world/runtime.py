@@ -18,16 +18,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, parse_arguments, rollout_loop, run_sync
+from rlenv.agent import (
+    RolloutTimeout,
+    ToolOutcome,
+    Trajectory,
+    parse_arguments,
+    rollout_loop,
+    run_sync,
+)
 from rlenv.canonical import canonical_bytes, directory_manifest
 from rlenv.errors import FixtureMiss, ModelOutputError
+from rlenv.grading import PENDING
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply, ModelRequest, import_ref
 from rlenv.rewards import RewardContext, build_reward_model
 from rlenv.seeding import derive_seed, seed_everything
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
-from rlenv.grading import PENDING
 from rlenv.world import netguard, snapshot
 from rlenv.world.replay import ToolIndex, make_replay_cassette_class
 from rlenv.world.scrub import Scrubber
@@ -152,7 +159,7 @@ class WorldRuntime:
         signal.signal(signal.SIGALRM, _alarm)
 
     def _enter_replay(self) -> None:
-        cassette_class = make_replay_cassette_class()
+        cassette_class: Any = make_replay_cassette_class()
         scrubber = build_scrubber(self.loaded)
         indexes = {}
         for tool in self.loaded.spec.tools:
@@ -180,7 +187,9 @@ class WorldRuntime:
     def sanitise(self, text: str) -> str:
         return text.replace(str(self.work_root), "<workdir>")
 
-    def call_tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+    def call_tool(
+        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
+    ) -> ToolOutcome:
         record = self.inputs[task.input_index]
         function = call.get("function") or {}
         name = function.get("name")
@@ -190,7 +199,9 @@ class WorldRuntime:
             arguments = parse_arguments(function.get("arguments", ""))
         except ValueError as exc:
             return ToolOutcome(f"error: {exc}", "none", False)
-        errors = sorted(self.tool_validators[name].iter_errors(arguments), key=lambda e: list(e.path))
+        errors = sorted(
+            self.tool_validators[name].iter_errors(arguments), key=lambda e: list(e.path)
+        )
         if errors:
             return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
         workdir = self.workdir_of(task)
@@ -251,13 +262,16 @@ class WorldRuntime:
                 if not late and self.config.defer_expensive:
                     results.append(_ungraded(config, PENDING))
                     continue
-                if not late and not sampled(self.loaded.spec.seed, input_id, task.rollout,
-                                            self.config.expensive_fraction):
+                if not late and not sampled(
+                    self.loaded.spec.seed, input_id, task.rollout, self.config.expensive_fraction
+                ):
                     results.append(_ungraded(config, SKIPPED))
                     continue
                 if self.cache is not None:
                     if content is None:
-                        content = rollout_hash(context.answer, context.messages, context.input, changes)
+                        content = rollout_hash(
+                            context.answer, context.messages, context.input, changes
+                        )
                     key = self.cache.key(self.identities[config.label], content)
                     cached = self.cache.get(key)
                     if cached is None:
@@ -277,7 +291,8 @@ class WorldRuntime:
         from rlenv.world.record import recording_cassette
 
         return recording_cassette(
-            Path(self.config.record_dir) / f"{name}.yaml", build_scrubber(self.loaded),
+            Path(self.config.record_dir) / f"{name}.yaml",
+            build_scrubber(self.loaded),
             record_errors=bool(self.loaded.spec.scrub and self.loaded.spec.scrub.record_errors),
         )
 
@@ -307,8 +322,10 @@ class WorldRuntime:
                 before = (self.cache.hits, self.cache.misses) if self.cache else (0, 0)
                 results = self.grade(context, task, record.id, changes)
                 if self.cache is not None:
-                    cache_counts = {"hits": self.cache.hits - before[0],
-                                    "misses": self.cache.misses - before[1]}
+                    cache_counts = {
+                        "hits": self.cache.hits - before[0],
+                        "misses": self.cache.misses - before[1],
+                    }
                 graded = [result for result in results if result["passed"] is not None]
                 passed = all(result["passed"] for result in graded)
                 if self.reward is not None:
@@ -379,13 +396,17 @@ class WorldRuntime:
         try:
             seed_everything(derive_seed(int(record["seed"]), "verifiers"))
             context = VerifierContext(
-                answer=record["answer"], messages=record["messages"], input=data,
-                workdir=workdir, seed=int(record["seed"]),
+                answer=record["answer"],
+                messages=record["messages"],
+                input=data,
+                workdir=workdir,
+                seed=int(record["seed"]),
             )
             graded = {
                 result["name"]: result
-                for result in self.grade(context, task, record["input_id"], record["world"],
-                                         only=pending, late=True)
+                for result in self.grade(
+                    context, task, record["input_id"], record["world"], only=pending, late=True
+                )
             }
         finally:
             os.chdir(previous)
@@ -452,7 +473,9 @@ class WorldRuntime:
                         rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
                     )
                 except PolicyCrash as exc:
-                    trajectory = Trajectory(messages=messages, status="policy_error", error=str(exc))
+                    trajectory = Trajectory(
+                        messages=messages, status="policy_error", error=str(exc)
+                    )
         except RolloutTimeout:
             trajectory = Trajectory(messages=messages, status="timeout", error="rollout timed out")
         finally:

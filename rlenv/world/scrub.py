@@ -74,7 +74,10 @@ class Scrubber:
         if parts.query:
             pairs = parse_qsl(parts.query, keep_blank_values=True)
             query = urlencode(
-                [(key, self._hide(value) if self.is_secret_name(key) else value) for key, value in pairs]
+                [
+                    (key, self._hide(value) if self.is_secret_name(key) else value)
+                    for key, value in pairs
+                ]
             )
         else:
             query = parts.query
@@ -83,9 +86,13 @@ class Scrubber:
     def json_value(self, value: Any) -> Any:
         if isinstance(value, dict):
             return {
-                key: (self._hide(str(item)) if self.is_secret_name(str(key))
-                      and isinstance(item, str | int) and item not in ("",)
-                      else self.json_value(item))
+                key: (
+                    self._hide(str(item))
+                    if self.is_secret_name(str(key))
+                    and isinstance(item, str | int)
+                    and item not in ("",)
+                    else self.json_value(item)
+                )
                 for key, item in value.items()
             }
         if isinstance(value, list):
@@ -108,8 +115,10 @@ class Scrubber:
             pairs = parse_qsl(text, keep_blank_values=True)
             if pairs:
                 scrubbed = urlencode(
-                    [(key, self._hide(value) if self.is_secret_name(key) else value)
-                     for key, value in pairs]
+                    [
+                        (key, self._hide(value) if self.is_secret_name(key) else value)
+                        for key, value in pairs
+                    ]
                 )
                 return scrubbed.encode() if isinstance(body, bytes) else scrubbed
         return body
@@ -190,8 +199,10 @@ def find_secrets(interactions: list[tuple[Any, dict[str, Any]]], scrubber: Scrub
             values = value if isinstance(value, list) else [value]
             if scrubber.is_secret_header(name) and any(str(v) != REDACTED for v in values):
                 found.append(f"{where}: response header {name}")
-        for label, body in (("request body", request.body),
-                            ("response body", (response.get("body") or {}).get("string"))):
+        for label, body in (
+            ("request body", request.body),
+            ("response body", (response.get("body") or {}).get("string")),
+        ):
             if not body:
                 continue
             text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
@@ -207,5 +218,7 @@ def find_secrets(interactions: list[tuple[Any, dict[str, Any]]], scrubber: Scrub
                         found.append(f"{where}: {label} field {key}={_mask(value)}")
             token = TOKEN_PATTERNS.search(text)
             if token:
-                found.append(f"{where}: {label} contains a token-like value {_mask(token.group(0))}")
+                found.append(
+                    f"{where}: {label} contains a token-like value {_mask(token.group(0))}"
+                )
     return found
