@@ -281,6 +281,22 @@ def grade(
     typer.echo(format_summary(result.summary, run_dir))
 
 
+@app.command()
+@handle_errors
+def init(
+    name: Annotated[str, typer.Argument(help="Env name (lower case, digits, underscores).")],
+    root: Annotated[Path, typer.Option(help="Project directory holding envs/ and fixtures/.")] = Path(
+        "."
+    ),
+) -> None:
+    """Scaffold a working env: spec, helper package and pinned inputs."""
+    from rlenv.scaffold import scaffold
+
+    for path in scaffold(name, root):
+        typer.echo(f"created {path}")
+    typer.echo(f"next: rlenv validate {root / 'envs' / (name + '.yaml')}")
+
+
 def _register_commands() -> None:
     """Commands that live in their own modules (rlenv/commands/NAME.py)."""
     from rlenv.commands import compare as compare_command

@@ -283,3 +283,16 @@ def test_help_and_no_progress_when_not_a_tty(tmp_path: Path) -> None:
     plain = cli("run", str(FILE_EDIT), "--out", str(tmp_path / "p"), "--limit", "1")
     assert plain.returncode == 0 and plain.stderr == ""
     assert "pass" in plain.stdout and "digest" in plain.stdout
+
+
+def test_init_scaffolds_a_working_env(tmp_path: Path) -> None:
+    created = cli("init", "arith", "--root", str(tmp_path))
+    assert created.returncode == 0, created.stderr
+    spec = tmp_path / "envs" / "arith.yaml"
+    assert cli("validate", str(spec)).returncode == 0
+    solved = _run(spec, tmp_path / "runs" / "a")
+    assert solved["pass_rate"]["value"] == 1.0
+    null = _run(spec, tmp_path / "runs" / "b", "--model", "python:arith_env.policies:null")
+    assert null["pass_rate"]["value"] == 0.0
+    again = cli("init", "arith", "--root", str(tmp_path))
+    assert again.returncode == 2 and "already exists; not overwriting it" in again.stderr

@@ -73,28 +73,29 @@ def gold(tmp_path: Path) -> Path:
     return answer
 
 
-def sandbox_uid_processes() -> set[int]:
-    """Host pids running as the sandbox uid (meaningful when the tests run as root)."""
-    found = set()
+def processes_marked(token: str) -> list[int]:
+    """Host pids whose command line or environment carries ``token`` (a run's own marker,
+    so sandboxes of other test sessions running at the same time do not count)."""
+    found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("Uid:") and line.split()[1] == str(SANDBOX_UID):
-                found.add(int(entry.name))
+        for name in ("cmdline", "environ"):
+            try:
+                if token.encode() in (entry / name).read_bytes():
+                    found.append(int(entry.name))
+                    break
+            except OSError:
+                continue
     return found
 
 
 @pytest.fixture
-def no_leftovers() -> Iterator[None]:
-    before = sandbox_uid_processes()
-    yield
-    if os.geteuid() == 0:
-        assert sandbox_uid_processes() <= before, "sandboxed processes outlived the run"
+def marker() -> Iterator[str]:
+    """A token the test puts on its sandboxed processes; none may outlive the run."""
+    token = f"rlenv-leftover-{secrets.token_hex(8)}"
+    yield token
+    assert processes_marked(token) == [], "sandboxed processes outlived the run"
 
 
 def py(source: str) -> str:
@@ -336,17 +337,16 @@ def test_escape_kill_the_parent(mechanism: str, workdir: Path) -> None:
 
 
 @needs_isolation
-def test_escape_bounded_fork_bomb(workdir: Path, no_leftovers: None) -> None:
+def test_escape_bounded_fork_bomb(workdir: Path, marker: str) -> None:
     verdict = attack(
-        """
-        import os, time
+        f"""
+        import os
         def attack():
             children = 0
             try:
                 while children < 5000:
                     if os.fork() == 0:
-                        time.sleep(120)
-                        os._exit(0)
+                        os.execv('/bin/sleep', [{marker!r}, '120'])
                     children += 1
             except OSError as exc:
                 print('forks', children, type(exc).__name__)
@@ -356,21 +356,17 @@ def test_escape_bounded_fork_bomb(workdir: Path, no_leftovers: None) -> None:
         MECHANISM,
     )
     forks = int(verdict["detail"].split("forks ")[1].split()[0])
-    assert forks < LIMITS.max_processes
+    assert 0 < forks < LIMITS.max_processes
 
 
 @needs_isolation
-def test_escape_classic_fork_bomb(workdir: Path, no_leftovers: None) -> None:
+def test_escape_classic_fork_bomb(workdir: Path, marker: str) -> None:
     limits = SandboxLimits(cpu_seconds=2, wall_seconds=3, memory_mb=256, max_processes=32)
+    bomb = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
     result = run_sandboxed(
-        [
-            sandbox_python(),
-            "-c",
-            "import os\nwhile True:\n    try:\n        os.fork()\n"
-            "    except OSError:\n        pass\n",
-        ],
-        workdir,
-        limits=limits,
+        [sandbox_python(), "-c", bomb], workdir, limits=limits, env={"MARK": marker}
     )
     assert result.returncode != 0
     assert result.killed_by in {"wall", "cpu"}, result
@@ -404,14 +400,27 @@ def test_escape_infinite_loop_hits_cpu_limit(mechanism: str, workdir: Path) -> N
 
 
 @needs_isolation
-def test_escape_sleep_forever_hits_wall_limit(workdir: Path, no_leftovers: None) -> None:
+def test_escape_sleep_forever_hits_wall_limit(workdir: Path, marker: str) -> None:
     limits = SandboxLimits(cpu_seconds=2, wall_seconds=2, memory_mb=256)
     verdict = attack(
-        "import time\ndef attack():\n    time.sleep(10 ** 6)\n", workdir, MECHANISM, limits=limits
+        f"""
+        import os, time
+        def attack():
+            if os.fork() == 0:
+                os.setsid()  # a daemon that tries to outlive the run
+                os.execv('/bin/sleep', [{marker!r}, '1000000'])
+            time.sleep(10 ** 6)
+        """,
+        workdir,
+        MECHANISM,
+        limits=limits,
     )
     assert "wall-clock" in verdict["detail"]
     result = run_sandboxed(
-        [sandbox_python(), "-c", "import time; time.sleep(10**6)"], workdir, limits=limits
+        [sandbox_python(), "-c", "import time; time.sleep(10**6)"],
+        workdir,
+        limits=limits,
+        env={"MARK": marker},
     )
     assert result.timed_out is True
     assert result.killed_by == "wall"
