@@ -285,9 +285,9 @@ def grade(
 @handle_errors
 def init(
     name: Annotated[str, typer.Argument(help="Env name (lower case, digits, underscores).")],
-    root: Annotated[Path, typer.Option(help="Project directory holding envs/ and fixtures/.")] = Path(
-        "."
-    ),
+    root: Annotated[
+        Path, typer.Option(help="Project directory holding envs/ and fixtures/.")
+    ] = Path("."),
 ) -> None:
     """Scaffold a working env: spec, helper package and pinned inputs."""
     from rlenv.scaffold import scaffold

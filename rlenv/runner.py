@@ -381,7 +381,10 @@ def world_modes() -> dict[str, str]:
     from rlenv.executor import network_guard_mode
     from rlenv.sandbox import faketime_library
 
+    from rlenv.sandbox import probe_mechanism
+
     return {
+        "sandbox": probe_mechanism(),
         "network_guard": network_guard_mode(False),
         "subprocess_clock": "libfaketime" if faketime_library() else "real",
         "python_clock": "freezegun",

@@ -71,6 +71,8 @@ class Verifier(Strict):
         "json_schema",
         "python",
         "file_state",
+        "python_tests",
+        "program_cases",
     ]
     name: str | None = None
     # what to check against: a literal, or a field of the input record
@@ -110,6 +112,11 @@ class Verifier(Strict):
             if getattr(self, field) is None:
                 shown = field.rstrip("_")
                 raise ValueError(f"verifier of type {self.type!r} needs '{shown}'")
+        if self.type in ("python_tests", "program_cases") and self.expected_field is None:
+            raise ValueError(
+                f"verifier of type {self.type!r} needs 'expected_field' (the input field with the"
+                " tests or cases)"
+            )
         if self.type == "file_state" and self.path is None and self.path_field is None:
             raise ValueError("verifier of type 'file_state' needs 'path' or 'path_field'")
         if self.type in ("exact_match", "numeric") and (

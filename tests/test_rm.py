@@ -121,11 +121,21 @@ def test_eval_on_heldout_pairs(trained: Path) -> None:
     assert counter["short_but_good"]["n"] > 0
     assert report["seen_in_training"] == 0
     assert set(report["by_type"]) >= {"dont_know", "refusal", "off_topic", "wrong_entity"}
-    on_train = evaluate(f"rm:{trained}", PREFS_TRAIN)
-    assert (
-        on_train["seen_in_training"]
-        == json.loads((trained / "manifest.json").read_text())["split"]["train"]["n"]
-    )
+
+
+@needs_embeddings
+def test_eval_warns_about_pairs_the_model_trained_on(trained: Path, tmp_path: Path) -> None:
+    from rlenv.rm.evaluate import evaluate, format_report
+
+    manifest = json.loads((trained / "manifest.json").read_text())
+    train_ids = set(manifest["split"]["train"]["ids"])
+    lines = PREFS_TRAIN.read_text().splitlines()[:12]
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text("\n".join(lines) + "\n")
+    report = evaluate(f"rm:{trained}", sample)
+    expected = sum(json.loads(line)["id"] in train_ids for line in lines)
+    assert 0 < expected and report["seen_in_training"] == expected
+    assert "not a held-out figure" in format_report(report)
 
 
 def test_calibration_bins_and_ties() -> None:
@@ -385,7 +395,7 @@ class _RewardHandler(BaseHTTPRequestHandler):
 @pytest.fixture
 def reward_server() -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _RewardHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     _RewardHandler.seen = []
     yield f"http://127.0.0.1:{server.server_address[1]}/reward"

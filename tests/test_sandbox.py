@@ -17,7 +17,6 @@ import pytest
 
 from rlenv import sandbox
 from rlenv.sandbox import (
-    SANDBOX_UID,
     SandboxLimits,
     probe_mechanism,
     run_program_cases,

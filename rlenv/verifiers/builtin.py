@@ -26,6 +26,7 @@ class VerifierContext:
     input: dict[str, Any]
     workdir: Path
     seed: int
+    frozen_time: str | None = None
 
 
 @dataclass
@@ -240,6 +241,38 @@ def _file_state(config: Verifier) -> Check:
     return check
 
 
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+
+
+def extract_code(answer: str | None) -> str:
+    """The first fenced code block of an answer, or the whole answer."""
+    found = _CODE_BLOCK.search(answer or "")
+    return found.group(1) if found else (answer or "")
+
+
+def _sandboxed(config: Verifier) -> Check:
+    """Run the model's code in the sandbox (bubblewrap, else unshare + rlimits) against the
+    input's tests or cases: no network, read-only system, writable only in the rollout's copy."""
+    from rlenv import sandbox
+
+    limit_names = {"cpu_seconds", "wall_seconds", "memory_mb", "file_size_mb", "max_processes"}
+    unknown = sorted(set(config.options) - limit_names)
+    if unknown:
+        raise UserError(f"verifier {config.label!r}: unknown sandbox option(s) {unknown}")
+
+    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+        limits = sandbox.SandboxLimits(frozen_time=context.frozen_time, **config.options)
+        material = _expected(config, context)
+        code = extract_code(context.answer)
+        if config.type == "python_tests":
+            outcome = sandbox.run_python_tests(code, str(material), context.workdir, limits)
+        else:
+            outcome = sandbox.run_program_cases(code, list(material), context.workdir, limits)
+        return bool(outcome["passed"]), float(outcome["score"]), outcome.get("detail")
+
+    return check
+
+
 _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "exact_match": _exact,
     "regex": _regex,
@@ -248,6 +281,8 @@ _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "json_schema": _json_schema,
     "python": _python,
     "file_state": _file_state,
+    "python_tests": _sandboxed,
+    "program_cases": _sandboxed,
 }
 
 

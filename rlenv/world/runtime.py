@@ -301,6 +301,7 @@ class WorldRuntime:
         record = self.inputs[task.input_index]
         seed = self.seed_of(task)
         workdir = self.workdir_of(task)
+        spec_time = self.loaded.spec.time.isoformat()
         previous = os.getcwd()
         os.chdir(workdir)
         try:
@@ -316,6 +317,7 @@ class WorldRuntime:
                     input=record.data,
                     workdir=workdir,
                     seed=seed,
+                    frozen_time=spec_time,
                 )
                 seed_everything(derive_seed(seed, "verifiers"))
                 changes = snapshot.changes(self.snapshot_manifest, workdir)
@@ -401,6 +403,7 @@ class WorldRuntime:
                 input=data,
                 workdir=workdir,
                 seed=int(record["seed"]),
+                frozen_time=self.loaded.spec.time.isoformat(),
             )
             graded = {
                 result["name"]: result
@@ -485,15 +488,14 @@ class WorldRuntime:
 
 def _freeze_subprocess_clock(instant: str) -> str:
     """Subprocesses a tool starts read the spec's instant too (libfaketime), when installed."""
-    from rlenv.sandbox import faketime_library, faketime_string
+    from rlenv.sandbox import faketime_env
 
-    library = faketime_library()
-    if library is None:
+    variables = faketime_env(instant, "UTC")
+    if not variables:
         return "real (libfaketime not installed)"
-    os.environ["LD_PRELOAD"] = library
-    os.environ["FAKETIME"] = faketime_string(instant, "UTC")
-    os.environ["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
-    os.environ["DONT_FAKE_MONOTONIC"] = "1"
+    if os.environ.get("PYTHONPATH"):  # keep the caller's path after the sleep fix
+        variables["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
+    os.environ.update(variables)
     return "libfaketime"
 
 
