@@ -379,9 +379,7 @@ def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
 def world_modes() -> dict[str, str]:
     """Which isolation mechanisms were in force (not part of the digest)."""
     from rlenv.executor import network_guard_mode
-    from rlenv.sandbox import faketime_library
-
-    from rlenv.sandbox import probe_mechanism
+    from rlenv.sandbox import faketime_library, probe_mechanism
 
     return {
         "sandbox": probe_mechanism(),

@@ -36,7 +36,7 @@ rollouts: 2
 limits: {{max_turns: 4, timeout_s: 30}}
 """
 
-TOOLS = '''"""Tools of the {name} env: `def tool(args: dict, ctx) -> JSON value`, run in the frozen world."""
+TOOLS = '''"""Tools of the {name} env: `def tool(args: dict, ctx) -> JSON value` (frozen world)."""
 
 from typing import Any
 
@@ -45,7 +45,7 @@ def add(args: dict[str, Any], ctx: Any) -> int:
     return int(args["a"]) + int(args["b"])
 '''
 
-POLICIES = '''"""Policies of the {name} env: `def policy(messages, tools, ctx) -> str | assistant message`."""
+POLICIES = '''"""Policies of the {name} env: `def policy(messages, tools, ctx) -> str | message`."""
 
 import json
 import re
@@ -58,7 +58,8 @@ def baseline(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: A
         return messages[-1]["content"]
     a, b = (int(n) for n in re.findall(r"-?\\d+", messages[-1]["content"])[:2])
     call = {{"name": "add", "arguments": json.dumps({{"a": a, "b": b}})}}
-    return {{"content": None, "tool_calls": [{{"id": "call_0", "type": "function", "function": call}}]}}
+    calls = [{{"id": "call_0", "type": "function", "function": call}}]
+    return {{"content": None, "tool_calls": calls}}
 
 
 def null(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any) -> str:

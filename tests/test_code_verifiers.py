@@ -13,8 +13,10 @@ from tests.conftest import EnvBuilder, cli, read_jsonl
 ANSWERS = {
     "good": "def add(a, b):\n    return a + b\n",
     "wrong": "def add(a, b):\n    return a - b\n",
-    "peek": "import pathlib\nGOLD = pathlib.Path({gold!r}).read_text()\ndef add(a, b):\n    return a + b\n",
-    "net": "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\ndef add(a, b):\n    return a + b\n",
+    "peek": "import pathlib\nGOLD = pathlib.Path({gold!r}).read_text()\n"
+    "def add(a, b):\n    return a + b\n",
+    "net": "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+    "def add(a, b):\n    return a + b\n",
     "loop": "while True:\n    pass\n",
 }
 
