@@ -45,6 +45,21 @@ RLENV = BIN / "rlenv"
 INSPECT_VENV = Path(os.environ.get("INSPECT_VENV", "/tmp/venv-inspect"))
 FAKE_URL = "http://lookup.bench.invalid/v1/lookup"
 
+# Measured runs use a bytecode cache, as an installed package does. This sandbox exports
+# PYTHONDONTWRITEBYTECODE=1, which would make every run compile rlenv from source; the cache goes
+# to a prefix directory so the work tree gets no __pycache__ folders. The first run warms it.
+PYCACHE = Path(tempfile.gettempdir()) / "rlenv-bench-pycache"
+BENCH_ENV: dict[str, str | None] = {
+    "PYTHONDONTWRITEBYTECODE": None,
+    "PYTHONPYCACHEPREFIX": str(PYCACHE),
+}
+
+
+def bench_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
+    """This process's environment with BENCH_ENV and `extra` applied (None removes a variable)."""
+    merged: dict[str, str | None] = {**os.environ, **BENCH_ENV, **(extra or {})}
+    return {key: value for key, value in merged.items() if value is not None}
+
 
 # -- process tree measurement --------------------------------------------------------------
 
@@ -144,7 +159,7 @@ def measure(
     command: Sequence[str],
     *,
     cwd: Path | None = None,
-    env: dict[str, str] | None = None,
+    env: dict[str, str | None] | None = None,
     interval: float = 0.02,
     pss: bool = True,
     timeout: float = 600.0,
@@ -152,7 +167,7 @@ def measure(
     """Run a command to completion; wall time and memory of its whole process tree."""
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
-    merged = {**os.environ, **(env or {})}
+    merged = bench_env(env)
     peaks: dict[int, int] = {}
     peak_pss = 0
     done = threading.Event()
@@ -168,7 +183,7 @@ def measure(
             pss_total = 0
             for pid in _tree(process.pid):
                 status = _status_kib(pid)
-                if status is None:
+                if status is None or status[0] == 0:  # zombie, or not yet exec'd
                     continue
                 peaks[pid] = max(peaks.get(pid, 0), status[0])
                 if pss:
@@ -511,5 +526,97 @@ def header(title: str) -> None:
     print()
 
 
-if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "_serve":
-    _serve(float(sys.argv[2]), Path(sys.argv[3]))
+# -- profiles (printed when a target is missed) ------------------------------------------------
+
+
+def format_profile(profile: Any, top: int, title: str) -> str:
+    """Top entries of a cProfile run by own time and by cumulative time, paths shortened."""
+    import pstats
+
+    stats = pstats.Stats(profile)
+    entries = []
+    for (filename, line, function), (_, calls, own, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        where = filename
+        for marker in ("site-packages/", "lib/python3.11/", str(ROOT) + "/"):
+            if marker in where:
+                where = where.split(marker, 1)[1]
+                break
+        label = f"{where}:{line}({function})" if line else function
+        entries.append((own, cumulative, calls, label))
+    lines = [f"{title}: top {top} by own time"]
+    lines.append(f"  {'own s':>8} {'cum s':>8} {'calls':>9}  function")
+    for own, cumulative, calls, label in sorted(entries, reverse=True)[:top]:
+        lines.append(f"  {own:8.3f} {cumulative:8.3f} {calls:9d}  {label}")
+    lines.append(f"{title}: top {top} by cumulative time")
+    lines.append(f"  {'own s':>8} {'cum s':>8} {'calls':>9}  function")
+    for own, cumulative, calls, label in sorted(entries, key=lambda e: -e[1])[:top]:
+        lines.append(f"  {own:8.3f} {cumulative:8.3f} {calls:9d}  {label}")
+    return "\n".join(lines)
+
+
+def profile_command(kind: str, *args: str) -> list[str]:
+    """A command line that profiles part of rlenv in a fresh interpreter (see `_profile_*`)."""
+    return [sys.executable, __file__, f"_profile_{kind}", *args]
+
+
+def _profile_orchestrator(spec: str, limit: int, top: int) -> None:
+    """cProfile of `rlenv.runner.run(..., concurrency=1)` in this process (workers not profiled)."""
+    import cProfile
+
+    from rlenv.runner import run
+
+    out = Path(tempfile.mkdtemp(prefix="bench-prof-")) / "run"
+    profile = cProfile.Profile()
+    started = time.perf_counter()
+    profile.enable()
+    run(spec, out=out, limit=limit, concurrency=1)
+    profile.disable()
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(out.parent, ignore_errors=True)
+    print(f"orchestrator: rlenv.runner.run(limit={limit}, concurrency=1) took {elapsed:.1f}s"
+          " under cProfile (time waiting for the worker shows as epoll/lock waits)")
+    print(format_profile(profile, top, "orchestrator"))
+
+
+def _profile_worker(spec: str, model: str, count: int, top: int) -> None:
+    """cProfile of a frozen-world worker in this process: its start, then `count` rollouts."""
+    import cProfile
+    import resource
+
+    clock = time.perf_counter  # kept before freezegun replaces time.perf_counter
+    from rlenv.world.runtime import RolloutTask, WorkerConfig, WorldRuntime
+
+    work = Path(tempfile.mkdtemp(prefix="bench-worker-"))
+    config = WorkerConfig(spec_path=spec, work_root=str(work), model_uri=model)
+    profile = cProfile.Profile()
+    started = clock()
+    profile.enable()
+    runtime = WorldRuntime(config)
+    profile.disable()
+    init = clock() - started
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"worker start (WorldRuntime.__init__): {init:.2f}s, peak RSS after start {rss:.0f} MB")
+    print(format_profile(profile, top, "worker start"))
+    profile = cProfile.Profile()
+    total = len(runtime.inputs)
+    started = clock()
+    profile.enable()
+    for number in range(count):
+        runtime.run_rollout(RolloutTask(number % total, number // total))
+    profile.disable()
+    elapsed = clock() - started
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"worker: {count} rollouts in {elapsed:.2f}s under cProfile"
+          f" ({elapsed / count * 1000:.2f} ms each), peak RSS {rss:.0f} MB")
+    print(format_profile(profile, top, "worker rollouts"))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1].startswith("_"):
+    _command, _args = sys.argv[1], sys.argv[2:]
+    if _command == "_serve":
+        _serve(float(_args[0]), Path(_args[1]))
+    elif _command == "_profile_orchestrator":
+        _profile_orchestrator(_args[0], int(_args[1]), int(_args[2]))
+    elif _command == "_profile_worker":
+        _profile_worker(_args[0], _args[1], int(_args[2]), int(_args[3]))

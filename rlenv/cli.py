@@ -304,6 +304,11 @@ def _register_commands() -> None:
 
     report_command.register(app)
     compare_command.register(app)
+    from rlenv.commands import probe as probe_command
+    from rlenv.commands import rm as rm_command
+
+    rm_command.register(app)
+    probe_command.register(app)
 
 
 _register_commands()

@@ -26,10 +26,33 @@ class RewardContext:
 RewardFunction = Callable[[RewardContext], float]
 
 
-def build_reward_model(config: RewardModel | None) -> RewardFunction | None:
-    """Resolve the spec's reward model to a callable; None when the spec has none."""
+def build_reward_model(
+    config: RewardModel | None, root: Path | None = None
+) -> RewardFunction | None:
+    """Resolve the spec's reward model to a callable; None when the spec has none.
+
+    A ``uri`` is checked now (its files must exist) but loaded on the first score, so
+    validating a spec never loads an embedding model or a checkpoint.
+    """
     if config is None:
         return None
+    if config.uri is not None:
+        from rlenv.rm.score import load_reward_model, reward_model_files
+
+        uri = config.uri
+        reward_model_files(uri, root)
+        loaded: list[Any] = []
+
+        def score_uri(context: RewardContext) -> float:
+            if not loaded:
+                loaded.append(load_reward_model(uri, root))
+            value = float(loaded[0](context.prompt, context.answer or ""))
+            if not math.isfinite(value):
+                raise ValueError(f"reward model returned {value}")
+            return value
+
+        return score_uri
+    assert config.function is not None
     function = import_ref(config.function, what="reward_model.function")
     if not callable(function):
         raise UserError(f"reward_model.function: {config.function} is not callable")

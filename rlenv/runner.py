@@ -57,7 +57,21 @@ def prepare(spec_path: str | Path, *, recording: bool = False) -> Prepared:
     hashes = check_files(loaded, cassettes=not recording)
     inputs = load_inputs(loaded.inputs_path)
     _check_importable(loaded, cassettes=not recording)
-    return Prepared(loaded, hashes, fingerprint(loaded, hashes), inputs)
+    from rlenv.rm.leakage import enforce_leakage
+
+    warnings = enforce_leakage(loaded)
+    return Prepared(loaded, hashes, fingerprint(loaded, hashes), inputs, warnings)
+
+
+def _reward_endpoints(loaded: LoadedSpec) -> list[tuple[str, int]]:
+    """An HTTP reward model is scored inside the frozen world: let its host through."""
+    from urllib.parse import urlsplit
+
+    uri = getattr(loaded.spec.reward_model, "uri", None) or ""
+    if not uri.startswith(("http://", "https://")):
+        return []
+    parts = urlsplit(uri)
+    return [(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))]
 
 
 def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
@@ -77,7 +91,7 @@ def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
             if cassette is not None and cassettes:
                 _refuse_secrets(loaded, index, cassette)
         build_verifiers(list(loaded.spec.verifiers))
-        build_reward_model(loaded.spec.reward_model)
+        build_reward_model(loaded.spec.reward_model, loaded.root)
     finally:
         for entry in added:
             if entry in sys.path:
@@ -207,7 +221,8 @@ def run(
             spec_path=str(prepared.loaded.path),
             work_root=str(work_root),
             model_uri=provider.uri if provider.in_world else None,
-            allowed_endpoints=list(getattr(provider, "endpoints", lambda: [])()),
+            allowed_endpoints=list(getattr(provider, "endpoints", lambda: [])())
+            + _reward_endpoints(prepared.loaded),
             live_tools=record_dir is not None,
             record_dir=str(record_dir) if record_dir is not None else None,
             expensive_fraction=expensive_fraction,

@@ -133,11 +133,31 @@ class Verifier(Strict):
 
 
 class RewardModel(Strict):
-    """The second stage: a held-out reward model scoring each rollout after the verifiers."""
+    """The second stage: a held-out reward model scoring each rollout after the verifiers.
 
-    type: Literal["python"] = "python"
-    function: str = Field(pattern=IMPORT_REF)
+    Either ``uri`` (``rm:DIR`` from `rlenv rm train`, ``hf-rm:DIR``, ``http(s)://URL``;
+    directories relative to the spec) or a python ``function``. ``train_data`` pins the
+    preference pairs the reward model was trained on; validate/run then check that no held-out
+    input appears in them, nor in ``training_prompts`` (the policy's RL prompts), and that the
+    pairs' prompts are not in ``training_pairs`` (the training reward model's preferences).
+    """
+
+    type: Literal["python", "uri"] | None = None
+    uri: str | None = Field(None, pattern=r"^(rm:|hf-rm:|https?://)\S+$")
+    function: str | None = Field(None, pattern=IMPORT_REF)
     options: dict[str, Any] = Field(default_factory=dict)
+    train_data: FileRef | None = None
+    training_prompts: FileRef | None = None
+    training_pairs: FileRef | None = None
+    on_leak: Literal["error", "warn"] = "error"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RewardModel:
+        if (self.uri is None) == (self.function is None):
+            raise ValueError("reward_model needs exactly one of 'uri' or 'function'")
+        if self.type is not None and self.type != ("uri" if self.uri else "python"):
+            raise ValueError(f"reward_model.type {self.type!r} does not match uri/function")
+        return self
 
 
 class Scrub(Strict):
@@ -386,6 +406,28 @@ def check_files(loaded: LoadedSpec, *, cassettes: bool = True) -> dict[str, str]
                 where=str(loaded.path),
             )
         hashes[f"tools.{tool.name}.cassette"] = actual
+    reward = spec.reward_model
+    if reward is not None and reward.uri is not None:
+        from rlenv.rm.score import reward_model_files
+
+        hashes.update(reward_model_files(reward.uri, loaded.root))
+    for name in ("train_data", "training_prompts", "training_pairs"):
+        ref = getattr(reward, name, None)
+        if ref is None:
+            continue
+        path = loaded.resolve(ref.path)
+        if not path.is_file():
+            raise SpecError(
+                f"reward_model.{name}.path: file not found: {path}", where=str(loaded.path)
+            )
+        actual = sha256_file(path)
+        if ref.sha256 and actual != ref.sha256:
+            raise SpecError(
+                f"reward_model.{name}.sha256: hash mismatch for {path.name}: pinned"
+                f" {ref.sha256[:12]}…, file has {actual}",
+                where=str(loaded.path),
+            )
+        hashes[f"reward_model.{name}"] = actual
     return hashes
 
 

@@ -46,6 +46,7 @@ def _copy_search_env(tmp_path: Path) -> Path:
     document = yaml.safe_load((ROOT / "envs/search.yaml").read_text())
     document["inputs"]["path"] = str(ROOT / "fixtures/search/questions.jsonl")
     document["tools"][0]["cassette"] = {"path": "cassettes/search.yaml"}
+    document.pop("reward_model")  # recording is about the tool; keep the copy light
     spec = env_dir / "search.yaml"
     spec.write_text(yaml.safe_dump(document, sort_keys=False))
     return spec

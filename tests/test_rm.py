@@ -134,7 +134,7 @@ def test_eval_warns_about_pairs_the_model_trained_on(trained: Path, tmp_path: Pa
     sample.write_text("\n".join(lines) + "\n")
     report = evaluate(f"rm:{trained}", sample)
     expected = sum(json.loads(line)["id"] in train_ids for line in lines)
-    assert 0 < expected and report["seen_in_training"] == expected
+    assert expected > 0 and report["seen_in_training"] == expected
     assert "not a held-out figure" in format_report(report)
 
 

@@ -6,13 +6,15 @@ Built from ``train_questions.jsonl`` and the corpus only -- never from the held-
 ``prefs_train.jsonl`` and the other 12 feed ``prefs_heldout.jsonl``, so the held-out pairs ask
 about facts the reward model never saw.
 
-Chosen answers are correct: the gold answer bare or wrapped, an alias, or a sentence stating the
-fact. Rejected answers are "I don't know", refusals, an answer of the wrong type ("Fenn Serkick"
-to a "when" question), an answer from a distractor document about the same entity (the guild's
-founding year for the town's), or a correct answer to a different question. Chosen is sometimes
-the longer and sometimes the shorter of the two, so length alone does not separate them. Each
-pair records its ``type`` (the kind of rejected answer) and the ``core`` of the chosen answer
-(the gold answer, used by ``rlenv rm eval`` for short-but-good counterexamples).
+Chosen answers are correct: the gold answer bare or wrapped ("The answer is 1779."), an
+alias, or a sentence stating the fact, sometimes long. Rejected answers are "I don't know"
+(``dont_know``), refusals (``refusal``), the correct answer to a different question
+(``off_topic``), a sentence from a distractor document about the same entity (``wrong_entity``:
+"The Nimstead Coopers Guild was founded in 1464 by Ivo Zaswell.") or a value taken from it
+(``wrong_value``: "The answer is 1464." -- often of the right type, so only the corpus could tell
+it apart). A seeded coin makes chosen the longer answer in some pairs and the shorter in others,
+so length alone does not separate them. Each pair records its ``type`` and the ``core`` of the
+chosen answer (the gold answer, used by ``rlenv rm eval`` for short-but-good counterexamples).
 
     python envs/search_env/make_prefs.py [--seed N] [--out fixtures/search] [--train-rm]
 

@@ -46,15 +46,17 @@ def register(app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Train a linear Bradley-Terry head on frozen all-MiniLM-L6-v2 embeddings."""
+        from rlenv.rm.train import DEFAULT_EPOCHS, DEFAULT_L2
         from rlenv.rm.train import train as train_rm
 
-        options: dict[str, float | int] = {}
-        if epochs is not None:
-            options["epochs"] = epochs
-        if l2 is not None:
-            options["l2"] = l2
         result = train_rm(
-            prefs, out, seed=seed, holdout=holdout, length_feature=length_feature, **options
+            prefs,
+            out,
+            seed=seed,
+            holdout=holdout,
+            epochs=DEFAULT_EPOCHS if epochs is None else epochs,
+            l2=DEFAULT_L2 if l2 is None else l2,
+            length_feature=length_feature,
         )
         manifest = result.manifest
         if as_json:

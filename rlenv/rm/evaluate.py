@@ -70,7 +70,11 @@ def calibration(deltas: Sequence[float], bins: int = ECE_BINS) -> dict[str, Any]
     for b in range(bins):
         members = index == b
         count = int(members.sum())
-        row: dict[str, Any] = {"lo": float(edges[b]), "hi": float(edges[b + 1]), "n": count}
+        row: dict[str, Any] = {
+            "lo": round(float(edges[b]), 6),
+            "hi": round(float(edges[b + 1]), 6),
+            "n": count,
+        }
         if count:
             accuracy = float(correct[members].mean())
             mean_confidence = float(confidence[members].mean())

@@ -191,9 +191,9 @@ def probe(
         raise UserError(f"unknown hack(s) {', '.join(unknown)}; known: {', '.join(HACKS)}")
     field = gold_field(loaded)
     records = load_inputs(loaded.inputs_path)
-    usable = [(r, _gold_text(r.data.get(field))) for r in records]
-    skipped = [r.id for r, gold in usable if gold is None]
-    usable = [(r, gold) for r, gold in usable if gold is not None]
+    golds = [(r, _gold_text(r.data.get(field))) for r in records]
+    skipped = [r.id for r, gold in golds if gold is None]
+    usable = [(r, gold) for r, gold in golds if gold is not None]
     if not usable:
         raise UserError(
             f"no held-out input has a gold '{field}' field to probe with",
@@ -373,8 +373,9 @@ def format_report(report: dict[str, Any]) -> str:
         lines.append(f"skipped {len(report['skipped'])} inputs without a gold answer")
     if report["exported"]:
         lines.append(
-            f"wrote {report['exported']['pairs']} counterexample pairs to {report['exported']['file']}"
-            " (built from held-out inputs: do not train the held-out reward model on them)"
+            f"wrote {report['exported']['pairs']} counterexample pairs to"
+            f" {report['exported']['file']} (built from held-out inputs: do not train the held-out"
+            " reward model on them)"
         )
     flagged = report["flagged"]
     lines.append(f"flagged: {', '.join(flagged)}" if flagged else "flagged: none")

@@ -254,7 +254,7 @@ def fit_bradley_terry(
     """
     n, d = deltas.shape
     rng = np.random.default_rng(seed)
-    weights = rng.normal(0.0, 0.01, size=d)
+    weights = np.asarray(rng.normal(0.0, 0.01, size=d), dtype=np.float64)
     lipschitz = float(np.linalg.norm(deltas, 2)) ** 2 / (4.0 * n) + l2
     step = 1.0 / lipschitz
     previous = weights.copy()
@@ -342,13 +342,16 @@ def train(
 
     def score_rows(subset: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
         prompts = [p.prompt for p in subset]
-        options = {
-            "length_feature": length_feature,
-            "length_mean": length_mean,
-            "length_std": length_std,
-        }
-        chosen = features(prompts, [p.chosen for p in subset], **options)
-        rejected = features(prompts, [p.rejected for p in subset], **options)
+        chosen, rejected = (
+            features(
+                prompts,
+                answers,
+                length_feature=length_feature,
+                length_mean=length_mean,
+                length_std=length_std,
+            )
+            for answers in ([p.chosen for p in subset], [p.rejected for p in subset])
+        )
         return chosen, rejected
 
     chosen, rejected = score_rows(train_pairs)

@@ -138,7 +138,7 @@ class WorldRuntime:
                 self.identities[verifier_config.label] = verifier_identity(
                     verifier_config, sources.get(module)
                 )
-        self.reward = build_reward_model(spec.reward_model)
+        self.reward = build_reward_model(spec.reward_model, self.loaded.root)
         snapshot_path = self.loaded.snapshot_path
         self.snapshot_path = snapshot_path
         self.snapshot_manifest = directory_manifest(snapshot_path) if snapshot_path else []

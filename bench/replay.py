@@ -1,0 +1,200 @@
+"""Replay lookups through rlenv's cassette index: 10 000 interactions, 10 000 requests.
+
+In-process, as a frozen-world worker does it (WorldRuntime._enter_replay): load the cassette
+into `rlenv.world.replay.ToolIndex`, enter the vcrpy `ReplayCassette` class, then send 10 000
+real httpx requests that vcrpy intercepts and answers from the index. Reported separately:
+
+- cassette load: vcrpy's YAML load of the file, and building the index (a key per interaction);
+- index matching: `ToolIndex.key_for` + dict lookup for 10 000 requests, without httpx/vcrpy;
+- end to end: 10 000 `httpx.Client.post` calls through vcrpy and the index (every answer is
+  checked against the one recorded for that request);
+- httpx alone: the same calls answered by an `httpx.MockTransport` (client overhead floor).
+
+Target: the 10 000 lookups' matching cost well under a second. For contrast, vcrpy's own
+Cassette with match_on=[method, uri, body] (scans every interaction per request), timed on a
+sample of lookups against 250 and 1 000 interactions and extrapolated.
+Run: `.venv/bin/python bench/replay.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+TARGET_S = 0.5  # "well under a second" for 10 000 lookups' matching, read as: at most half
+
+
+def vcr_request(index: int) -> Any:
+    """The vcrpy Request the httpx stub builds for lookup `index` (same body and headers)."""
+    from vcr.request import Request
+
+    body = json.dumps({"term": common.input_key(index)}, separators=(",", ":")).encode()
+    headers = {"host": "lookup.bench.invalid", "content-type": "application/json",
+               "content-length": str(len(body)), "accept": "*/*"}
+    return Request("POST", common.FAKE_URL, body, headers)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer vcrpy contrast lookups")
+    args = parser.parse_args()
+    count = 10000
+    vcr_samples = 20 if args.quick else 100
+    common.header("replay: rlenv cassette index vs vcrpy matching")
+
+    import httpx
+    import vcr
+
+    from rlenv.world.replay import ToolIndex, load_interactions, make_replay_cassette_class
+    from rlenv.world.scrub import Scrubber
+
+    rows: list[list[str]] = []
+    with common.temp_dir("bench-replay-") as root:
+        cassette = common.write_cassette(root / "lookup.yaml", count)
+        size_mb = cassette.stat().st_size / 1e6
+
+        # -- cassette load, split into vcrpy's YAML load and the index build
+        started = time.perf_counter()
+        interactions = load_interactions(cassette)
+        parsed = time.perf_counter() - started
+        index = ToolIndex("lookup", None, Scrubber())
+        started = time.perf_counter()
+        for request, response in interactions:
+            index.responses.setdefault(index.key_for(request), response)
+        built = time.perf_counter() - started
+        del interactions
+        started = time.perf_counter()
+        index = ToolIndex("lookup", cassette, Scrubber()).load()
+        loaded = time.perf_counter() - started
+        assert len(index.responses) == count, "distinct interactions collapsed in the index"
+        rows.append(["cassette load: vcrpy YAML load", f"{count}", f"{parsed:.3f}", ""])
+        rows.append(["cassette load: index build (key per interaction)", f"{count}",
+                     f"{built:.3f}", f"{built / count * 1e6:.1f}"])
+        rows.append(["cassette load: ToolIndex.load() total", f"{count}", f"{loaded:.3f}", ""])
+
+        # -- index matching alone
+        requests = [vcr_request(number) for number in range(count)]
+        started = time.perf_counter()
+        found = [index.responses.get(index.key_for(request)) for request in requests]
+        matching = time.perf_counter() - started
+        assert all(response is not None for response in found), "index lookup missed"
+        started = time.perf_counter()
+        keys = [index.key_for(request) for request in requests]
+        keying = time.perf_counter() - started
+        started = time.perf_counter()
+        for key in keys:
+            index.responses.get(key)
+        dict_only = time.perf_counter() - started
+        rows.append(["index matching: key_for + dict get", f"{count}", f"{matching:.3f}",
+                     f"{matching / count * 1e6:.1f}"])
+        rows.append(["  of which key_for (scrub URL+body, canonical key, sha256)", f"{count}",
+                     f"{keying:.3f}", f"{keying / count * 1e6:.1f}"])
+        rows.append(["  of which dict get", f"{count}", f"{dict_only:.4f}",
+                     f"{dict_only / count * 1e6:.2f}"])
+
+        # -- end to end through vcrpy's httpx stub and rlenv's ReplayCassette
+        cassette_class = make_replay_cassette_class()
+        cassette_class.indexes = {"lookup": index}
+        cassette_class.events = []
+        calls = {"key_for": 0}
+        original_key_for = index.key_for
+
+        def counted_key_for(request: Any) -> str:
+            calls["key_for"] += 1
+            return original_key_for(request)
+
+        client = httpx.Client(timeout=10.0)
+        context = cassette_class.use(path=str(root / ".replay-none.yaml"))
+        context.__enter__()
+        try:
+            cassette_class.current = "lookup"
+            index.key_for = counted_key_for  # type: ignore[method-assign]
+            client.post(common.FAKE_URL, json={"term": common.input_key(0)})
+            per_request = calls["key_for"]
+            index.key_for = original_key_for  # type: ignore[method-assign]
+            started = time.perf_counter()
+            answers = [
+                client.post(common.FAKE_URL, json={"term": common.input_key(number)}).json()
+                for number in range(count)
+            ]
+            end_to_end = time.perf_counter() - started
+        finally:
+            context.__exit__(None, None, None)
+        wrong = [n for n, answer in enumerate(answers) if answer["answer"] != common.answer_for(n)]
+        assert not wrong, f"{len(wrong)} replies were another request's (first: {wrong[0]})"
+        outcomes = {event.outcome for event in cassette_class.events}
+        assert outcomes == {"hit"}, outcomes
+
+        def answer(request: httpx.Request) -> httpx.Response:
+            term = json.loads(request.content)["term"]
+            return httpx.Response(200, json={"answer": "v" + term[1:]})
+
+        mock = httpx.Client(transport=httpx.MockTransport(answer), timeout=10.0)
+        started = time.perf_counter()
+        for number in range(count):
+            mock.post(common.FAKE_URL, json={"term": common.input_key(number)}).json()
+        httpx_only = time.perf_counter() - started
+        stub = end_to_end - httpx_only - matching * per_request
+        rows.append(["end to end: httpx.post through vcrpy + ReplayCassette", f"{count}",
+                     f"{end_to_end:.3f}", f"{end_to_end / count * 1e6:.1f}"])
+        rows.append(["  httpx alone (MockTransport)", f"{count}", f"{httpx_only:.3f}",
+                     f"{httpx_only / count * 1e6:.1f}"])
+        rows.append([f"  index matching ({per_request} key_for per request)", f"{count}",
+                     f"{matching * per_request:.3f}",
+                     f"{matching * per_request / count * 1e6:.1f}"])
+        rows.append(["  vcrpy stub + ReplayCassette rest (difference)", f"{count}",
+                     f"{stub:.3f}", f"{stub / count * 1e6:.1f}"])
+
+        print(f"cassette: {count} interactions, {size_mb:.1f} MB of vcrpy YAML")
+        print(common.table(["what", "n", "seconds", "us each"], rows))
+        print()
+
+        # -- vcrpy's own matching, for contrast
+        contrast = []
+        per_lookup: dict[int, float] = {}
+        for interactions_count in (250, 1000):
+            path = common.write_cassette(root / f"vcr-{interactions_count}.yaml",
+                                         interactions_count)
+            recorder = vcr.VCR(record_mode="none", match_on=["method", "uri", "body"])
+            step = interactions_count // vcr_samples
+            picks = [number * step + step // 2 for number in range(vcr_samples)]
+            started = time.perf_counter()
+            with recorder.use_cassette(str(path)):
+                opened = time.perf_counter() - started
+                started = time.perf_counter()
+                for number in picks:
+                    reply = client.post(common.FAKE_URL, json={"term": common.input_key(number)})
+                    assert reply.json()["answer"] == common.answer_for(number)
+                elapsed = time.perf_counter() - started
+            per_lookup[interactions_count] = elapsed / len(picks)
+            contrast.append([f"{interactions_count}", f"{len(picks)}", f"{opened:.3f}",
+                             f"{elapsed:.2f}", f"{elapsed / len(picks) * 1000:.1f}"])
+        print(f"vcrpy {vcr.__version__} Cassette, match_on=[method, uri, body]"
+              " (lookups spread over the cassette)")
+        print(common.table(["interactions", "lookups", "load s", "lookups s", "ms per lookup"],
+                           contrast))
+        scale = per_lookup[1000] / per_lookup[250]
+        extrapolated_1k = per_lookup[1000] * 1000
+        extrapolated_10k = per_lookup[1000] * 10 * count
+        print(f"per-lookup cost grows {scale:.1f}x from 250 to 1000 interactions (a scan: ~4x)")
+        print(f"extrapolated: 1 000 lookups on 1 000 interactions: {extrapolated_1k:.0f} s;"
+              f" 10 000 lookups on 10 000 interactions (linear scan): {extrapolated_10k:.0f} s"
+              f" ({extrapolated_10k / 3600:.1f} h)")
+        print(f"rlenv index, 10 000 lookups on 10 000 interactions, end to end: {end_to_end:.2f} s"
+              f" ({extrapolated_10k / end_to_end:.0f}x less than the vcrpy extrapolation)")
+        print()
+        print(f"target: matching cost of 10 000 lookups well under a second (<= {TARGET_S} s):"
+              f" {matching * per_request:.3f} s as replay does it ({per_request} key_for per"
+              f" request; {matching:.3f} s for one)  {common.verdict(matching * per_request < TARGET_S)}")
+
+
+if __name__ == "__main__":
+    main()

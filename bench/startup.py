@@ -1,0 +1,82 @@
+"""`rlenv --help` wall time (whole process, median of 15 runs); target <= 0.35 s.
+
+Also prints the ten slowest imports (cumulative) of `rlenv.cli` from `python -X importtime`, so a
+miss can be explained. Run: `.venv/bin/python bench/startup.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+TARGET_S = 0.35
+
+
+def import_times(module: str, top: int) -> list[tuple[int, int, str]]:
+    """(cumulative us, self us, name) of the slowest imports of `module`, warm bytecode cache."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", f"import {module}"],
+        capture_output=True,
+        text=True,
+        env=common.bench_env(),
+        check=True,
+    )
+    rows = []
+    for line in result.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        own, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
+        rows.append((int(cumulative), int(own), name.strip()))
+    return sorted(rows, reverse=True)[:top]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="7 runs instead of 15")
+    args = parser.parse_args()
+    runs = 7 if args.quick else 15
+    common.header("startup: `rlenv --help`, whole process")
+
+    help_command = [str(common.RLENV), "--help"]
+    for _ in range(2):  # warm the bytecode cache and the page cache
+        common.measure(help_command, pss=False).check()
+    cached, cached_all = common.median_wall(help_command, runs)
+    bare, _ = common.median_wall([sys.executable, "-c", "pass"], runs)
+    typer_only, _ = common.median_wall([sys.executable, "-c", "import typer"], runs)
+    uncached, _ = common.median_wall(
+        help_command, runs, env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": None}
+    )
+    memory = common.measure(help_command).check()
+
+    rows = [
+        ["rlenv --help (bytecode cached)", f"{cached:.3f}", f"{min(cached_all):.3f}",
+         f"{max(cached_all):.3f}", f"{memory.sum_peak_mb:.0f}"],
+        ["rlenv --help (no bytecode cache: rlenv/*.py compiled each run)", f"{uncached:.3f}",
+         "", "", ""],
+        ["python -c pass (interpreter floor)", f"{bare:.3f}", "", "", ""],
+        ["python -c 'import typer'", f"{typer_only:.3f}", "", "", ""],
+    ]
+    print(f"median of {runs} runs, wall seconds (subprocess start to exit)")
+    print(common.table(["command", "median s", "min s", "max s", "peak RSS MB"], rows))
+    print()
+    print("`python -X importtime -c 'import rlenv.cli'`: top 10 by cumulative time")
+    print(
+        common.table(
+            ["module", "cumulative ms", "self ms"],
+            [[name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}"] for cum, own, name in
+             import_times("rlenv.cli", 10)],
+        )
+    )
+    print()
+    print(f"target: median <= {TARGET_S:.2f} s with bytecode cached: {cached:.3f} s"
+          f"  {common.verdict(cached <= TARGET_S)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""Every bundled env: run twice with equal digests; solvable by its baseline, not by a null policy."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, cli
+
+SEARCH = ROOT / "envs" / "search.yaml"
+
+
+def _run(spec: Path, out: Path, *extra: str) -> dict:
+    result = cli("run", str(spec), "--out", str(out), "--json", *extra)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("spec", sorted((ROOT / "envs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_bundled_env_validates_and_verifies(spec: Path) -> None:
+    assert cli("validate", str(spec)).returncode == 0
+    verified = cli("verify", str(spec), "--json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    result = json.loads(verified.stdout)
+    assert result["identical"] and len(result["digests"]) == 2
+
+
+def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
+    baseline = _run(SEARCH, tmp_path / "baseline")
+    assert baseline["pass_rate"]["value"] >= 0.8
+    assert baseline["fixtures"] == {"hit": 80}, "replay only: the service is not running"
+    assert baseline["reward"]["count"] == 80
+    null = _run(SEARCH, tmp_path / "null", "--model", "python:search_env.policies:null")
+    assert null["pass_rate"]["value"] == 0.0
+    padded = _run(SEARCH, tmp_path / "padded", "--model", "python:search_env.policies:padded")
+    assert padded["pass_rate"]["value"] == 0.0
+    assert padded["reward"]["mean"] > baseline["reward"]["mean"], "the RM pays for padding"
+    assert "high_suspect_rate" in {flag["name"] for flag in padded["flags"]}
