@@ -1,4 +1,4 @@
-"""Every bundled env: run twice with equal digests; solvable by its baseline, not by a null policy."""
+"""Every bundled env: twice with equal digests; solved by its baseline, not by a null policy."""
 
 from __future__ import annotations
 
