@@ -105,6 +105,18 @@ def _status_kib(pid: int) -> tuple[int, int] | None:
     return (hwm, rss) if hwm is not None and rss is not None else None
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            parts = handle.read().split(b"\0")
+    except OSError:
+        return "?"
+    words = [part.decode("utf-8", "replace") for part in parts if part]
+    if not words:
+        return "?"
+    return " ".join([Path(words[0]).name, *words[1:]]).replace("\n", " ")[:90]
+
+
 def _pss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as handle:
@@ -124,6 +136,7 @@ class Measurement:
     returncode: int
     wall_s: float
     peak_kib: dict[int, int] = field(default_factory=dict)  # pid -> VmHWM
+    names: dict[int, str] = field(default_factory=dict)  # pid -> command line (shortened)
     peak_pss_kib: int = 0
     wait4_maxrss_kib: int = 0
     stdout: str = ""
@@ -140,6 +153,13 @@ class Measurement:
     @property
     def largest_mb(self) -> float:
         return max(self.wait4_maxrss_kib, *self.peak_kib.values(), 0) / 1024
+
+    def breakdown(self) -> str:
+        """Each process's peak RSS with what it runs, largest first."""
+        return "\n".join(
+            f"    {kib / 1024:7.1f} MB  {self.names.get(pid, '?')}"
+            for pid, kib in sorted(self.peak_kib.items(), key=lambda item: -item[1])
+        )
 
     @property
     def processes(self) -> int:
@@ -169,6 +189,7 @@ def measure(
     err = tempfile.TemporaryFile()
     merged = bench_env(env)
     peaks: dict[int, int] = {}
+    names: dict[int, str] = {}
     peak_pss = 0
     done = threading.Event()
 
@@ -186,6 +207,8 @@ def measure(
                 if status is None or status[0] == 0:  # zombie, or not yet exec'd
                     continue
                 peaks[pid] = max(peaks.get(pid, 0), status[0])
+                if pid not in names:
+                    names[pid] = _cmdline(pid)
                 if pss:
                     pss_total += _pss_kib(pid)
             peak_pss = max(peak_pss, pss_total)
@@ -210,6 +233,7 @@ def measure(
         returncode=process.returncode,
         wall_s=wall,
         peak_kib=peaks,
+        names=names,
         peak_pss_kib=peak_pss,
         wait4_maxrss_kib=usage.ru_maxrss,
         stdout=out.read().decode("utf-8", "replace"),
@@ -245,7 +269,10 @@ def instant(messages, tools, ctx):
 
 
 def one_tool(messages, tools, ctx):
-    """Call `lookup` once with the prompt's last word (a field not named like a secret), then answer with what it returned."""
+    """Call `lookup` once with the prompt's last word, then answer with what it returned.
+
+    The argument is "term": a field named "key" would be scrubbed as a secret before matching.
+    """
     last = messages[-1]
     if last.get("role") == "tool":
         return json.loads(last["content"])["answer"]
@@ -573,8 +600,10 @@ def _profile_orchestrator(spec: str, limit: int, top: int) -> None:
     profile.disable()
     elapsed = time.perf_counter() - started
     shutil.rmtree(out.parent, ignore_errors=True)
-    print(f"orchestrator: rlenv.runner.run(limit={limit}, concurrency=1) took {elapsed:.1f}s"
-          " under cProfile (time waiting for the worker shows as epoll/lock waits)")
+    print(
+        f"orchestrator: rlenv.runner.run(limit={limit}, concurrency=1) took {elapsed:.1f}s"
+        " under cProfile (time waiting for the worker shows as epoll/lock waits)"
+    )
     print(format_profile(profile, top, "orchestrator"))
 
 
@@ -606,8 +635,10 @@ def _profile_worker(spec: str, model: str, count: int, top: int) -> None:
     profile.disable()
     elapsed = clock() - started
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"worker: {count} rollouts in {elapsed:.2f}s under cProfile"
-          f" ({elapsed / count * 1000:.2f} ms each), peak RSS {rss:.0f} MB")
+    print(
+        f"worker: {count} rollouts in {elapsed:.2f}s under cProfile"
+        f" ({elapsed / count * 1000:.2f} ms each), peak RSS {rss:.0f} MB"
+    )
     print(format_profile(profile, top, "worker rollouts"))
     shutil.rmtree(work, ignore_errors=True)
 

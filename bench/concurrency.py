@@ -9,8 +9,10 @@ Throughput is measured from the server's request arrival times, dropping the fir
 last C requests (ramp-up and drain): rate = (arrivals in the window - 1) / (last - first). This
 is the steady state, with rlenv's start (spawning workers, loading the spec) and its end
 (summary, digest) left out; the whole-process rate (rollouts / wall time) is printed beside it.
-Target: steady-state throughput at C=64 >= 90 % of the limit.
-Run: `.venv/bin/python bench/concurrency.py [--quick] [--latency-ms MS]`.
+Target: steady-state throughput at C=64 >= 90 % of the limit, at 100 ms and at 500 ms latency.
+For context, the HTTP clients alone (httpx as rlenv's provider configures it, httpx split over
+8 pools, aiohttp) at C=64 against the same server. The server and rlenv share this machine's
+cores. Run: `.venv/bin/python bench/concurrency.py [--quick] [--latency-ms MS ...]`.
 """
 
 from __future__ import annotations
@@ -26,73 +28,229 @@ import common  # noqa: E402
 
 TARGET = 0.90
 CONCURRENCIES = (1, 8, 64)
-SECONDS_PER_RUN = 8.0  # steady-state seconds aimed for at each concurrency (quick: 3)
+LATENCIES_MS = (100.0, 500.0)  # --quick: the first only
+SECONDS_PER_RUN = 4.0  # seconds of requests at the limit for each run (quick: 2)
+CLIENT_KINDS = ("httpx", "httpx-8-pools", "aiohttp")
+BODY = {
+    "model": "bench",
+    "messages": [{"role": "user", "content": "echo k0000001"}],
+    "temperature": 0.0,
+    "max_tokens": 512,
+    "seed": 1,
+}
 
 
 def steady_rate(times: list[float], concurrency: int) -> tuple[float, int]:
     """Arrivals per second between the C-th and the (n-C)-th request; and the window's size."""
     times = sorted(times)
-    window = times[concurrency : len(times) - concurrency] if len(times) > 4 * concurrency \
-        else times
+    window = (
+        times[concurrency : len(times) - concurrency] if len(times) > 4 * concurrency else times
+    )
     if len(window) < 2 or window[-1] == window[0]:
         return float("nan"), len(window)
     return (len(window) - 1) / (window[-1] - window[0]), len(window)
 
 
+def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -> list[str]:
+    """One `rlenv run` at a concurrency against a fresh server; a table row."""
+    limit = concurrency / (latency_ms / 1000)
+    rollouts = max(2 * concurrency + 10, int(limit * seconds))
+    spec = common.build_env(root / f"env-{latency_ms:.0f}-{concurrency}", rollouts)
+    with common.chat_server(latency_ms) as server:
+        measured = common.measure(
+            common.rlenv_run(
+                spec,
+                root / f"out-{latency_ms:.0f}-{concurrency}",
+                "--model",
+                "openai:bench",
+                "--base-url",
+                server.base_url,
+                "--concurrency",
+                str(concurrency),
+            )
+        )
+        measured.check()
+        times = common.arrival_times(server)
+    summary = json.loads(measured.stdout)
+    if summary["counts"] != {"ok": rollouts} or len(times) != rollouts:
+        raise RuntimeError(f"unexpected run: {summary['counts']}, {len(times)} requests")
+    rate, window = steady_rate(times, concurrency)
+    whole = rollouts / measured.wall_s
+    print(
+        f"  ... {latency_ms:.0f} ms, concurrency {concurrency}: {rate:.1f} req/s steady,"
+        f" {measured.wall_s:.1f}s whole",
+        flush=True,
+    )
+    return [
+        f"{latency_ms:.0f}",
+        f"{concurrency}",
+        f"{rollouts}",
+        f"{limit:.0f}",
+        f"{rate:.1f}",
+        f"{rate / limit * 100:.1f}%",
+        f"{window}",
+        f"{measured.wall_s:.1f}",
+        f"{whole:.1f}",
+        f"{measured.sum_peak_mb:.0f}",
+    ]
+
+
+def run_client(kind: str, latency_ms: float, concurrency: int) -> list[str]:
+    """The HTTP client alone (no rlenv) at a concurrency: the ceiling a provider built on it has."""
+    limit = concurrency / (latency_ms / 1000)
+    requests = concurrency * 10
+    with common.chat_server(latency_ms) as server:
+        common.measure(
+            [
+                sys.executable,
+                __file__,
+                "_client",
+                kind,
+                server.base_url,
+                str(concurrency),
+                str(requests),
+            ],
+            pss=False,
+        ).check()
+        times = common.arrival_times(server)
+    rate, _ = steady_rate(times, concurrency)
+    return [
+        kind,
+        f"{latency_ms:.0f}",
+        f"{concurrency}",
+        f"{requests}",
+        f"{limit:.0f}",
+        f"{rate:.1f}",
+        f"{rate / limit * 100:.1f}%",
+    ]
+
+
+async def _client(kind: str, base_url: str, concurrency: int, requests: int) -> None:
+    """`concurrency` tasks sharing `requests` chat requests through one client configuration."""
+    import asyncio
+    import itertools
+
+    url = f"{base_url}/v1/chat/completions"
+    queue = iter(range(requests))
+    if kind == "aiohttp":
+        import aiohttp
+
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=256)) as session:
+
+            async def aiohttp_task() -> None:
+                for _ in queue:
+                    async with session.post(url, json=BODY) as response:
+                        await response.json()
+
+            await asyncio.gather(*(aiohttp_task() for _ in range(concurrency)))
+        return
+    import httpx
+
+    pools = 8 if kind == "httpx-8-pools" else 1
+    per_pool = 256 if pools == 1 else max(1, concurrency // pools)
+    # the same settings as rlenv.providers.openai.OpenAIProvider._client_for_loop
+    clients = [
+        httpx.AsyncClient(
+            timeout=httpx.Timeout(60.0, pool=None),
+            limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool),
+        )
+        for _ in range(pools)
+    ]
+    assignment = itertools.cycle(clients)
+
+    async def httpx_task(client: httpx.AsyncClient) -> None:
+        for _ in queue:
+            (await client.post(url, json=BODY)).json()
+
+    await asyncio.gather(*(httpx_task(next(assignment)) for _ in range(concurrency)))
+    for client in clients:
+        await client.aclose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="shorter runs")
-    parser.add_argument("--latency-ms", type=float, default=100.0,
-                        help="the server's fixed per-request latency (default 100)")
+    parser.add_argument("--quick", action="store_true", help="100 ms only, shorter runs")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        action="append",
+        help="server latency (repeatable; default 100 and 500, quick 100)",
+    )
     args = parser.parse_args()
-    latency = args.latency_ms / 1000
-    seconds = 3.0 if args.quick else SECONDS_PER_RUN
-    common.header(f"concurrency: rlenv run against a chat server with {args.latency_ms:.0f} ms"
-                  " latency")
+    latencies = args.latency_ms or (LATENCIES_MS[:1] if args.quick else LATENCIES_MS)
+    seconds = 2.0 if args.quick else SECONDS_PER_RUN
+    common.header("concurrency: rlenv run against a chat server with a fixed latency")
 
-    rows = []
-    verdict_line = ""
+    rows, client_rows, verdicts = [], [], []
     with common.temp_dir("bench-concurrency-") as root:
         warm = common.build_env(root / "warm", 4)
         with common.chat_server(0) as server:
-            common.measure(common.rlenv_run(warm, root / "warm-out", "--model", "openai:bench",
-                                            "--base-url", server.base_url)).check()
-        for concurrency in CONCURRENCIES:
-            limit = concurrency / latency
-            rollouts = max(4 * concurrency + 20, int(limit * seconds))
-            spec = common.build_env(root / f"env-{concurrency}", rollouts)
-            with common.chat_server(args.latency_ms) as server:
-                measured = common.measure(common.rlenv_run(
-                    spec, root / f"out-{concurrency}", "--model", "openai:bench",
-                    "--base-url", server.base_url, "--concurrency", str(concurrency)))
-                measured.check()
-                times = common.arrival_times(server)
-            summary = json.loads(measured.stdout)
-            if summary["counts"] != {"ok": rollouts} or len(times) != rollouts:
-                raise RuntimeError(f"unexpected run: {summary['counts']}, {len(times)} requests")
-            rate, window = steady_rate(times, concurrency)
-            whole = rollouts / measured.wall_s
-            rows.append([f"{concurrency}", f"{rollouts}", f"{limit:.0f}", f"{rate:.1f}",
-                         f"{rate / limit * 100:.1f}%", f"{window}", f"{measured.wall_s:.1f}",
-                         f"{whole:.1f}", f"{whole / limit * 100:.1f}%",
-                         f"{measured.sum_peak_mb:.0f}"])
-            print(f"  ... concurrency {concurrency}: {rate:.1f} req/s steady,"
-                  f" {measured.wall_s:.1f}s whole", flush=True)
-            if concurrency == max(CONCURRENCIES):
-                ok = rate >= TARGET * limit
-                verdict_line = (f"target: steady-state throughput at concurrency {concurrency}"
-                                f" >= {TARGET * 100:.0f}% of {limit:.0f} req/s:"
-                                f" {rate:.1f} req/s ({rate / limit * 100:.1f}%)"
-                                f"  {common.verdict(ok)}")
+            common.measure(
+                common.rlenv_run(
+                    warm,
+                    root / "warm-out",
+                    "--model",
+                    "openai:bench",
+                    "--base-url",
+                    server.base_url,
+                )
+            ).check()
+        for latency_ms in latencies:
+            for concurrency in CONCURRENCIES:
+                rows.append(run_rlenv(root, latency_ms, concurrency, seconds))
+            top = max(CONCURRENCIES)
+            limit = top / (latency_ms / 1000)
+            rate = float(rows[-1][4])
+            verdicts.append(
+                f"target: steady-state throughput at concurrency {top}, latency"
+                f" {latency_ms:.0f} ms >= {TARGET * 100:.0f}% of {limit:.0f} req/s:"
+                f" {rate:.1f} req/s ({rate / limit * 100:.1f}%)"
+                f"  {common.verdict(rate >= TARGET * limit)}"
+            )
+            for kind in CLIENT_KINDS:
+                client_rows.append(run_client(kind, latency_ms, top))
     print()
-    print(f"latency {args.latency_ms:.0f} ms; limit = concurrency / latency; one request per"
-          " rollout")
-    print(common.table(
-        ["concurrency", "rollouts", "limit req/s", "steady req/s", "of limit", "window",
-         "wall s", "whole req/s", "of limit", "sum peak RSS MB"], rows))
+    print(
+        "rlenv run --model openai:bench --concurrency C; limit = C / latency (one request per"
+        " rollout)"
+    )
+    print(
+        common.table(
+            [
+                "latency ms",
+                "C",
+                "rollouts",
+                "limit req/s",
+                "steady req/s",
+                "of limit",
+                "window",
+                "wall s",
+                "whole req/s",
+                "sum peak RSS MB",
+            ],
+            rows,
+        )
+    )
     print()
-    print(verdict_line)
+    print("the HTTP client alone (no rlenv), same server: what a provider built on it can reach")
+    print(
+        "(httpx: one AsyncClient with rlenv's pool settings; httpx-8-pools: 8 AsyncClients of"
+        " C/8 connections, tasks spread over them; aiohttp: one ClientSession)"
+    )
+    print(
+        common.table(
+            ["client", "latency ms", "C", "requests", "limit req/s", "steady req/s", "of limit"],
+            client_rows,
+        )
+    )
+    print()
+    print("\n".join(verdicts))
 
 
 if __name__ == "__main__":
-    main()
+    if len(sys.argv) == 6 and sys.argv[1] == "_client":
+        import asyncio
+
+        asyncio.run(_client(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])))
+    else:
+        main()

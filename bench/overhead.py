@@ -53,7 +53,9 @@ def outputs():
     # would fail). Setting usage is the branch mockllm itself takes when usage is given.
     while True:
         output = ModelOutput.from_content(model="mockllm/model", content=TEXT)
-        output.usage = ModelUsage(input_tokens=3, output_tokens=len(TEXT), total_tokens=3 + len(TEXT))
+        output.usage = ModelUsage(
+            input_tokens=3, output_tokens=len(TEXT), total_tokens=3 + len(TEXT)
+        )
         yield output
 
 
@@ -73,7 +75,9 @@ def inspect_python() -> Path:
 def inspect_version() -> str:
     result = subprocess.run(
         [str(inspect_python()), "-c", "import inspect_ai; print(inspect_ai.__version__)"],
-        capture_output=True, text=True, env=common.bench_env(),
+        capture_output=True,
+        text=True,
+        env=common.bench_env(),
     )
     return result.stdout.strip() or f"unavailable ({result.stderr.strip()[-200:]})"
 
@@ -86,15 +90,17 @@ def run_rlenv(spec: Path, root: Path, concurrency: int, expected: int) -> common
     hits = summary.get("fixtures", {}).get("hit", 0)
     passed = summary["pass_rate"]["value"]
     if summary["rollouts"] != expected or hits != expected or passed != 1.0:
-        raise RuntimeError(f"unexpected run: {summary['counts']} fixtures {summary['fixtures']}"
-                           f" pass rate {passed}")
+        raise RuntimeError(
+            f"unexpected run: {summary['counts']} fixtures {summary['fixtures']} pass rate {passed}"
+        )
     return measured
 
 
 def run_inspect(script: Path, root: Path, samples: int) -> common.Measurement:
     logs = root / f"inspect-logs-{samples}"
     measured = common.measure(
-        [str(inspect_python()), script.name, str(samples), str(logs)], cwd=script.parent,
+        [str(inspect_python()), script.name, str(samples), str(logs)],
+        cwd=script.parent,
         timeout=1800,
     ).check()
     status, count, _ = measured.stdout.split()[-3:]
@@ -135,9 +141,21 @@ def main() -> None:
             rows.append(_row(f"inspect max_samples={samples}", samples, measured))
             print(f"  ... inspect {samples}: {measured.wall_s:.1f}s", flush=True)
         print()
-        print(common.table(
-            ["system", "N", "wall s", "samples/s", "sum peak RSS MB", "peak PSS MB",
-             "largest proc MB", "procs"], rows))
+        print(
+            common.table(
+                [
+                    "system",
+                    "N",
+                    "wall s",
+                    "samples/s",
+                    "sum peak RSS MB",
+                    "peak PSS MB",
+                    "largest proc MB",
+                    "procs",
+                ],
+                rows,
+            )
+        )
         print()
 
         ratio_rows = []
@@ -145,9 +163,14 @@ def main() -> None:
             inspect = results[("inspect", samples, 0)]
             for concurrency in CONCURRENCIES:
                 mine = results[("rlenv", samples, concurrency)]
-                ratio_rows.append([f"{samples}", f"{concurrency}",
-                                   f"{inspect.wall_s / mine.wall_s:.2f}x",
-                                   f"{inspect.sum_peak_mb / mine.sum_peak_mb:.2f}x"])
+                ratio_rows.append(
+                    [
+                        f"{samples}",
+                        f"{concurrency}",
+                        f"{inspect.wall_s / mine.wall_s:.2f}x",
+                        f"{inspect.sum_peak_mb / mine.sum_peak_mb:.2f}x",
+                    ]
+                )
         print("ratio inspect / rlenv (higher: rlenv better)")
         print(common.table(["N", "rlenv concurrency", "wall time", "sum peak RSS"], ratio_rows))
         print()
@@ -156,21 +179,29 @@ def main() -> None:
         missed = False
         largest = max(sizes)
         for concurrency in CONCURRENCIES:
-            ratio = results[("inspect", largest, 0)].wall_s / results[
-                ("rlenv", largest, concurrency)].wall_s
+            ratio = (
+                results[("inspect", largest, 0)].wall_s
+                / results[("rlenv", largest, concurrency)].wall_s
+            )
             ok = ratio >= SPEEDUP_TARGET
             missed |= not ok and largest == 10000
             label = "10k" if largest == 10000 else f"{largest} (--quick; the target is at 10k)"
-            print(f"  rlenv {label} --concurrency {concurrency} >= {SPEEDUP_TARGET:.0f}x faster"
-                  f" than inspect: {ratio:.2f}x  {common.verdict(ok)}")
+            print(
+                f"  rlenv {label} --concurrency {concurrency} >= {SPEEDUP_TARGET:.0f}x faster"
+                f" than inspect: {ratio:.2f}x  {common.verdict(ok)}"
+            )
         for (system, samples, concurrency), measured in sorted(results.items()):
             if system != "rlenv":
                 continue
             ok = measured.sum_peak_mb <= MEMORY_TARGET_MB
             missed |= not ok
-            print(f"  rlenv {samples} --concurrency {concurrency} peak memory <="
-                  f" {MEMORY_TARGET_MB:.0f} MB: sum of peaks {measured.sum_peak_mb:.0f} MB"
-                  f" ({_per_process(measured)})  {common.verdict(ok)}")
+            print(
+                f"  rlenv {samples} --concurrency {concurrency} peak memory <="
+                f" {MEMORY_TARGET_MB:.0f} MB: sum of peaks {measured.sum_peak_mb:.0f} MB"
+                f" ({_per_process(measured)})  {common.verdict(ok)}"
+            )
+            if samples == largest:
+                print(measured.breakdown())
 
         if missed and not args.quick:
             print()
@@ -179,25 +210,35 @@ def main() -> None:
             limit = 2000
             for command in (
                 common.profile_command("orchestrator", str(spec), str(limit), "25"),
-                common.profile_command("worker", str(spec), "python:benchenv:one_tool",
-                                       str(limit), "25"),
+                common.profile_command(
+                    "worker", str(spec), "python:benchenv:one_tool", str(limit), "25"
+                ),
             ):
-                profiled = subprocess.run(command, capture_output=True, text=True,
-                                          env=common.bench_env(), cwd=spec.parent)
+                profiled = subprocess.run(
+                    command, capture_output=True, text=True, env=common.bench_env(), cwd=spec.parent
+                )
                 print(profiled.stdout)
                 if profiled.returncode:
                     print(profiled.stderr[-3000:])
 
 
 def _row(system: str, samples: int, measured: common.Measurement) -> list[str]:
-    return [system, str(samples), f"{measured.wall_s:.1f}", f"{samples / measured.wall_s:.0f}",
-            f"{measured.sum_peak_mb:.0f}", f"{measured.peak_pss_mb:.0f}",
-            f"{measured.largest_mb:.0f}", str(measured.processes)]
+    return [
+        system,
+        str(samples),
+        f"{measured.wall_s:.1f}",
+        f"{samples / measured.wall_s:.0f}",
+        f"{measured.sum_peak_mb:.0f}",
+        f"{measured.peak_pss_mb:.0f}",
+        f"{measured.largest_mb:.0f}",
+        str(measured.processes),
+    ]
 
 
 def _per_process(measured: common.Measurement) -> str:
-    return " + ".join(f"{kib / 1024:.0f}" for kib in sorted(measured.peak_kib.values(),
-                                                            reverse=True))
+    return " + ".join(
+        f"{kib / 1024:.0f}" for kib in sorted(measured.peak_kib.values(), reverse=True)
+    )
 
 
 if __name__ == "__main__":

@@ -55,10 +55,20 @@ def main() -> None:
     memory = common.measure(help_command).check()
 
     rows = [
-        ["rlenv --help (bytecode cached)", f"{cached:.3f}", f"{min(cached_all):.3f}",
-         f"{max(cached_all):.3f}", f"{memory.sum_peak_mb:.0f}"],
-        ["rlenv --help (no bytecode cache: rlenv/*.py compiled each run)", f"{uncached:.3f}",
-         "", "", ""],
+        [
+            "rlenv --help (bytecode cached)",
+            f"{cached:.3f}",
+            f"{min(cached_all):.3f}",
+            f"{max(cached_all):.3f}",
+            f"{memory.sum_peak_mb:.0f}",
+        ],
+        [
+            "rlenv --help (no bytecode cache: rlenv/*.py compiled each run)",
+            f"{uncached:.3f}",
+            "",
+            "",
+            "",
+        ],
         ["python -c pass (interpreter floor)", f"{bare:.3f}", "", "", ""],
         ["python -c 'import typer'", f"{typer_only:.3f}", "", "", ""],
     ]
@@ -69,13 +79,17 @@ def main() -> None:
     print(
         common.table(
             ["module", "cumulative ms", "self ms"],
-            [[name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}"] for cum, own, name in
-             import_times("rlenv.cli", 10)],
+            [
+                [name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}"]
+                for cum, own, name in import_times("rlenv.cli", 10)
+            ],
         )
     )
     print()
-    print(f"target: median <= {TARGET_S:.2f} s with bytecode cached: {cached:.3f} s"
-          f"  {common.verdict(cached <= TARGET_S)}")
+    print(
+        f"target: median <= {TARGET_S:.2f} s with bytecode cached: {cached:.3f} s"
+        f"  {common.verdict(cached <= TARGET_S)}"
+    )
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlenv.errors import SpecError
+from rlenv.jsonl import read_objects
 
 POLICY_FIELDS = ("id", "prompt", "messages")
 
@@ -34,20 +34,7 @@ def load_inputs(path: Path) -> list[InputRecord]:
     """Parse and check the inputs file; every problem names file:line."""
     records: list[InputRecord] = []
     seen: dict[str, int] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise SpecError("inputs file is not UTF-8 text", where=str(path)) from None
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"invalid JSON: {exc.msg}", where=where) from None
-        if not isinstance(data, dict):
-            raise SpecError("expected a JSON object per line", where=where)
+    for where, data in read_objects(path, what="inputs file", error=SpecError):
         raw_id = data.get("id")
         if not isinstance(raw_id, str | int) or isinstance(raw_id, bool) or str(raw_id) == "":
             raise SpecError("each input needs an 'id' (non-empty string or integer)", where=where)
@@ -56,7 +43,7 @@ def load_inputs(path: Path) -> list[InputRecord]:
             raise SpecError(
                 f"duplicate input id {input_id!r} (first on line {seen[input_id]})", where=where
             )
-        seen[input_id] = number
+        seen[input_id] = int(where.rsplit(":", 1)[1])
         if "messages" in data:
             if not isinstance(data["messages"], list) or not all(
                 isinstance(message, dict) and "role" in message for message in data["messages"]

@@ -6,11 +6,11 @@ A missing (input id, rollout) pair is a model error for that rollout, never a cr
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from rlenv.errors import ModelOutputError, UserError
+from rlenv.jsonl import read_objects
 from rlenv.providers.base import ModelReply, ModelRequest
 from rlenv.providers.python import InWorldProvider
 
@@ -37,15 +37,8 @@ class ReplayProvider(InWorldProvider):
 
 def load_replay(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     table: dict[tuple[str, int], dict[str, Any]] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"invalid JSON: {exc.msg}", where=where) from None
-        if not isinstance(data, dict) or "input_id" not in data:
+    for where, data in read_objects(path, what="replay file"):
+        if "input_id" not in data:
             raise UserError("each replay line needs 'input_id'", where=where)
         if not any(key in data for key in ("answer", "completion", "messages")):
             raise UserError(

@@ -30,6 +30,7 @@ import numpy as np
 
 from rlenv.canonical import canonical_bytes, sha256_bytes, sha256_file
 from rlenv.errors import UserError
+from rlenv.jsonl import read_objects
 
 FORMAT = "rlenv-rm/1"
 TEXT_TEMPLATE = "Question: {prompt}\nAnswer: {answer}"
@@ -106,22 +107,10 @@ def read_prefs(path: str | Path) -> list[PreferencePair]:
     path = Path(path)
     if not path.is_file():
         raise UserError("preference file not found", where=str(path))
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise UserError("preference file is not UTF-8 text", where=str(path)) from None
     pairs: list[PreferencePair] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _bad(where, f"invalid JSON: {exc.msg}") from None
-        if not isinstance(data, dict):
-            raise _bad(where, "expected a JSON object per line")
+    for where, data in read_objects(path, what="preference file"):
+        number = int(where.rsplit(":", 1)[1])
         prompt = data.get("prompt")
         if not (
             isinstance(prompt, str)

@@ -1,0 +1,162 @@
+"""Peak memory of `rlenv run` at 1k and 100k rollouts: results are streamed, not held.
+
+An env with 1 000 inputs, an instant python policy, no tools and one exact_match verifier, run
+with `--rollouts 1` (1k rollouts) and `--rollouts 100` (100k; `--quick`: 20, 20k), so only the
+number of results changes. Memory is the sum of the peak RSS of every process of the run
+(orchestrator + workers + multiprocessing's resource tracker), sampled from /proc.
+Target: the 100k run's peak within 1.2x of the 1k run's. On a miss, a tracemalloc snapshot of
+the orchestrator taken when `build_summary` starts (20k rollouts) names the lines holding memory.
+Run: `.venv/bin/python bench/memory.py [--quick]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+INPUTS = 1000
+TARGET_RATIO = 1.2
+
+
+def run(spec: Path, out: Path, rollouts: int) -> tuple[common.Measurement, dict[str, Any]]:
+    measured = common.measure(
+        common.rlenv_run(spec, out, "--rollouts", str(rollouts)), timeout=1800
+    ).check()
+    summary = json.loads(measured.stdout)
+    expected = INPUTS * rollouts
+    lines = common.count_lines(out / "results.jsonl")
+    if summary["rollouts"] != expected or lines != expected:
+        raise RuntimeError(f"expected {expected} rollouts, got {summary['rollouts']} ({lines})")
+    return measured, summary
+
+
+def _profile_memory(spec: str, rollouts: int, top: int) -> None:
+    """tracemalloc in the orchestrator: where the memory is when build_summary starts."""
+    import tempfile
+    import tracemalloc
+
+    from rlenv import runner
+
+    original = runner.build_summary
+    report: list[str] = []
+
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        current, peak = tracemalloc.get_traced_memory()
+        snapshot = tracemalloc.take_snapshot()
+        report.append(
+            f"at build_summary entry: {current / 2**20:.0f} MB traced ({peak / 2**20:.0f} MB"
+            f" peak so far); top {top} lines by size:"
+        )
+        for stat in snapshot.statistics("lineno")[:top]:
+            frame = stat.traceback[0]
+            where = frame.filename
+            for marker in ("site-packages/", "lib/python3.11/", str(common.ROOT) + "/"):
+                if marker in where:
+                    where = where.split(marker, 1)[1]
+                    break
+            report.append(
+                f"  {stat.size / 2**20:8.1f} MB {stat.count:9d} blocks  {where}:{frame.lineno}"
+            )
+        result = original(*args, **kwargs)
+        current, peak = tracemalloc.get_traced_memory()
+        report.append(
+            f"after build_summary: {current / 2**20:.0f} MB traced, peak {peak / 2**20:.0f} MB"
+        )
+        return result
+
+    runner.build_summary = traced
+    out = Path(tempfile.mkdtemp(prefix="bench-memprof-")) / "run"
+    tracemalloc.start()
+    runner.run(spec, out=out, rollouts=rollouts)
+    tracemalloc.stop()
+    print(f"orchestrator tracemalloc, {INPUTS * rollouts} rollouts")
+    print("\n".join(report))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="1k vs 20k, no profile")
+    args = parser.parse_args()
+    large = 20 if args.quick else 100
+    common.header("memory: rlenv run peak RSS, 1k vs many rollouts")
+    rows = []
+    measured: dict[int, common.Measurement] = {}
+    with common.temp_dir("bench-memory-") as root:
+        spec = common.build_env(root / "env", INPUTS)
+        run(spec, root / "warm", 1)  # fills the bytecode cache; not reported
+        for rollouts in (1, large):
+            result, summary = run(spec, root / f"out-{rollouts}", rollouts)
+            measured[rollouts] = result
+            size = (root / f"out-{rollouts}" / "results.jsonl").stat().st_size / 1e6
+            peaks = sorted(result.peak_kib.values(), reverse=True)
+            rows.append(
+                [
+                    f"{INPUTS * rollouts}",
+                    f"{result.wall_s:.1f}",
+                    f"{INPUTS * rollouts / result.wall_s:.0f}",
+                    f"{size:.0f}",
+                    f"{result.sum_peak_mb:.0f}",
+                    " + ".join(f"{kib / 1024:.0f}" for kib in peaks),
+                    f"{result.peak_pss_mb:.0f}",
+                ]
+            )
+            print(f"  ... {INPUTS * rollouts} rollouts: {result.wall_s:.1f}s", flush=True)
+        print()
+        print(
+            f"{INPUTS} inputs x K rollouts, instant policy, no tools, one verifier,"
+            " --concurrency 4 (default)"
+        )
+        print(
+            common.table(
+                [
+                    "rollouts",
+                    "wall s",
+                    "rollouts/s",
+                    "results MB",
+                    "sum peak RSS MB",
+                    "per process MB (largest first)",
+                    "peak PSS MB",
+                ],
+                rows,
+            )
+        )
+        small, big = measured[1], measured[large]
+        ratio = big.sum_peak_mb / small.sum_peak_mb
+        largest_ratio = max(big.peak_kib.values()) / max(small.peak_kib.values())
+        print()
+        print(f"largest single process: {largest_ratio:.2f}x")
+        for rollouts in (1, large):
+            print(f"  {INPUTS * rollouts} rollouts, per process:")
+            print(measured[rollouts].breakdown())
+        print(
+            f"target: {INPUTS * large} rollouts' peak within {TARGET_RATIO}x of 1k's:"
+            f" {big.sum_peak_mb:.0f} / {small.sum_peak_mb:.0f} MB = {ratio:.2f}x"
+            f"  {common.verdict(ratio <= TARGET_RATIO)}"
+        )
+        if ratio > TARGET_RATIO and not args.quick:
+            print()
+            print("profile (the target was missed)")
+            profiled = subprocess.run(
+                [sys.executable, __file__, "_profile", str(spec), "20", "15"],
+                capture_output=True,
+                text=True,
+                env=common.bench_env(),
+            )
+            print(profiled.stdout)
+            if profiled.returncode:
+                print(profiled.stderr[-3000:])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "_profile":
+        _profile_memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        main()
