@@ -6,7 +6,7 @@ chat request. `rlenv run --model openai:bench --base-url URL --concurrency C` fo
 the best a client can do is C / latency requests per second (the limit).
 
 Throughput is measured from the server's request arrival times, dropping the first C and the
-last C requests (ramp-up and drain): rate = (arrivals in the window - 1) / (last - first). This
+last C requests (ramp-up and drain): rate = (n - 2C) / (t_(n-C) - t_C). This
 is the steady state, with rlenv's start (spawning workers, loading the spec) and its end
 (summary, digest) left out; the whole-process rate (rollouts / wall time) is printed beside it.
 Target: steady-state throughput at C=64 >= 90 % of the limit, at 100 ms and at 500 ms latency.
@@ -41,14 +41,20 @@ BODY = {
 
 
 def steady_rate(times: list[float], concurrency: int) -> tuple[float, int]:
-    """Arrivals per second between the C-th and the (n-C)-th request; and the window's size."""
+    """Arrivals per second from the C-th request to the (n-C)-th; and how many that counts.
+
+    Requests arrive in waves of up to C (a closed loop), so the window ends at the arrival that
+    follows it: rate = (arrivals in [t_C, t_(n-C))) / (t_(n-C) - t_C), unbiased for waves.
+    """
     times = sorted(times)
-    window = (
-        times[concurrency : len(times) - concurrency] if len(times) > 4 * concurrency else times
+    start, end = (
+        (concurrency, len(times) - concurrency)
+        if len(times) > 4 * concurrency
+        else (0, len(times) - 1)
     )
-    if len(window) < 2 or window[-1] == window[0]:
-        return float("nan"), len(window)
-    return (len(window) - 1) / (window[-1] - window[0]), len(window)
+    if end <= start or times[end] == times[start]:
+        return float("nan"), 0
+    return (end - start) / (times[end] - times[start]), end - start
 
 
 def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -> list[str]:

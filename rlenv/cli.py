@@ -10,6 +10,7 @@ import json
 import sys
 from collections.abc import Callable
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -92,6 +93,11 @@ BaseUrlOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
 
+class ExecutorName(StrEnum):
+    local = "local"
+    ray = "ray"
+
+
 @app.command()
 @handle_errors
 def run(
@@ -115,6 +121,13 @@ def run(
     no_grader_cache: Annotated[
         bool, typer.Option("--no-grader-cache", help="Do not reuse cached expensive grades.")
     ] = False,
+    executor: Annotated[
+        ExecutorName, typer.Option(help="Where rollouts run: worker processes here, or Ray actors.")
+    ] = ExecutorName.local,
+    address: Annotated[
+        str | None,
+        typer.Option(help="Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: a new one)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts."""
@@ -138,6 +151,8 @@ def run(
             expensive_fraction=expensive_fraction,
             defer_expensive=defer_expensive,
             grader_cache=not no_grader_cache,
+            executor=executor.value,
+            address=address,
         )
     if as_json:
         _print_json({**result.summary, "run_dir": str(result.run_dir)})

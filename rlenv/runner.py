@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv import __version__
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
@@ -26,6 +26,9 @@ from rlenv.results import ResultsWriter, read_results, run_digest
 from rlenv.seeding import derive_seed
 from rlenv.spec import LoadedSpec, check_files, fingerprint, load_spec
 from rlenv.world.runtime import RolloutTask, WorkerConfig, tool_schemas
+
+if TYPE_CHECKING:
+    from rlenv.executors.ray import RayExecutor
 
 DEFAULT_CONCURRENCY = 4
 
@@ -158,14 +161,28 @@ def run(
     expensive_fraction: float = 1.0,
     defer_expensive: bool = False,
     grader_cache: bool | Path = True,
+    executor: str = "local",
+    address: str | None = None,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
+
+    `executor` is "local" (worker processes on this machine) or "ray" (actors on the Ray cluster
+    at `address`: "auto", HOST:PORT or ray://HOST:PORT; default a new local Ray instance); both
+    give the same results.
 
     With `record_dir` (used by `rlenv record`) tools reach the live network through recording
     cassettes in that directory, one worker at a time (vcrpy is not safe to share).
     """
     if concurrency < 1:
         raise UserError("--concurrency must be at least 1")
+    if executor not in ("local", "ray"):
+        raise UserError(f"--executor must be local or ray, not {executor!r}")
+    if address and executor != "ray":
+        raise UserError("--address needs --executor ray")
+    if executor == "ray":
+        from rlenv.executors.ray import preflight
+
+        preflight(address)  # Ray installed, the cluster answers: before any run directory
     if rollouts is not None and rollouts < 1:
         raise UserError("--rollouts must be at least 1")
     if limit is not None and limit < 1:
@@ -206,6 +223,7 @@ def run(
         "spec": str(prepared.loaded.path),
         "expensive_fraction": expensive_fraction,
         "deferred_expensive": defer_expensive,
+        "executor": executor,
     }
     done = _open_run_dir(run_dir, meta, resume)
     tasks = [
@@ -231,17 +249,19 @@ def run(
         )
         if record_dir is not None:
             concurrency = 1
-        workers = min(concurrency, os.cpu_count() or 1, max(1, len(tasks)))
+        workers = min(concurrency, max(1, len(tasks)))
+        if executor == "local":  # a Ray cluster caps the actors at its own CPU count
+            workers = min(workers, os.cpu_count() or 1)
         writer = ResultsWriter(run_dir / "results.jsonl")
         try:
             if tasks:
-                executor = LocalExecutor(config, workers)
+                pool = _make_executor(executor, config, workers, address)
                 try:
                     asyncio.run(
                         _execute(
                             prepared,
                             provider,
-                            executor,
+                            pool,
                             tasks,
                             concurrency,
                             writer,
@@ -251,7 +271,7 @@ def run(
                         )
                     )
                 finally:
-                    executor.close()
+                    pool.close()
         finally:
             writer.close()
     finally:
@@ -260,6 +280,16 @@ def run(
     summary = build_summary(prepared, meta, records, model_uri)
     _write_atomic(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)
+
+
+def _make_executor(
+    kind: str, config: WorkerConfig, workers: int, address: str | None
+) -> LocalExecutor | RayExecutor:
+    if kind == "ray":
+        from rlenv.executors.ray import RayExecutor
+
+        return RayExecutor(config, workers, address)
+    return LocalExecutor(config, workers)
 
 
 def _cache_dir(grader_cache: bool | Path) -> str | None:
@@ -308,7 +338,7 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
 async def _execute(
     prepared: Prepared,
     provider: Any,
-    executor: LocalExecutor,
+    executor: LocalExecutor | RayExecutor,
     tasks: list[RolloutTask],
     concurrency: int,
     writer: ResultsWriter,
@@ -337,7 +367,7 @@ async def _execute(
 
 
 async def _outside_rollout(
-    prepared: Prepared, provider: Any, executor: LocalExecutor, task: RolloutTask
+    prepared: Prepared, provider: Any, executor: LocalExecutor | RayExecutor, task: RolloutTask
 ) -> dict[str, Any]:
     """Model calls here (outside the frozen world); tool calls and grading in a worker."""
     spec = prepared.loaded.spec
@@ -391,14 +421,15 @@ def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
     return decoding_hazards(meta["decoding"])
 
 
-def world_modes() -> dict[str, str]:
+def world_modes(executor: str = "local") -> dict[str, str]:
     """Which isolation mechanisms were in force (not part of the digest)."""
     from rlenv.executor import network_guard_mode
     from rlenv.sandbox import faketime_library, probe_mechanism
 
     return {
         "sandbox": probe_mechanism(),
-        "network_guard": network_guard_mode(False),
+        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
+        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
         "subprocess_clock": "libfaketime" if faketime_library() else "real",
         "python_clock": "freezegun",
     }
@@ -454,7 +485,7 @@ def build_summary(
         },
         "kl": diagnostics["kl"],
         "hazards": _hazards(meta) if meta.get("reference") else [],
-        "world": world_modes(),
+        "world": world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": pending, "grader_cache": cache},
         "flags": flags,
         "digest": run_digest(records),

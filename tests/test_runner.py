@@ -296,3 +296,41 @@ def test_init_scaffolds_a_working_env(tmp_path: Path) -> None:
     assert null["pass_rate"]["value"] == 0.0
     again = cli("init", "arith", "--root", str(tmp_path))
     assert again.returncode == 2 and "already exists; not overwriting it" in again.stderr
+
+
+def test_tools_read_the_frozen_clock_when_the_model_is_outside(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Tool calls dispatched one by one to a worker (openai/hf policies) are frozen too."""
+    from tests.chat_server import start_chat_server
+
+    code = """
+import time
+def probe(args, ctx):
+    return {"time": time.time(), "monotonic": time.monotonic()}
+"""
+    spec = env_builder.write(
+        code,
+        inputs=[{"id": "a", "prompt": "probe", "answer": "x"}],
+        tools=[{"name": "probe", "function": "MOD:probe", "parameters": {"type": "object"}}],
+        rollouts=1,
+    )
+    server, base_url, _ = start_chat_server()
+    try:
+        result = cli(
+            "run",
+            str(spec),
+            "--model",
+            "openai:tiny",
+            "--base-url",
+            base_url,
+            "--out",
+            str(tmp_path / "o"),
+            "--json",
+        )
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    (record,) = read_jsonl(tmp_path / "o" / "results.jsonl")
+    probe = json.loads(record["messages"][2]["content"])
+    assert probe["time"] == probe["monotonic"] == 1709294400.0

@@ -154,6 +154,12 @@ class WorldRuntime:
 
             self._freezer = freeze_time(spec.time)
             self._freezer.start()
+            # freezegun hands the real clock to a caller with an ignored module (threading,
+            # multiprocessing, queue...) among its five callers' frames: a tool called from a
+            # pool worker's entry point has multiprocessing as its fifth. Nothing in the world may.
+            import freezegun.api
+
+            freezegun.api.call_stack_inspection_limit = 0
         if not config.live_tools:
             netguard.install(config.allowed_endpoints)
         signal.signal(signal.SIGALRM, _alarm)

@@ -1,0 +1,1 @@
+"""Executors that dispatch rollouts somewhere other than local worker processes."""

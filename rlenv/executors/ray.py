@@ -1,0 +1,283 @@
+"""Where rollouts execute, beyond one machine: Ray actors, one frozen world per actor process.
+
+`RayExecutor` has the interface of `rlenv.executor.LocalExecutor`; the runner awaits each call's
+ObjectRef in its own event loop, so finished rollouts stream back in completion order and the
+digest is the local executor's (every call is a pure function of the task and the spec's files).
+
+Each actor builds a `WorldRuntime` in its own Ray worker process, started with the frozen
+environment variables (hash seed, TZ, locale) through the actor's `runtime_env`, so the
+interpreter starts with them as a spawned local worker does. A rollout's calls (prepare, every
+tool call, finish) go to the actor that prepared it, because its snapshot copy lives on that
+actor's disk. Limits compared with the local executor:
+
+- no fresh network namespace: the actor must talk to its raylet, so only the in-process guard
+  (`rlenv.world.netguard`) refuses outbound connections (Ray's own sockets are C++, unguarded);
+- files: actors read the spec and every file it references at the driver's absolute paths, so
+  on a multi-node cluster the project directory must be on a filesystem shared by every node,
+  mounted at the same path (each actor checks at start and names the node that lacks it); rlenv
+  itself must be installed in the nodes' Python, at the driver's version (checked at start).
+
+The frozen clock does not reach Ray's machinery: the actor is synchronous (no event loop in its
+process; calls run on its main thread, where the SIGALRM rollout timer works), and Ray's control
+plane (heartbeats, gRPC, object transfer) is C++ and reads the real clock. Ray modules are
+deliberately NOT put on freezegun's ignore list: freezegun decides by inspecting the five
+callers' frames, and a tool called straight from an actor method has Ray's method executor as
+its fifth caller, so the tool would read the real clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rlenv import __version__
+from rlenv.agent import ToolOutcome, Trajectory
+from rlenv.errors import RunFailed, UserError
+from rlenv.world.runtime import FROZEN_ENV, RolloutTask, WorkerConfig
+
+INSTALL_HINT = "the ray executor needs Ray: pip install 'rlenv[ray]'"
+
+
+def import_ray() -> Any:
+    """Ray, or a UserError that names the extra to install."""
+    try:
+        import ray
+    except ImportError:
+        raise UserError(INSTALL_HINT) from None
+    return ray
+
+
+def forwarded_environment() -> dict[str, str]:
+    """Variables every actor process starts with: the frozen ones and the driver's RLENV_*.
+
+    A spawned local worker inherits the driver's environment; an actor inherits its raylet's,
+    so rlenv's own switches (e.g. RLENV_PERTURB_LISTING under `verify --perturb`) are passed on.
+    """
+    forwarded = {key: value for key, value in os.environ.items() if key.startswith("RLENV_")}
+    return {**forwarded, **FROZEN_ENV}
+
+
+def preflight(address: str | None) -> None:
+    """The user errors a Ray run can hit, checked before a run directory is created."""
+    ray = import_ray()
+    if address and not ray.is_initialized():
+        check_reachable(address)
+
+
+def check_reachable(address: str) -> None:
+    """Fail fast on a cluster address nothing answers at (Ray itself retries for minutes)."""
+    target = address.removeprefix("ray://")
+    if address in ("auto", "local") or ":" not in target:
+        return
+    host, _, port = target.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=10).close()
+    except (OSError, ValueError) as exc:
+        raise UserError(f"--address {address}: no Ray cluster answers there ({exc})") from None
+
+
+class WorldActor:
+    """The body of one Ray actor: a frozen world, entered once, serving calls one at a time."""
+
+    def __init__(self, config: WorkerConfig) -> None:
+        self.error: str | None = None
+        self.work_root: Path | None = None
+        try:
+            self._start(config)
+        except Exception as exc:  # reported by ready() as one line, not a remote traceback
+            self.error = f"{type(exc).__name__}: {exc}"
+
+    def _start(self, config: WorkerConfig) -> None:
+        from rlenv.world import runtime
+
+        if not Path(config.spec_path).is_file():
+            raise FileNotFoundError(
+                f"{config.spec_path} is not on node {socket.gethostname()}: put the project on a"
+                " shared filesystem mounted at the same path on every Ray node"
+            )
+        # A private work root per actor: the driver's work root exists only on its own machine.
+        shared = Path(config.work_root)
+        parent = shared if shared.is_dir() else Path(tempfile.gettempdir())
+        self.work_root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
+        runtime.init_worker(dataclasses.replace(config, work_root=str(self.work_root)))
+
+    def ready(self) -> dict[str, Any]:
+        """What the driver checks before dispatching: a start error, rlenv and Python versions."""
+        return {
+            "error": self.error,
+            "node": socket.gethostname(),
+            "rlenv": __version__,
+            "python": list(sys.version_info[:2]),
+        }
+
+    def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+        from rlenv.world import runtime
+
+        return runtime.worker_run_rollout(task)
+
+    def prepare(self, task: RolloutTask) -> None:
+        from rlenv.world import runtime
+
+        runtime.worker_prepare(task)
+
+    def tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+        from rlenv.world import runtime
+
+        return runtime.worker_tool(task, call, turn, number)
+
+    def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
+        from rlenv.world import runtime
+
+        return runtime.worker_finish(task, trajectory, model)
+
+    def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+        from rlenv.world import runtime
+
+        return runtime.worker_grade(record)
+
+    def shutdown(self) -> None:
+        if self.work_root is not None:
+            shutil.rmtree(self.work_root, ignore_errors=True)
+
+
+class RayExecutor:
+    """`workers` WorldActors on a Ray cluster; rollouts go to the least busy actor."""
+
+    def __init__(self, config: WorkerConfig, workers: int, address: str | None = None) -> None:
+        ray = import_ray()
+        self._ray = ray
+        self.started_ray = False
+        # a Ray connection this process already holds is used as it is, whatever `address` says
+        if not ray.is_initialized():
+            if address:
+                check_reachable(address)
+            try:
+                ray.init(
+                    address=address or None,
+                    include_dashboard=False,
+                    log_to_driver=False,  # a tool's prints must not reach `rlenv run --json`
+                    logging_level="WARNING",
+                )
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                where = f"--address {address}" if address else "local Ray instance"
+                raise UserError(f"{where}: cannot start or reach Ray: {exc}") from None
+            self.started_ray = True
+        self.actors: list[Any] = []
+        try:
+            self._start_actors(config, workers)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_actors(self, config: WorkerConfig, workers: int) -> None:
+        ray = self._ray
+        # one CPU reserved per actor; more actors than the cluster has CPUs would never start
+        capacity = int(ray.cluster_resources().get("CPU", 1)) or 1
+        count = max(1, min(workers, capacity))
+        actor_class = ray.remote(num_cpus=1, max_restarts=0)(WorldActor)
+        options = {
+            "runtime_env": {"env_vars": forwarded_environment()},
+            "scheduling_strategy": "SPREAD",
+        }
+        self.actors = [actor_class.options(**options).remote(config) for _ in range(count)]
+        self.busy = [0] * count
+        self.assigned: dict[tuple[int, int], int] = {}
+        try:
+            states = ray.get([actor.ready.remote() for actor in self.actors])
+        except ray.exceptions.RayError as exc:
+            raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
+        for state in states:
+            if state["error"]:
+                raise RunFailed(
+                    f"frozen-world worker failed to start on {state['node']}: {state['error']}"
+                )
+            if state["rlenv"] != __version__ or state["python"] != list(sys.version_info[:2]):
+                raise RunFailed(
+                    f"Ray node {state['node']} runs rlenv {state['rlenv']} on Python"
+                    f" {'.'.join(map(str, state['python']))}; this driver runs rlenv {__version__}"
+                    f" on Python {sys.version_info[0]}.{sys.version_info[1]}: install the same"
+                    " on every node"
+                )
+
+    @property
+    def workers(self) -> int:
+        return len(self.actors)
+
+    def _pick(self) -> int:
+        return min(range(len(self.actors)), key=lambda index: (self.busy[index], index))
+
+    async def _call(self, index: int, method: str, *args: Any) -> Any:
+        ray = self._ray
+        try:
+            return await getattr(self.actors[index], method).remote(*args)
+        except ray.exceptions.RayTaskError as exc:
+            # the worker's own exception (FixtureMiss, RolloutTimeout...), as a local worker
+            # raises it, without Ray's remote traceback in its message
+            cause = exc.cause
+            if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
+                raise cause from None
+            raise RunFailed(f"a frozen-world worker failed: {exc}") from None
+        except ray.exceptions.RayError as exc:
+            raise RunFailed(f"a frozen-world worker died: {exc}") from None
+
+    async def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+        index = self._pick()
+        self.busy[index] += 1
+        try:
+            return await self._call(index, "run_rollout", task)  # type: ignore[no-any-return]
+        finally:
+            self.busy[index] -= 1
+
+    async def prepare(self, task: RolloutTask) -> None:
+        index = self._pick()
+        self.busy[index] += 1
+        self.assigned[(task.input_index, task.rollout)] = index
+        await self._call(index, "prepare", task)
+
+    def _owner(self, task: RolloutTask) -> int:
+        index = self.assigned.get((task.input_index, task.rollout))
+        if index is None:
+            raise RuntimeError(f"rollout {task} was not prepared on this executor")
+        return index
+
+    async def tool(
+        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
+    ) -> ToolOutcome:
+        return await self._call(self._owner(task), "tool", task, call, turn, number)  # type: ignore[no-any-return]
+
+    async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
+        index = self._owner(task)
+        try:
+            return await self._call(index, "finish", task, trajectory, model)  # type: ignore[no-any-return]
+        finally:
+            del self.assigned[(task.input_index, task.rollout)]
+            self.busy[index] -= 1
+
+    async def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+        index = self._pick()
+        self.busy[index] += 1
+        try:
+            return await self._call(index, "grade", record)  # type: ignore[no-any-return]
+        finally:
+            self.busy[index] -= 1
+
+    def close(self) -> None:
+        """Remove the actors' work roots, kill the actors, stop Ray if this executor started it."""
+        ray = self._ray
+        if self.actors:
+            # a dead actor has nothing left to clean up on a live node
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get([actor.shutdown.remote() for actor in self.actors], timeout=30)
+            for actor in self.actors:
+                ray.kill(actor)
+            self.actors = []
+        if self.started_ray:
+            self.started_ray = False
+            ray.shutdown()

@@ -1,0 +1,294 @@
+"""`--executor ray`: the same rollouts on Ray actors, with the local executor's digest.
+
+One small local Ray instance serves the whole module (2 CPUs, no dashboard, a 256 MB object
+store). Every comparison is against a real local run of the same env.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from rlenv.errors import RunFailed, UserError  # noqa: E402
+from rlenv.executors.ray import RayExecutor, import_ray  # noqa: E402
+from rlenv.runner import RunResult, run  # noqa: E402
+from rlenv.world.runtime import WorkerConfig  # noqa: E402
+from tests.chat_server import ChatServer, start_chat_server  # noqa: E402
+from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl  # noqa: E402
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster() -> Iterator[None]:
+    """A local Ray instance for the module; executors find it running and leave it running."""
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=256 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.fixture
+def chat() -> Iterator[Callable[..., ChatServer]]:
+    servers: list[ChatServer] = []
+
+    def start(**options: Any) -> ChatServer:
+        server, _, _ = start_chat_server(**options)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def both(spec: Path, tmp_path: Path, **options: Any) -> tuple[RunResult, RunResult]:
+    local = run(spec, out=tmp_path / "local", **options)
+    on_ray = run(spec, out=tmp_path / "ray", executor="ray", **options)
+    return local, on_ray
+
+
+def assert_each_rollout_once(run_dir: Path, inputs: list[str], rollouts: int) -> None:
+    records = read_jsonl(run_dir / "results.jsonl")
+    counts = Counter((record["input_id"], record["rollout"]) for record in records)
+    expected = {(input_id, rollout) for input_id in inputs for rollout in range(rollouts)}
+    assert set(counts) == expected and set(counts.values()) == {1}
+
+
+def first_ids(path: Path, count: int) -> list[str]:
+    return [record["id"] for record in read_jsonl(path)[:count]]
+
+
+@pytest.mark.parametrize(
+    ("env", "inputs"),
+    [
+        ("file_edit", "fixtures/file_edit/inputs.jsonl"),
+        ("search", "fixtures/search/questions.jsonl"),
+    ],
+)
+def test_bundled_env_on_ray_has_the_local_digest(env: str, inputs: str, tmp_path: Path) -> None:
+    local, on_ray = both(ROOT / "envs" / f"{env}.yaml", tmp_path, limit=5)
+    assert local.summary["rollouts"] == on_ray.summary["rollouts"] == 10
+    assert on_ray.digest == local.digest
+    assert on_ray.summary["counts"] == local.summary["counts"]
+    assert on_ray.summary["world"]["network_guard"] == "python"
+    if env == "search":
+        assert on_ray.summary["fixtures"] == local.summary["fixtures"]
+        assert set(on_ray.summary["fixtures"]) == {"hit"}, "tool HTTP replayed inside the actors"
+    for result in (local, on_ray):
+        assert_each_rollout_once(result.run_dir, first_ids(ROOT / inputs, 5), 2)
+    meta = json.loads((on_ray.run_dir / "run.json").read_text())
+    assert meta["executor"] == "ray"
+
+
+PROBE = """
+import datetime, json, os, socket, sys, time
+
+PORT = {port}
+
+def probe(args, ctx):
+    try:
+        socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
+        network = "reached"
+    except OSError as exc:
+        network = type(exc).__name__
+    actor = None
+    if "ray" in sys.modules:
+        import ray
+        actor = ray.get_runtime_context().get_actor_id()
+    return {{
+        "now": datetime.datetime.now().isoformat(),
+        "time": time.time(),
+        "monotonic": time.monotonic(),
+        "hash": str(hash("frozen")),
+        "tz": [*time.tzname, os.environ.get("TZ"), os.environ.get("LC_ALL")],
+        "cwd_is_workdir": os.getcwd() == str(ctx.workdir),
+        "network": network,
+        "in_ray_actor": actor is not None,
+    }}
+
+def policy(messages, tools, ctx):
+    if messages[-1]["role"] == "user":
+        function = {{"name": "probe", "arguments": "{{}}"}}
+        call = {{"id": "c0", "type": "function", "function": function}}
+        return {{"role": "assistant", "content": None, "tool_calls": [call]}}
+    return "done"
+"""
+
+
+def test_actor_world_is_frozen_like_a_local_worker(
+    chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The in-world policy's tool sees the same world locally and in an actor; so does a tool
+    called straight from an actor method for a model outside the world."""
+    server = chat()
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        other.setblocking(False)
+        spec = env_builder.write(
+            PROBE.format(port=other.getsockname()[1]),
+            inputs=[{"id": "a", "prompt": "probe", "answer": "done"}],
+            tools=[{"name": "probe", "function": "MOD:probe", "parameters": {"type": "object"}}],
+            rollouts=1,
+        )
+        local, on_ray = both(spec, tmp_path)
+        outside = run(
+            spec,
+            out=tmp_path / "outside",
+            executor="ray",
+            model="openai:tiny",
+            base_url=server.base_url,
+        )
+        with pytest.raises(BlockingIOError):
+            other.accept()  # no world connected
+    probes = {}
+    for name, result in (("local", local), ("ray", on_ray), ("outside", outside)):
+        (record,) = read_jsonl(result.run_dir / "results.jsonl")
+        assert record["status"] == "ok"
+        probes[name] = json.loads(record["messages"][2]["content"])
+    assert probes["local"]["in_ray_actor"] is False and probes["ray"]["in_ray_actor"] is True
+    assert probes["ray"]["now"] == "2024-03-01T12:00:00"
+    assert probes["ray"]["time"] == probes["ray"]["monotonic"] == 1709294400.0
+    assert probes["ray"]["network"] == "NetworkRefused"
+    assert probes["ray"]["tz"] == ["UTC", "UTC", "UTC", "C.UTF-8"]
+    assert probes["ray"]["cwd_is_workdir"] is True
+    assert probes["outside"] == probes["ray"]
+    probes["ray"]["in_ray_actor"] = False
+    assert probes["ray"] == probes["local"], "clock, hash seed, TZ, locale as in a local worker"
+
+
+OUTSIDE_TOOL = """
+def search(args, ctx):
+    if args["query"].startswith("slow"):
+        while True:  # interrupted by the per-call timer (SIGALRM in the worker's main thread)
+            pass
+    (ctx.workdir / "seen.txt").write_text(args["query"])
+    return "result for " + args["query"]
+"""
+
+
+def test_model_outside_tools_in_actors_match_local(
+    chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """prepare, tool and finish of a rollout reach the actor holding its workdir; a tool timeout
+    raised in the actor arrives as the worker's own exception, not as Ray's."""
+    server = chat()
+    inputs = [
+        {"id": name, "prompt": f"{prefix} {name}", "answer": f"result for {prefix} {name}"}
+        for prefix, name in (("say", "a"), ("say", "b"), ("say", "c"), ("slow", "d"))
+    ]
+    spec = env_builder.write(
+        OUTSIDE_TOOL,
+        inputs=inputs,
+        tools=[
+            {
+                "name": "search",
+                "function": "MOD:search",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"query": {"type": "string"}},
+                    "required": ["query"],
+                },
+            }
+        ],
+        verifiers=[
+            {"type": "exact_match", "expected_field": "answer"},
+            {"type": "file_state", "path": "seen.txt", "expected": "say a"},
+        ],
+        limits={"max_turns": 3, "timeout_s": 1.0},
+    )
+    options = {"model": "openai:tiny", "base_url": server.base_url, "concurrency": 4}
+    local, on_ray = both(spec, tmp_path, **options)
+    assert on_ray.digest == local.digest
+    assert on_ray.summary["counts"] == {"ok": 6, "timeout": 2}
+    records = read_jsonl(on_ray.run_dir / "results.jsonl")
+    for record in records:
+        if record["input_id"] == "d":
+            assert record["error"] == "rollout timed out"
+        else:
+            assert record["answer"] == f"result for say {record['input_id']}"
+            expected = record["input_id"] == "a"
+            assert [v["passed"] for v in record["verifiers"]] == [True, expected]
+    assert_each_rollout_once(on_ray.run_dir, ["a", "b", "c", "d"], 2)
+
+
+def test_worker_start_failure_is_one_line(tmp_path: Path) -> None:
+    config = WorkerConfig(spec_path=str(tmp_path / "elsewhere.yaml"), work_root=str(tmp_path))
+    with pytest.raises(RunFailed) as caught:
+        RayExecutor(config, 1, None)
+    message = str(caught.value)
+    assert "elsewhere.yaml is not on node" in message and "shared" in message
+    assert "Traceback" not in message and "\n" not in message
+    assert ray.is_initialized(), "an executor leaves a Ray instance it did not start running"
+
+
+def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(UserError, match=r"pip install 'rlenv\[ray\]'"):
+        import_ray()
+
+
+def test_executor_and_address_are_checked(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    spec = env_builder.write("def policy(messages, tools, ctx):\n    return 'a'\n")
+    with pytest.raises(UserError, match="--executor must be local or ray"):
+        run(spec, out=tmp_path / "x", executor="dask")
+    with pytest.raises(UserError, match="--address needs --executor ray"):
+        run(spec, out=tmp_path / "y", address="auto")
+
+
+def test_cli_executor_ray_matches_local(tmp_path: Path) -> None:
+    summaries = {}
+    for executor in ("local", "ray"):
+        out = tmp_path / executor
+        args = ("run", "envs/file_edit.yaml", "--limit", "3", "--out", str(out), "--json")
+        done = cli(*args, "--executor", executor)
+        assert done.returncode == 0, done.stderr
+        summaries[executor] = json.loads(done.stdout)
+    assert summaries["ray"]["digest"] == summaries["local"]["digest"]
+    assert summaries["ray"]["world"]["network_guard"] == "python"
+    wrong = cli("run", "envs/file_edit.yaml", "--address", "auto", "--out", str(tmp_path / "x"))
+    assert wrong.returncode == 2 and "--address needs --executor ray" in wrong.stderr
+    nowhere = tmp_path / "nowhere"
+    nobody = cli(*args[:4], "--executor", "ray", "--address", "127.0.0.1:1", "--out", str(nowhere))
+    assert nobody.returncode == 2 and "no Ray cluster answers there" in nobody.stderr
+    assert not nowhere.exists(), "nothing written for a run that could not start"
+
+
+def test_outside_tool_reads_the_frozen_clock_in_both_executors(
+    chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """A tool called straight from a worker's entry point (model outside the world) reads the
+    spec's instant: freezegun must not hand it the real clock because of the caller frames."""
+    server = chat()
+    spec = env_builder.write(
+        PROBE.format(port=9),
+        inputs=[{"id": "a", "prompt": "probe", "answer": "done"}],
+        tools=[{"name": "probe", "function": "MOD:probe", "parameters": {"type": "object"}}],
+        rollouts=1,
+    )
+    local, on_ray = both(spec, tmp_path, model="openai:tiny", base_url=server.base_url)
+    probes = []
+    for result in (local, on_ray):
+        (record,) = read_jsonl(result.run_dir / "results.jsonl")
+        probe = json.loads(record["messages"][2]["content"])
+        assert probe["time"] == probe["monotonic"] == 1709294400.0
+        probe.pop("in_ray_actor")
+        probes.append(probe)
+    assert probes[0] == probes[1]
