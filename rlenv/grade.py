@@ -15,10 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlenv.canonical import canonical_bytes
 from rlenv.errors import UserError
 from rlenv.executor import LocalExecutor
-from rlenv.results import order_key, read_results
+from rlenv.results import encode_line, order_key, read_results
 from rlenv.runner import _cache_dir, _pretty, _write_atomic, build_summary, prepare
 from rlenv.world.runtime import WorkerConfig
 
@@ -84,7 +83,7 @@ def grade(
         temporary = results_path.with_name(".results.jsonl.tmp")
         with open(temporary, "wb") as handle:
             for record in records:
-                handle.write(canonical_bytes(record) + b"\n")
+                handle.write(encode_line(record) + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, results_path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -9,12 +10,41 @@ from typing import IO, Any
 
 from rlenv.canonical import canonical_bytes, sha256_bytes
 
-VOLATILE_FIELDS = ("timing",)
+VOLATILE_FIELDS = ("timing", "digest")
+# what the run summary needs of a record; the rest (trajectory, world, logprobs) stays on disk
+SUMMARY_FIELDS = (
+    "input_id",
+    "input_index",
+    "rollout",
+    "status",
+    "passed",
+    "reward",
+    "answer",
+    "verifiers",
+    "usage",
+    "kl",
+    "model",
+    "grading",
+    "timing",
+    "tool_calls",
+    "digest",
+)
 
 
 def stable(record: dict[str, Any]) -> dict[str, Any]:
-    """The record without volatile fields (wall times, host paths)."""
+    """The record without volatile fields (wall times, its own digest)."""
     return {key: value for key, value in record.items() if key not in VOLATILE_FIELDS}
+
+
+def record_digest(record: dict[str, Any]) -> str:
+    """sha256 of the record's canonical (RFC 8785) stable form; stored in the record."""
+    return sha256_bytes(canonical_bytes(stable(record)))
+
+
+def seal(record: dict[str, Any]) -> dict[str, Any]:
+    """Add the record's own digest (computed where the record is made, in the workers)."""
+    record["digest"] = record_digest(record)
+    return record
 
 
 def order_key(record: dict[str, Any]) -> tuple[int, str, int]:
@@ -22,9 +52,31 @@ def order_key(record: dict[str, Any]) -> tuple[int, str, int]:
 
 
 def run_digest(records: Iterable[dict[str, Any]]) -> str:
-    """sha256 over canonical stable records in (input, rollout) order."""
+    """sha256 over the records' canonical digests in (input, rollout) order."""
     ordered = sorted(records, key=order_key)
-    return sha256_bytes(b"\n".join(canonical_bytes(stable(record)) for record in ordered))
+    return sha256_bytes(
+        "\n".join(record.get("digest") or record_digest(record) for record in ordered).encode()
+    )
+
+
+def slim(record: dict[str, Any]) -> dict[str, Any]:
+    """What summaries need of a record (keeps 100k-rollout runs small in memory)."""
+    kept = {key: record[key] for key in SUMMARY_FIELDS if key in record}
+    if "tool_calls" in kept:
+        kept["tool_calls"] = [{"fixture": call.get("fixture")} for call in kept["tool_calls"]]
+    if kept.get("verifiers"):
+        kept["verifiers"] = [
+            {"name": v.get("name"), "passed": v.get("passed")} for v in kept["verifiers"]
+        ]
+    kl = kept.get("kl")
+    if isinstance(kl, dict) and "per_token" in kl:
+        kept["kl"] = kl  # token lists are what the run-level KL pools
+    return kept
+
+
+def encode_line(record: dict[str, Any]) -> bytes:
+    """One results line: sorted keys, compact; its digest field carries the canonical hash."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 class ResultsWriter:
@@ -35,7 +87,7 @@ class ResultsWriter:
         self.handle: IO[bytes] = open(path, "ab")
 
     def write(self, record: dict[str, Any]) -> None:
-        self.handle.write(canonical_bytes(record) + b"\n")
+        self.handle.write(encode_line(record) + b"\n")
         self.handle.flush()
 
     def close(self) -> None:
@@ -44,10 +96,15 @@ class ResultsWriter:
         self.handle.close()
 
 
-def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
-    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair."""
-    import json
+def read_results(
+    path: Path, *, repair: bool = False, summary_only: bool = False
+) -> list[dict[str, Any]]:
+    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair.
 
+    `summary_only` keeps just what a summary needs of each record, reading line by line.
+    """
+    if summary_only and not repair:
+        return _read_slim(path)
     if not path.exists():
         return []
     data = path.read_bytes()
@@ -78,6 +135,21 @@ def _keys_in_order(keys: set[str], top: bool) -> list[str]:
         return sorted(keys)
     first = [key for key in TRAJECTORY_ORDER if key in keys]
     return first + sorted(keys - set(first))
+
+
+def _read_slim(path: Path) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    if not path.exists():
+        return records
+    with open(path, "rb") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                records.append(slim(json.loads(line)))
+            except json.JSONDecodeError:
+                break
+    return records
 
 
 def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:

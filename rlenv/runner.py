@@ -276,7 +276,7 @@ def run(
             writer.close()
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    records = read_results(run_dir / "results.jsonl")
+    records = read_results(run_dir / "results.jsonl", summary_only=True)
     summary = build_summary(prepared, meta, records, model_uri)
     _write_atomic(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)

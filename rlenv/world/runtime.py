@@ -31,6 +31,7 @@ from rlenv.errors import FixtureMiss, ModelOutputError
 from rlenv.grading import PENDING
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply, ModelRequest, import_ref
+from rlenv.results import seal
 from rlenv.rewards import RewardContext, build_reward_model
 from rlenv.seeding import derive_seed, seed_everything
 from rlenv.spec import LoadedSpec, load_spec
@@ -390,7 +391,7 @@ class WorldRuntime:
             from rlenv.policy_shift.kl import merge_shift_records
 
             output["kl"] = merge_shift_records(trajectory.kl_parts)
-        return output
+        return seal(output)
 
     def grade_late(self, record: dict[str, Any]) -> dict[str, Any]:
         """`rlenv grade`: run a record's deferred verifiers; same result shape as inline."""
@@ -428,7 +429,7 @@ class WorldRuntime:
         known = [v for v in updated["verifiers"] if v["passed"] is not None]
         updated["passed"] = all(v["passed"] for v in known)
         updated.pop("grading", None)
-        return updated
+        return seal(updated)
 
     # -- a whole rollout, policy inside the world ------------------------------------------
 
