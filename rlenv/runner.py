@@ -207,7 +207,7 @@ def run(
     if reference:
         options = {"reference": reference}
     elif model_uri.startswith("openai:"):
-        options = {"max_connections": max(256, concurrency)}
+        options = {"max_connections": max(256, concurrency), "pools": max(1, concurrency // 8)}
     provider = resolve_provider(model_uri, base_url=base_url, options=options)
     rollouts_per_input = rollouts or spec.rollouts
     inputs = prepared.inputs[:limit] if limit else prepared.inputs

@@ -125,6 +125,7 @@ class OpenAIProvider:
         backoff_max: float = 8.0,
         retry_after_cap: float = 30.0,
         max_connections: int = 256,
+        pools: int = 1,
     ) -> None:
         self.uri = uri
         self.model_name = model_name
@@ -154,7 +155,11 @@ class OpenAIProvider:
         self.backoff_max = backoff_max
         self.retry_after_cap = retry_after_cap
         self.max_connections = max_connections
-        self._client: Any = None
+        # several connection pools: one httpx pool serialises under many concurrent requests
+        # (httpcore's pool bookkeeping), measured in bench/concurrency.py
+        self.pools = max(1, pools)
+        self._clients: list[Any] = []
+        self._turn = 0
 
     # -- identity ------------------------------------------------------------------------
 
@@ -172,33 +177,35 @@ class OpenAIProvider:
     # -- the HTTP client -----------------------------------------------------------------
 
     def _client_for_loop(self) -> Any:
-        """One shared client, created inside the running loop (httpx binds it to the loop)."""
-        if self._client is None:
-            import httpx
+        """The next of the provider's clients (created inside the running loop), round robin."""
+        if not self._clients:
+            self._clients = [self._new_client() for _ in range(self.pools)]
+        self._turn = (self._turn + 1) % len(self._clients)
+        return self._clients[self._turn]
 
-            from rlenv import __version__
+    def _new_client(self) -> Any:
+        import httpx
 
-            headers = {"User-Agent": f"rlenv/{__version__}"}
-            auth = None
-            if self.api_key:
-                headers["Authorization"] = f"Bearer {self.api_key}"
-            elif self._basic_auth:
-                auth = httpx.BasicAuth(*self._basic_auth)
-            self._client = httpx.AsyncClient(
-                headers=headers,
-                auth=auth,
-                # pool=None: waiting for a free connection is bounded by the rollout timeout
-                timeout=httpx.Timeout(self.request_timeout, pool=None),
-                limits=httpx.Limits(
-                    max_connections=self.max_connections,
-                    max_keepalive_connections=self.max_connections,
-                ),
-            )
-        return self._client
+        from rlenv import __version__
+
+        headers = {"User-Agent": f"rlenv/{__version__}"}
+        auth = None
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        elif self._basic_auth:
+            auth = httpx.BasicAuth(*self._basic_auth)
+        per_pool = max(1, -(-self.max_connections // self.pools))
+        return httpx.AsyncClient(
+            headers=headers,
+            auth=auth,
+            # pool=None: waiting for a free connection is bounded by the rollout timeout
+            timeout=httpx.Timeout(self.request_timeout, pool=None),
+            limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool),
+        )
 
     async def aclose(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
+        clients, self._clients = self._clients, []
+        for client in clients:
             await client.aclose()
 
     # -- one turn ------------------------------------------------------------------------
