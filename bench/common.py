@@ -541,6 +541,28 @@ def _numeric(text: str) -> bool:
     return True
 
 
+def _revision() -> str:
+    """The repository's commit, and whether rlenv/ has uncommitted changes."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "rlenv"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown commit"
+    return f"commit {commit}" + (" + uncommitted changes in rlenv/" if dirty else "")
+
+
 def header(title: str) -> None:
     import platform
 
@@ -550,6 +572,7 @@ def header(title: str) -> None:
         f"  {os.cpu_count()} cpus  {platform.platform()}"
     )
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"# rlenv at {_revision()}")
     print()
 
 

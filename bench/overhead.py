@@ -128,6 +128,7 @@ def main() -> None:
         run_rlenv(warm, root, 2, 10)  # fills the bytecode cache; not reported
         script = root / "inspect_task.py"
         script.write_text(INSPECT_SCRIPT)
+        run_inspect(script, root, 10)  # fills Inspect's bytecode cache too; not reported
         for samples in sizes:
             spec = common.build_env(root / f"env-{samples}", samples, policy="one_tool", tool=True)
             specs[samples] = spec

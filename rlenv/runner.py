@@ -103,11 +103,10 @@ def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
 
 def _refuse_secrets(loaded: LoadedSpec, index: int, cassette: Path) -> None:
     """A committed fixture must not carry a credential: refuse the spec if one looks like it."""
-    from rlenv.world.replay import load_interactions
+    from rlenv.world.replay import load_index
     from rlenv.world.runtime import build_scrubber
-    from rlenv.world.scrub import find_secrets
 
-    found = find_secrets(load_interactions(cassette), build_scrubber(loaded))
+    _, found = load_index(cassette, build_scrubber(loaded))
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise UserError(

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import uuid
 from pathlib import Path
@@ -15,6 +16,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+# grader and cassette-index caches of the suite live in a temp dir, never in ~/.cache
+os.environ.setdefault("RLENV_CACHE_DIR", tempfile.mkdtemp(prefix="rlenv-test-cache-"))
 RLENV = Path(sys.executable).parent / "rlenv"
 
 

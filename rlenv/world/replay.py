@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from rlenv.canonical import canonical_bytes
+from rlenv.canonical import canonical_bytes, sha256_file, sha256_json
 from rlenv.errors import FixtureMiss, SpecError
 from rlenv.world.scrub import Scrubber
 
@@ -81,6 +82,54 @@ def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
     return list(zip(requests, responses, strict=False))
 
 
+def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
+    from rlenv.grading import default_cache_dir
+
+    config = sha256_json(
+        {
+            "names": scrubber.names.pattern,
+            "headers": sorted(scrubber.headers),
+            "extra": sorted(scrubber.extra),
+            "format": 1,
+        }
+    )
+    return default_cache_dir() / "cassette-index" / f"{cassette_sha}-{config[:16]}.pickle"
+
+
+def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """A cassette's request-key index and its secret findings, cached by the file's hash.
+
+    Parsing a YAML cassette is slow (seconds for 10 000 interactions), so the index is built
+    once per cassette version and loaded from the cache by every worker and later run.
+    """
+    import pickle
+
+    from rlenv.world.scrub import find_secrets
+
+    cache = _index_cache_path(sha256_file(path), scrubber)
+    try:
+        with open(cache, "rb") as handle:
+            responses, findings = pickle.load(handle)
+        return responses, findings
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+        pass
+    interactions = load_interactions(path)
+    index = ToolIndex("", None, scrubber)
+    responses: dict[str, dict[str, Any]] = {}
+    for request, response in interactions:
+        responses.setdefault(index.key_for(request), response)
+    findings = find_secrets(interactions, scrubber)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        temporary = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+        with open(temporary, "wb") as handle:
+            pickle.dump((responses, findings), handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(temporary, cache)
+    except OSError:
+        pass  # a read-only cache only costs speed
+    return responses, findings
+
+
 @dataclass
 class ToolIndex:
     """One tool's cassette, indexed by request key; first recorded response wins on repeats."""
@@ -90,13 +139,12 @@ class ToolIndex:
     scrubber: Scrubber
     fallback: dict[str, Any] | None = None
     responses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)
 
     def load(self) -> ToolIndex:
         if self.path is None:
             return self
-        for request, response in load_interactions(self.path):
-            key = self.key_for(request)
-            self.responses.setdefault(key, response)
+        self.responses, self.findings = load_index(self.path, self.scrubber)
         return self
 
     def key_for(self, request: Any) -> str:
