@@ -194,16 +194,25 @@ def make_replay_cassette_class() -> type:
             kwargs["record_mode"] = RecordMode.NONE
             super().__init__(*args, **kwargs)
 
+        _last: tuple[Any, str, dict[str, Any] | None] | None = None
+
         def _lookup(self, request: Any) -> tuple[str, dict[str, Any] | None]:
+            # vcrpy asks twice per request (can play? then play): key it once
+            if self._last is not None and self._last[0] is request:
+                return self._last[1], self._last[2]
             index = self.indexes.get(self.current or "")
             if index is None:
-                return "miss", None
-            response = index.responses.get(index.key_for(request))
-            if response is not None:
-                return "hit", response
-            if index.fallback is not None:
-                return "fallback", _fallback_response(index.fallback)
-            return "miss", None
+                outcome, response = "miss", None
+            else:
+                response = index.responses.get(index.key_for(request))
+                if response is not None:
+                    outcome = "hit"
+                elif index.fallback is not None:
+                    outcome, response = "fallback", _fallback_response(index.fallback)
+                else:
+                    outcome = "miss"
+            self._last = (request, outcome, response)
+            return outcome, response
 
         def can_play_response_for(self, request: Any) -> bool:
             outcome, response = self._lookup(request)
