@@ -49,10 +49,19 @@ FAKE_URL = "http://lookup.bench.invalid/v1/lookup"
 # PYTHONDONTWRITEBYTECODE=1, which would make every run compile rlenv from source; the cache goes
 # to a prefix directory so the work tree gets no __pycache__ folders. The first run warms it.
 PYCACHE = Path(tempfile.gettempdir()) / "rlenv-bench-pycache"
+# rlenv caches cassette indexes (and grades) by file hash; each benchmark invocation starts with
+# an empty cache of its own, so a figure never depends on what an earlier run left behind.
+RLENV_CACHE = Path(os.environ.get("BENCH_RLENV_CACHE") or tempfile.mkdtemp(prefix="bench-cache-"))
 BENCH_ENV: dict[str, str | None] = {
     "PYTHONDONTWRITEBYTECODE": None,
     "PYTHONPYCACHEPREFIX": str(PYCACHE),
+    "RLENV_CACHE_DIR": str(RLENV_CACHE),
+    "BENCH_RLENV_CACHE": str(RLENV_CACHE),  # shared with helper processes of the same run
 }
+if "BENCH_RLENV_CACHE" not in os.environ:
+    import atexit
+
+    atexit.register(shutil.rmtree, RLENV_CACHE, True)
 
 
 def bench_env(extra: dict[str, str | None] | None = None) -> dict[str, str]:
@@ -139,6 +148,7 @@ class Measurement:
     names: dict[int, str] = field(default_factory=dict)  # pid -> command line (shortened)
     peak_pss_kib: int = 0
     wait4_maxrss_kib: int = 0
+    cpu_s: float = 0.0  # user + system CPU of the command and the descendants it waited for
     stdout: str = ""
     stderr: str = ""
 
@@ -236,6 +246,7 @@ def measure(
         names=names,
         peak_pss_kib=peak_pss,
         wait4_maxrss_kib=usage.ru_maxrss,
+        cpu_s=usage.ru_utime + usage.ru_stime,
         stdout=out.read().decode("utf-8", "replace"),
         stderr=err.read().decode("utf-8", "replace"),
     )
@@ -448,6 +459,13 @@ def count_lines(path: Path) -> int:
 class ServerHandle:
     base_url: str
     times_path: Path
+    pid: int
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the server process has used so far (all its threads)."""
+        with open(f"/proc/{self.pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -469,7 +487,7 @@ def chat_server(latency_ms: float) -> Iterator[ServerHandle]:
         line = process.stdout.readline().strip()
         if not line.startswith("listening on "):
             raise RuntimeError(f"chat server did not start: {line!r}")
-        yield ServerHandle(line.removeprefix("listening on "), times)
+        yield ServerHandle(line.removeprefix("listening on "), times, process.pid)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=30)
@@ -572,8 +590,18 @@ def header(title: str) -> None:
         f"  {os.cpu_count()} cpus  {platform.platform()}"
     )
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
-    print(f"# rlenv at {_revision()}")
+    started = _revision()
+    print(f"# rlenv at {started}")
     print()
+
+    def check_revision() -> None:
+        ended = _revision()
+        if ended != started:
+            print(f"\n# NOTE: rlenv changed during the run: now at {ended}")
+
+    import atexit
+
+    atexit.register(check_revision)
 
 
 # -- profiles (printed when a target is missed) ------------------------------------------------

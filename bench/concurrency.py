@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +64,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
     rollouts = max(2 * concurrency + 10, int(limit * seconds))
     spec = common.build_env(root / f"env-{latency_ms:.0f}-{concurrency}", rollouts)
     with common.chat_server(latency_ms) as server:
+        server_cpu = server.cpu_s()
         measured = common.measure(
             common.rlenv_run(
                 spec,
@@ -76,6 +78,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
             )
         )
         measured.check()
+        server_cpu = server.cpu_s() - server_cpu
         times = common.arrival_times(server)
     summary = json.loads(measured.stdout)
     if summary["counts"] != {"ok": rollouts} or len(times) != rollouts:
@@ -98,6 +101,9 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
         f"{measured.wall_s:.1f}",
         f"{whole:.1f}",
         f"{measured.sum_peak_mb:.0f}",
+        f"{measured.cpu_s:.1f}",
+        f"{server_cpu:.1f}",
+        f"{(measured.cpu_s + server_cpu) / measured.wall_s:.2f}",
     ]
 
 
@@ -221,6 +227,10 @@ def main() -> None:
         " rollout)"
     )
     print(
+        "CPU: user+system seconds of the rlenv process tree and of the server during the run;"
+        f" cores busy = both / wall (this machine has {os.cpu_count()})"
+    )
+    print(
         common.table(
             [
                 "latency ms",
@@ -233,6 +243,9 @@ def main() -> None:
                 "wall s",
                 "whole req/s",
                 "sum peak RSS MB",
+                "rlenv CPU s",
+                "server CPU s",
+                "cores busy",
             ],
             rows,
         )

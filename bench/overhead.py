@@ -9,6 +9,10 @@ Inspect: a Task with a MemoryDataset of N samples, solver generate(), scorer inc
 mockllm/model, `inspect_ai.eval(...)` with default log writing and max_connections = max_samples
 = N, whole process, in the separate venv /tmp/venv-inspect (`INSPECT_VENV` to change).
 
+The first rlenv run of an env builds the cassette's index (cached by the file's hash in
+RLENV_CACHE_DIR, a temp dir of this benchmark's own); it is reported as "first run", and the
+later runs, which load the index from the cache, are the ones compared with Inspect.
+
 Targets: rlenv's 10k run at least 5x faster than Inspect's; rlenv peak memory <= 200 MB (sum
 of the peak RSS of every process of the run: orchestrator + workers + helpers). On a miss, a
 cProfile of the orchestrator (`--concurrency 1`) and of an in-process frozen-world worker is
@@ -132,6 +136,12 @@ def main() -> None:
         for samples in sizes:
             spec = common.build_env(root / f"env-{samples}", samples, policy="one_tool", tool=True)
             specs[samples] = spec
+            measured = run_rlenv(spec, root, CONCURRENCIES[0], samples)
+            results[("rlenv-cold", samples, CONCURRENCIES[0])] = measured
+            rows.append(
+                _row(f"rlenv --concurrency {CONCURRENCIES[0]}, first run", samples, measured)
+            )
+            print(f"  ... rlenv {samples} first run: {measured.wall_s:.1f}s", flush=True)
             for concurrency in CONCURRENCIES:
                 measured = run_rlenv(spec, root, concurrency, samples)
                 results[("rlenv", samples, concurrency)] = measured
@@ -192,12 +202,13 @@ def main() -> None:
                 f" than inspect: {ratio:.2f}x  {common.verdict(ok)}"
             )
         for (system, samples, concurrency), measured in sorted(results.items()):
-            if system != "rlenv":
+            if not system.startswith("rlenv"):
                 continue
             ok = measured.sum_peak_mb <= MEMORY_TARGET_MB
             missed |= not ok
+            which = " (first run)" if system == "rlenv-cold" else ""
             print(
-                f"  rlenv {samples} --concurrency {concurrency} peak memory <="
+                f"  rlenv {samples} --concurrency {concurrency}{which} peak memory <="
                 f" {MEMORY_TARGET_MB:.0f} MB: sum of peaks {measured.sum_peak_mb:.0f} MB"
                 f" ({_per_process(measured)})  {common.verdict(ok)}"
             )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -138,18 +138,48 @@ def _keys_in_order(keys: set[str], top: bool) -> list[str]:
 
 
 def _read_slim(path: Path) -> list[dict[str, Any]]:
-    records: list[dict[str, Any]] = []
+    return [slim(record) for record in iter_results(path)]
+
+
+def iter_results(path: Path) -> Iterator[dict[str, Any]]:
+    """Records of results.jsonl one at a time, stopping at a torn last line."""
     if not path.exists():
-        return records
+        return
     with open(path, "rb") as handle:
         for line in handle:
             if not line.endswith(b"\n"):
-                break
+                return
             try:
-                records.append(slim(json.loads(line)))
+                yield json.loads(line)
             except json.JSONDecodeError:
-                break
-    return records
+                return
+
+
+def compact_for_metrics(record: dict[str, Any], shared: dict[Any, Any]) -> dict[str, Any]:
+    """The few fields the metrics read, with repeated strings and verifier lists shared."""
+
+    def same(value: Any) -> Any:
+        return shared.setdefault(value, value)
+
+    verifiers = tuple((v.get("name"), v.get("passed")) for v in record.get("verifiers") or [])
+    if verifiers not in shared:
+        shared[verifiers] = [{"name": name, "passed": passed} for name, passed in verifiers]
+    compact: dict[str, Any] = {
+        "input_id": same(str(record["input_id"])),
+        "input_index": int(record.get("input_index", 0)),
+        "rollout": int(record["rollout"]),
+        "status": same(record.get("status")),
+        "passed": record.get("passed"),
+        "reward": record.get("reward"),
+        "answer": record.get("answer"),
+        "verifiers": shared[verifiers],
+    }
+    tokens = (record.get("usage") or {}).get("completion_tokens")
+    if tokens:
+        compact["usage"] = {"completion_tokens": tokens}
+    if record.get("kl") is not None:
+        compact["kl"] = record["kl"]
+    return compact
 
 
 def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:

@@ -9,20 +9,20 @@ import re
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlenv import __version__
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
-from rlenv.canonical import canonical_bytes
+from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.clock import monotonic, wall_now
 from rlenv.errors import InfraError, UserError
 from rlenv.executor import LocalExecutor
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply, ModelRequest, check_reference, resolve_provider
-from rlenv.results import ResultsWriter, read_results, run_digest
+from rlenv.results import ResultsWriter, iter_results, read_results
 from rlenv.seeding import derive_seed
 from rlenv.spec import LoadedSpec, check_files, fingerprint, load_spec
 from rlenv.world.runtime import RolloutTask, WorkerConfig, tool_schemas
@@ -275,8 +275,7 @@ def run(
             writer.close()
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    records = read_results(run_dir / "results.jsonl", summary_only=True)
-    summary = build_summary(prepared, meta, records, model_uri)
+    summary = build_summary(prepared, meta, iter_results(run_dir / "results.jsonl"), model_uri)
     _write_atomic(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)
 
@@ -435,26 +434,51 @@ def world_modes(executor: str = "local") -> dict[str, str]:
 
 
 def build_summary(
-    prepared: Prepared, meta: dict[str, Any], records: list[dict[str, Any]], model_uri: str
+    prepared: Prepared, meta: dict[str, Any], records: Iterable[dict[str, Any]], model_uri: str
 ) -> dict[str, Any]:
-    """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest."""
-    from rlenv import metrics
+    """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest.
 
-    records = sorted(records, key=lambda r: (r.get("input_index", 0), r["rollout"]))
+    `records` is consumed once (a generator over results.jsonl is fine): totals are summed on
+    the way and only a compact form of each record is kept for the metrics, so a 100k-rollout
+    run is summarised in little memory.
+    """
+    from rlenv import metrics
+    from rlenv.results import compact_for_metrics, record_digest
+
     fixture_counts: dict[str, int] = {}
     usage: dict[str, int] = {}
+    cache = {"hits": 0, "misses": 0}
+    pending = 0
+    compact: list[dict[str, Any]] = []
+    order: list[tuple[int, str, int, str]] = []
+    shared: dict[Any, Any] = {}
     for record in records:
         for call in record.get("tool_calls") or []:
             fixture_counts[call["fixture"]] = fixture_counts.get(call["fixture"], 0) + 1
         for key, value in (record.get("usage") or {}).items():
             if isinstance(value, int):
                 usage[key] = usage.get(key, 0) + value
-    diagnostics = metrics.compute_all(records)
-    cache = {"hits": 0, "misses": 0}
-    for record in records:
         for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
             cache[key] = cache.get(key, 0) + int(value)
-    pending = sum(1 for record in records if record.get("grading") == "pending")
+        pending += record.get("grading") == "pending"
+        digest = record.get("digest") or record_digest(record)
+        order.append(
+            (
+                int(record.get("input_index", 0)),
+                str(record["input_id"]),
+                int(record["rollout"]),
+                digest,
+            )
+        )
+        compact.append(compact_for_metrics(record, shared))
+    order.sort()
+    run_digest_value = sha256_bytes("\n".join(entry[3] for entry in order).encode())
+    del order, shared
+    compact.sort(key=lambda r: (r["input_index"], r["rollout"]))
+    diagnostics = metrics.compute_all(compact)
+    n_records = len(compact)
+    n_inputs = len({record["input_id"] for record in compact})
+    del compact
     flags = diagnostics["flags"]
     if meta["decoding"].get("temperature") == 0:
         # greedy decoding makes identical rollouts expected, not a collapse
@@ -464,8 +488,8 @@ def build_summary(
         "model": meta["model"],
         "decoding": meta["decoding"],
         "rollouts_per_input": meta["rollouts_per_input"],
-        "inputs": len({record["input_id"] for record in records}),
-        "rollouts": len(records),
+        "inputs": n_inputs,
+        "rollouts": n_records,
         "expected_rollouts": len(
             prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
         )
@@ -487,6 +511,6 @@ def build_summary(
         "world": world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": pending, "grader_cache": cache},
         "flags": flags,
-        "digest": run_digest(records),
+        "digest": run_digest_value,
         "rlenv_version": __version__,
     }

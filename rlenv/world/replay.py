@@ -109,8 +109,8 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, dict[str, Any]
     cache = _index_cache_path(sha256_file(path), scrubber)
     try:
         with open(cache, "rb") as handle:
-            responses, findings = pickle.load(handle)
-        return responses, findings
+            cached: tuple[dict[str, dict[str, Any]], list[str]] = pickle.load(handle)
+        return cached
     except (OSError, EOFError, pickle.UnpicklingError, ValueError):
         pass
     interactions = load_interactions(path)
