@@ -220,6 +220,8 @@ def run(
         "limit": limit,
         "reference": reference,
         "spec": str(prepared.loaded.path),
+        # probed now, while this process is small (the probes fork it)
+        "world": world_modes(executor),
         "expensive_fraction": expensive_fraction,
         "deferred_expensive": defer_expensive,
         "executor": executor,
@@ -508,7 +510,7 @@ def build_summary(
         },
         "kl": diagnostics["kl"],
         "hazards": _hazards(meta) if meta.get("reference") else [],
-        "world": world_modes(meta.get("executor", "local")),
+        "world": meta.get("world") or world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": pending, "grader_cache": cache},
         "flags": flags,
         "digest": run_digest_value,
