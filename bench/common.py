@@ -516,8 +516,9 @@ def _serve(latency_ms: float, times_path: Path) -> None:
     request = times_path.with_suffix(".request")
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    parent = os.getppid()
     print(f"listening on {base_url}", flush=True)
-    while not stop.wait(0.05):
+    while not stop.wait(0.05) and os.getppid() == parent:  # never outlive the benchmark
         if request.exists():
             request.unlink()
             with server.lock:
@@ -581,6 +582,10 @@ def _revision() -> str:
     return f"commit {commit}" + (" + uncommitted changes in rlenv/" if dirty else "")
 
 
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
 def header(title: str) -> None:
     import platform
 
@@ -592,12 +597,14 @@ def header(title: str) -> None:
     print(f"# command: {' '.join([Path(sys.executable).name, *sys.argv])}")
     started = _revision()
     print(f"# rlenv at {started}")
+    print(f"# load average at start: {_load()} (other work on the machine skews every figure)")
     print()
 
     def check_revision() -> None:
         ended = _revision()
+        print(f"\n# load average at end: {_load()}")
         if ended != started:
-            print(f"\n# NOTE: rlenv changed during the run: now at {ended}")
+            print(f"# NOTE: rlenv changed during the run: now at {ended}")
 
     import atexit
 
