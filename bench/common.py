@@ -22,7 +22,6 @@ does that: rlenv's workers and Inspect's process live for the whole run).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -316,11 +315,9 @@ def answer_for(index: int) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    from rlenv.canonical import sha256_file as project_sha256
+
+    return project_sha256(path)
 
 
 def interaction(index: int, url: str = FAKE_URL) -> dict[str, Any]:

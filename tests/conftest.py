@@ -98,3 +98,20 @@ def env_builder(tmp_path: Path) -> EnvBuilder:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def chat() -> Any:
+    """Start real chat-completions servers on 127.0.0.1:0; all are stopped after the test."""
+    from tests.chat_server import start_chat_server
+
+    servers: list[Any] = []
+
+    def start(**options: Any) -> Any:
+        server, _, _ = start_chat_server(**options)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

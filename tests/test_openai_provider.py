@@ -11,7 +11,7 @@ import hashlib
 import json
 import logging
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,7 @@ import pytest
 from rlenv.errors import InfraError, ModelOutputError, UserError
 from rlenv.providers.base import ModelReply, ModelRequest, resolve_provider
 from rlenv.providers.openai import OpenAIProvider
-from tests.chat_server import ChatServer, start_chat_server
+from tests.chat_server import ChatServer
 from tests.conftest import EnvBuilder, cli, read_jsonl
 
 SEARCH_TOOL = {
@@ -48,21 +48,6 @@ DECODING = {
 }
 FAST = {"backoff_base": 0.01, "max_retries": 4, "request_timeout": 5.0}
 CLI_ENV = {"RLENV_BACKOFF_BASE": "0.01"}
-
-
-@pytest.fixture
-def chat() -> Iterator[Callable[..., ChatServer]]:
-    """Start chat servers on 127.0.0.1:0; every one is stopped at the end of the test."""
-    servers: list[ChatServer] = []
-
-    def start(**options: Any) -> ChatServer:
-        server, _, _ = start_chat_server(**options)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.stop()
 
 
 def closed_port() -> int:

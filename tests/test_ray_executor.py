@@ -22,7 +22,7 @@ from rlenv.errors import RunFailed, UserError  # noqa: E402
 from rlenv.executors.ray import RayExecutor, import_ray  # noqa: E402
 from rlenv.runner import RunResult, run  # noqa: E402
 from rlenv.world.runtime import WorkerConfig  # noqa: E402
-from tests.chat_server import ChatServer, start_chat_server  # noqa: E402
+from tests.chat_server import ChatServer  # noqa: E402
 from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl  # noqa: E402
 
 
@@ -41,21 +41,6 @@ def ray_cluster() -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
-
-
-@pytest.fixture
-def chat() -> Iterator[Callable[..., ChatServer]]:
-    servers: list[ChatServer] = []
-
-    def start(**options: Any) -> ChatServer:
-        server, _, _ = start_chat_server(**options)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
 
 
 def both(spec: Path, tmp_path: Path, **options: Any) -> tuple[RunResult, RunResult]:
