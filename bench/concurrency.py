@@ -18,6 +18,7 @@ cores. Run: `.venv/bin/python bench/concurrency.py [--quick] [--latency-ms MS ..
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -220,6 +221,8 @@ def main() -> None:
                 f"  {common.verdict(rate >= TARGET * limit)}"
             )
             for kind in CLIENT_KINDS:
+                if kind == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
+                    continue  # aiohttp comes with the test extra
                 client_rows.append(run_client(kind, latency_ms, top))
     print()
     print(

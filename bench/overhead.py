@@ -16,7 +16,8 @@ later runs, which load the index from the cache, are the ones compared with Insp
 Targets: rlenv's 10k run at least 5x faster than Inspect's; rlenv peak memory <= 200 MB (sum
 of the peak RSS of every process of the run: orchestrator + workers + helpers). On a miss, a
 cProfile of the orchestrator (`--concurrency 1`) and of an in-process frozen-world worker is
-printed. Run: `.venv/bin/python bench/overhead.py [--quick]` (`--quick`: 1k only, no profile).
+printed. Run: `.venv/bin/python bench/overhead.py [--quick]` (`--quick`: 1k, --concurrency 2,
+no Inspect warm-up, no profile).
 """
 
 from __future__ import annotations
@@ -115,9 +116,12 @@ def run_inspect(script: Path, root: Path, samples: int) -> common.Measurement:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="1k only, no profile")
+    parser.add_argument(
+        "--quick", action="store_true", help="1k only, --concurrency 2 only, no profile"
+    )
     args = parser.parse_args()
     sizes = [1000] if args.quick else [1000, 10000]
+    concurrencies = CONCURRENCIES[:1] if args.quick else CONCURRENCIES
     common.header("overhead: rlenv run vs Inspect, whole process")
     print(f"inspect_ai {inspect_version()} in {common.INSPECT_VENV}")
     print("memory: sum of each process's peak RSS (VmHWM from /proc, sampled every 20 ms over")
@@ -132,7 +136,8 @@ def main() -> None:
         run_rlenv(warm, root, 2, 10)  # fills the bytecode cache; not reported
         script = root / "inspect_task.py"
         script.write_text(INSPECT_SCRIPT)
-        run_inspect(script, root, 10)  # fills Inspect's bytecode cache too; not reported
+        if not args.quick:  # --quick relies on the bytecode cache an earlier run left
+            run_inspect(script, root, 10)  # fills Inspect's bytecode cache too; not reported
         for samples in sizes:
             spec = common.build_env(root / f"env-{samples}", samples, policy="one_tool", tool=True)
             specs[samples] = spec
@@ -142,7 +147,7 @@ def main() -> None:
                 _row(f"rlenv --concurrency {CONCURRENCIES[0]}, first run", samples, measured)
             )
             print(f"  ... rlenv {samples} first run: {measured.wall_s:.1f}s", flush=True)
-            for concurrency in CONCURRENCIES:
+            for concurrency in concurrencies:
                 measured = run_rlenv(spec, root, concurrency, samples)
                 results[("rlenv", samples, concurrency)] = measured
                 rows.append(_row(f"rlenv --concurrency {concurrency}", samples, measured))
@@ -172,7 +177,7 @@ def main() -> None:
         ratio_rows = []
         for samples in sizes:
             inspect = results[("inspect", samples, 0)]
-            for concurrency in CONCURRENCIES:
+            for concurrency in concurrencies:
                 mine = results[("rlenv", samples, concurrency)]
                 ratio_rows.append(
                     [
@@ -189,7 +194,7 @@ def main() -> None:
         print("targets")
         missed = False
         largest = max(sizes)
-        for concurrency in CONCURRENCIES:
+        for concurrency in concurrencies:
             ratio = (
                 results[("inspect", largest, 0)].wall_s
                 / results[("rlenv", largest, concurrency)].wall_s

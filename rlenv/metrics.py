@@ -248,15 +248,23 @@ def bootstrap_ci(
     if not clusters or n_boot < 1:
         return (None, None)
     rng = np.random.default_rng(seed)
-    indices = rng.integers(0, len(clusters), size=(n_boot, len(clusters)))
     if statistic is None:
         arrays = [np.atleast_1d(np.asarray(c, dtype=float)) for c in clusters]
         sums = np.array([a.sum() for a in arrays])
         counts = np.array([a.size for a in arrays], dtype=float)
-        total = counts[indices].sum(axis=1)
-        keep = total > 0
-        estimates = sums[indices].sum(axis=1)[keep] / total[keep]
+        # resamples drawn in blocks (same random stream) so memory stays small for many inputs
+        block = max(1, min(n_boot, 2_000_000 // len(clusters)))
+        parts = []
+        for start in range(0, n_boot, block):
+            indices = rng.integers(
+                0, len(clusters), size=(min(block, n_boot - start), len(clusters))
+            )
+            total = counts[indices].sum(axis=1)
+            keep = total > 0
+            parts.append(sums[indices].sum(axis=1)[keep] / total[keep])
+        estimates = np.concatenate(parts)
     else:
+        indices = rng.integers(0, len(clusters), size=(n_boot, len(clusters)))
         results = (statistic([clusters[i] for i in row]) for row in indices.tolist())
         estimates = np.array([float(r) for r in results if r is not None], dtype=float)
         estimates = estimates[np.isfinite(estimates)]

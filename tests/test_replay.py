@@ -192,3 +192,40 @@ def test_index_lookup_matches_vcrpy_semantics() -> None:
     assert a == b
     assert a != request_key("POST", "http://host.test/a?a=1&b=2", '{"y":[2,1],"x":1}')
     assert a != request_key("PUT", "http://host.test/a?a=1&b=2", '{"y":[1,2],"x":1}')
+
+
+def test_requests_that_differ_only_in_scrubbed_fields_are_refused(env_builder: EnvBuilder) -> None:
+    env_builder.root.mkdir(parents=True, exist_ok=True)
+    document = {
+        "version": 1,
+        "interactions": [
+            _interaction(
+                "POST",
+                "http://api.example.test/v1/lookup",
+                '{"term": "a", "password": "REDACTED"}',
+                {"answer": 1},
+            ),
+            _interaction(
+                "POST",
+                "http://api.example.test/v1/lookup",
+                '{"term": "a", "password": "other-value"}',
+                {"answer": 2},
+            ),
+        ],
+    }
+    (env_builder.root / "lookup.yaml").write_text(yaml.safe_dump(document))
+    spec = env_builder.write(
+        TOOL_CODE,
+        tools=[{"name": "lookup", "function": "MOD:lookup", "cassette": {"path": "lookup.yaml"}}],
+    )
+    result = cli("validate", str(spec))
+    assert result.returncode == 2
+    assert "differ only in scrubbed (secret-named) fields" in result.stderr
+
+
+def test_ordinary_fields_named_key_are_not_scrubbed() -> None:
+    from rlenv.world.scrub import Scrubber
+
+    scrubber = Scrubber()
+    assert not scrubber.is_secret_name("key") and not scrubber.is_secret_name("session")
+    assert scrubber.is_secret_name("api_key") and scrubber.is_secret_name("access_token")

@@ -116,8 +116,18 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, dict[str, Any]
     interactions = load_interactions(path)
     index = ToolIndex("", None, scrubber)
     responses: dict[str, dict[str, Any]] = {}
-    for request, response in interactions:
-        responses.setdefault(index.key_for(request), response)
+    first: dict[str, int] = {}
+    for number, (request, response) in enumerate(interactions):
+        key = index.key_for(request)
+        if key in responses and responses[key] != response:
+            raise SpecError(
+                f"interactions {first[key]} and {number} differ only in scrubbed (secret-named)"
+                " fields but have different responses: replay could not tell them apart;"
+                " rename the field or re-record",
+                where=str(path),
+            )
+        first.setdefault(key, number)
+        responses.setdefault(key, response)
     findings = find_secrets(interactions, scrubber)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,11 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 REDACTED = "REDACTED"
 
 DEFAULT_SECRET_NAMES = (
-    r"(?i)^(.*[_-])?(api[_-]?key|apikey|key|token|access[_-]?token|refresh[_-]?token|id[_-]?token"
-    r"|secret|client[_-]?secret|password|passwd|pwd|auth|authorization|session|sessionid"
-    r"|sig|signature|credential|credentials|private[_-]?key)$"
+    # names only: bare "key", "session" or "sig" are too often ordinary request fields, and a
+    # scrubbed field no longer tells two recorded requests apart
+    r"(?i)^(.*[_-])?(api[_-]?key|apikey|token|access[_-]?token|refresh[_-]?token|id[_-]?token"
+    r"|secret|client[_-]?secret|password|passwd|authorization|sessionid|session[_-]?token"
+    r"|signature|credential|credentials|private[_-]?key)$"
 )
 DEFAULT_SECRET_HEADERS = (
     "authorization",
