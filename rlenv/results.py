@@ -11,24 +11,6 @@ from typing import IO, Any
 from rlenv.canonical import canonical_bytes, sha256_bytes
 
 VOLATILE_FIELDS = ("timing", "digest")
-# what the run summary needs of a record; the rest (trajectory, world, logprobs) stays on disk
-SUMMARY_FIELDS = (
-    "input_id",
-    "input_index",
-    "rollout",
-    "status",
-    "passed",
-    "reward",
-    "answer",
-    "verifiers",
-    "usage",
-    "kl",
-    "model",
-    "grading",
-    "timing",
-    "tool_calls",
-    "digest",
-)
 
 
 def stable(record: dict[str, Any]) -> dict[str, Any]:
@@ -59,21 +41,6 @@ def run_digest(records: Iterable[dict[str, Any]]) -> str:
     )
 
 
-def slim(record: dict[str, Any]) -> dict[str, Any]:
-    """What summaries need of a record (keeps 100k-rollout runs small in memory)."""
-    kept = {key: record[key] for key in SUMMARY_FIELDS if key in record}
-    if "tool_calls" in kept:
-        kept["tool_calls"] = [{"fixture": call.get("fixture")} for call in kept["tool_calls"]]
-    if kept.get("verifiers"):
-        kept["verifiers"] = [
-            {"name": v.get("name"), "passed": v.get("passed")} for v in kept["verifiers"]
-        ]
-    kl = kept.get("kl")
-    if isinstance(kl, dict) and "per_token" in kl:
-        kept["kl"] = kl  # token lists are what the run-level KL pools
-    return kept
-
-
 def encode_line(record: dict[str, Any]) -> bytes:
     """One results line: sorted keys, compact; its digest field carries the canonical hash."""
     return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
@@ -96,15 +63,8 @@ class ResultsWriter:
         self.handle.close()
 
 
-def read_results(
-    path: Path, *, repair: bool = False, summary_only: bool = False
-) -> list[dict[str, Any]]:
-    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair.
-
-    `summary_only` keeps just what a summary needs of each record, reading line by line.
-    """
-    if summary_only and not repair:
-        return _read_slim(path)
+def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
+    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair."""
     if not path.exists():
         return []
     data = path.read_bytes()
@@ -135,10 +95,6 @@ def _keys_in_order(keys: set[str], top: bool) -> list[str]:
         return sorted(keys)
     first = [key for key in TRAJECTORY_ORDER if key in keys]
     return first + sorted(keys - set(first))
-
-
-def _read_slim(path: Path) -> list[dict[str, Any]]:
-    return [slim(record) for record in iter_results(path)]
 
 
 def iter_results(path: Path) -> Iterator[dict[str, Any]]:

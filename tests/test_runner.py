@@ -299,11 +299,9 @@ def test_init_scaffolds_a_working_env(tmp_path: Path) -> None:
 
 
 def test_tools_read_the_frozen_clock_when_the_model_is_outside(
-    env_builder: EnvBuilder, tmp_path: Path
+    env_builder: EnvBuilder, tmp_path: Path, chat
 ) -> None:
     """Tool calls dispatched one by one to a worker (openai/hf policies) are frozen too."""
-    from tests.chat_server import start_chat_server
-
     code = """
 import time
 def probe(args, ctx):
@@ -315,21 +313,18 @@ def probe(args, ctx):
         tools=[{"name": "probe", "function": "MOD:probe", "parameters": {"type": "object"}}],
         rollouts=1,
     )
-    server, base_url, _ = start_chat_server()
-    try:
-        result = cli(
-            "run",
-            str(spec),
-            "--model",
-            "openai:tiny",
-            "--base-url",
-            base_url,
-            "--out",
-            str(tmp_path / "o"),
-            "--json",
-        )
-    finally:
-        server.shutdown()
+    base_url = chat().base_url
+    result = cli(
+        "run",
+        str(spec),
+        "--model",
+        "openai:tiny",
+        "--base-url",
+        base_url,
+        "--out",
+        str(tmp_path / "o"),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     (record,) = read_jsonl(tmp_path / "o" / "results.jsonl")
     probe = json.loads(record["messages"][2]["content"])
