@@ -40,8 +40,12 @@ def grade(
         raise UserError(
             "not a run directory (needs run.json and results.jsonl)", where=str(run_path)
         )
-    meta = json.loads(meta_path.read_text())
-    prepared = prepare(meta["spec"])
+    try:
+        meta = json.loads(meta_path.read_text())
+        spec_path = meta["spec"]
+    except (ValueError, KeyError, TypeError):
+        raise UserError("run.json is not an rlenv run record", where=str(meta_path)) from None
+    prepared = prepare(spec_path)
     if prepared.fingerprint != meta["env"]["fingerprint"]:
         raise UserError(
             f"the env changed since this run (fingerprint {prepared.fingerprint[:12]}… vs"
