@@ -21,7 +21,8 @@ from rlenv.clock import monotonic, wall_now
 from rlenv.errors import InfraError, UserError
 from rlenv.executor import LocalExecutor
 from rlenv.inputs import InputRecord, load_inputs
-from rlenv.providers.base import ModelReply, ModelRequest, check_reference, resolve_provider
+from rlenv.providers.base import ModelReply, ModelRequest, check_reference
+from rlenv.providers.registry import resolve_provider
 from rlenv.results import ResultsWriter, iter_results, read_results
 from rlenv.seeding import derive_seed
 from rlenv.spec import LoadedSpec, check_files, fingerprint, load_spec

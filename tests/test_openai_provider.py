@@ -19,8 +19,9 @@ import httpx
 import pytest
 
 from rlenv.errors import InfraError, ModelOutputError, UserError
-from rlenv.providers.base import ModelReply, ModelRequest, resolve_provider
+from rlenv.providers.base import ModelReply, ModelRequest
 from rlenv.providers.openai import OpenAIProvider
+from rlenv.providers.registry import resolve_provider
 from tests.chat_server import ChatServer
 from tests.conftest import EnvBuilder, cli, read_jsonl
 

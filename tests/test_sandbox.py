@@ -16,14 +16,8 @@ from pathlib import Path
 import pytest
 
 from rlenv import sandbox
-from rlenv.sandbox import (
-    SandboxLimits,
-    probe_mechanism,
-    run_program_cases,
-    run_python_tests,
-    run_sandboxed,
-    sandbox_python,
-)
+from rlenv.sandbox import SandboxLimits, probe_mechanism, run_sandboxed, sandbox_python
+from rlenv.verifiers.code import run_program_cases, run_python_tests
 
 MECHANISM = probe_mechanism()
 ISOLATED = [m for m in ("bwrap", "unshare") if sandbox._mechanism_works(m)]
@@ -31,7 +25,7 @@ LIMITS = SandboxLimits(
     cpu_seconds=2, wall_seconds=5, memory_mb=256, file_size_mb=8, max_processes=32
 )
 SECRET = "SECRET-42"
-REPO = Path(sandbox.__file__).resolve().parents[1]
+REPO = Path(sandbox.__file__).resolve().parents[2]
 
 needs_isolation = pytest.mark.skipif(
     MECHANISM == "rlimits",
@@ -451,7 +445,7 @@ def test_escape_environment_and_host_files(workdir: Path, monkeypatch: pytest.Mo
         import os
         def attack():
             seen = ' '.join(os.environ.values())
-            for path in ('/proc/1/environ', '/etc/shadow', {str(REPO / "rlenv" / "sandbox.py")!r}):
+            for path in ('/proc/1/environ', '/etc/shadow', {sandbox.__file__!r}):
                 try:
                     seen += open(path, errors='replace').read()
                 except OSError as exc:

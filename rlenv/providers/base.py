@@ -1,4 +1,7 @@
-"""The provider interface: one model call per turn, in the OpenAI chat format."""
+"""The provider interface: one model call per turn, in the OpenAI chat format.
+
+Which provider a model URI names is decided in ``rlenv.providers.registry``.
+"""
 
 from __future__ import annotations
 
@@ -54,19 +57,13 @@ class Provider(Protocol):
     async def aclose(self) -> None: ...
 
 
-KNOWN_SCHEMES = ("python", "replay", "openai", "hf")
+class InWorldPolicy(Protocol):
+    """The worker-side half of an in-world provider: called inside the frozen world, once per
+    turn (``rlenv.providers.registry.make_in_world_policy`` builds it from the URI)."""
 
+    uri: str
 
-def parse_model_uri(uri: str) -> tuple[str, str]:
-    """Split `scheme:rest`; raise a UserError naming the accepted forms."""
-    scheme, sep, rest = uri.partition(":")
-    if not sep or not rest or scheme not in KNOWN_SCHEMES:
-        raise UserError(
-            f"bad model URI {uri!r}: expected python:pkg.module:function, replay:FILE.jsonl,"
-            " openai:MODEL or hf:PATH",
-            where="--model",
-        )
-    return scheme, rest
+    def complete_sync(self, request: ModelRequest) -> ModelReply: ...
 
 
 def import_ref(ref: str, *, what: str) -> Any:
@@ -86,32 +83,6 @@ def import_ref(ref: str, *, what: str) -> Any:
         return getattr(module, attribute)
     except AttributeError:
         raise UserError(f"{what}: module {module_name!r} has no {attribute!r}") from None
-
-
-def resolve_provider(
-    uri: str, *, base_url: str | None = None, options: dict[str, Any] | None = None
-) -> Any:
-    """Build the orchestrator-side provider object for a model URI."""
-    scheme, rest = parse_model_uri(uri)
-    if scheme == "python":
-        from rlenv.providers.python import InWorldProvider
-
-        if ":" not in rest:
-            raise UserError(
-                f"bad model URI {uri!r}: expected python:pkg.module:function", where="--model"
-            )
-        return InWorldProvider(uri)
-    if scheme == "replay":
-        from rlenv.providers.replay import ReplayProvider
-
-        return ReplayProvider.open(uri, rest)
-    if scheme == "openai":
-        from rlenv.providers.openai import OpenAIProvider
-
-        return OpenAIProvider(uri, rest, base_url=base_url, **(options or {}))
-    from rlenv.providers.hf import HFProvider
-
-    return HFProvider(uri, rest, **(options or {}))
 
 
 def check_reference(uri: str, reference: str | None) -> None:

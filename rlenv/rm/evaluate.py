@@ -92,8 +92,10 @@ def _accuracy(first: Sequence[float], second: Sequence[float]) -> float | None:
 
 def resolve_model(model: str | Path) -> str:
     """A directory becomes ``rm:DIR``; URIs pass through."""
+    from rlenv.rm.score import is_reward_uri
+
     text = str(model)
-    if text.startswith(("rm:", "hf-rm:", "http://", "https://")):
+    if is_reward_uri(text):
         return text
     return f"rm:{text}"
 

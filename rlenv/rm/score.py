@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -23,7 +24,6 @@ from rlenv.canonical import manifest_hash, sha256_file
 from rlenv.errors import InfraError, UserError
 
 Prompt = str | Sequence[dict[str, Any]]
-URI_FORMS = "rm:DIR, hf-rm:DIR or http(s)://URL"
 
 
 class RewardScorer(Protocol):
@@ -210,42 +210,89 @@ def _directory(rest: str, spec_root: Path | str | None, scheme: str) -> Path:
     return path
 
 
-def parse_reward_uri(uri: str) -> tuple[str, str]:
-    """(scheme, rest) for the accepted forms; UserError otherwise."""
-    if uri.startswith(("http://", "https://")):
-        return "http", uri
-    scheme, sep, rest = uri.partition(":")
-    if sep and scheme in ("rm", "hf-rm"):
-        return scheme, rest
+# --------------------------------------------------------------------------- URI schemes
+
+SpecRoot = Path | str | None
+
+
+def _rm_files(uri: str, rest: str, spec_root: SpecRoot) -> dict[str, str]:
+    from rlenv.rm.train import HEAD_FILE, MANIFEST_FILE
+
+    directory = _directory(rest, spec_root, "rm")
+    hashes = {}
+    for name in (HEAD_FILE, MANIFEST_FILE):
+        if not (directory / name).is_file():
+            raise UserError(f"reward model file missing: {name}", where=str(directory))
+        hashes[f"reward_model.{name}"] = sha256_file(directory / name)
+    return hashes
+
+
+def _rm_load(uri: str, rest: str, spec_root: SpecRoot) -> RewardScorer:
+    model = EmbeddingRewardModel(_directory(rest, spec_root, "rm"), uri)
+    model.check_embedding()
+    return model
+
+
+def _hf_files(uri: str, rest: str, spec_root: SpecRoot) -> dict[str, str]:
+    return {"reward_model.checkpoint": manifest_hash(_directory(rest, spec_root, "hf-rm"))}
+
+
+def _hf_load(uri: str, rest: str, spec_root: SpecRoot) -> RewardScorer:
+    return HFRewardModel(_directory(rest, spec_root, "hf-rm"), uri)
+
+
+def _http_files(uri: str, rest: str, spec_root: SpecRoot) -> dict[str, str]:
+    return {}
+
+
+def _http_load(uri: str, rest: str, spec_root: SpecRoot) -> RewardScorer:
+    return HTTPRewardModel(uri)
+
+
+@dataclass(frozen=True)
+class RewardScheme:
+    """One reward-model URI form: how to fingerprint its files and how to load it."""
+
+    prefixes: tuple[str, ...]
+    form: str
+    files: Callable[[str, str, SpecRoot], dict[str, str]]
+    """(uri, rest after the prefix, spec root) -> {name: sha256}, without loading anything."""
+    load: Callable[[str, str, SpecRoot], RewardScorer]
+
+
+SCHEMES: dict[str, RewardScheme] = {
+    "rm": RewardScheme(("rm:",), "rm:DIR", _rm_files, _rm_load),
+    "hf-rm": RewardScheme(("hf-rm:",), "hf-rm:DIR", _hf_files, _hf_load),
+    "http": RewardScheme(("http://", "https://"), "http(s)://URL", _http_files, _http_load),
+}
+"""Reward-model URI schemes; each entry imports its heavy libraries only when used."""
+
+_FORMS = [scheme.form for scheme in SCHEMES.values()]
+URI_FORMS = ", ".join(_FORMS[:-1]) + " or " + _FORMS[-1]
+"""The accepted forms, for error messages: "rm:DIR, hf-rm:DIR or http(s)://URL"."""
+
+
+def reward_scheme(uri: str) -> tuple[RewardScheme, str]:
+    """The scheme of a reward-model URI and the rest after its prefix; UserError otherwise."""
+    for scheme in SCHEMES.values():
+        for prefix in scheme.prefixes:
+            if uri.startswith(prefix):
+                return scheme, uri[len(prefix) :]
     raise UserError(f"bad reward model URI {uri!r}: expected {URI_FORMS}")
+
+
+def is_reward_uri(text: str) -> bool:
+    """Whether ``text`` is written as a reward-model URI (rather than a bare directory)."""
+    return text.startswith(tuple(p for scheme in SCHEMES.values() for p in scheme.prefixes))
 
 
 def reward_model_files(uri: str, spec_root: Path | str | None = None) -> dict[str, str]:
     """sha256 of the files a reward-model URI points at (for the env fingerprint), no loading."""
-    from rlenv.rm.train import HEAD_FILE, MANIFEST_FILE
-
-    scheme, rest = parse_reward_uri(uri)
-    if scheme == "http":
-        return {}
-    directory = _directory(rest, spec_root, scheme)
-    if scheme == "rm":
-        hashes = {}
-        for name in (HEAD_FILE, MANIFEST_FILE):
-            if not (directory / name).is_file():
-                raise UserError(f"reward model file missing: {name}", where=str(directory))
-            hashes[f"reward_model.{name}"] = sha256_file(directory / name)
-        return hashes
-    return {"reward_model.checkpoint": manifest_hash(directory)}
+    scheme, rest = reward_scheme(uri)
+    return scheme.files(uri, rest, spec_root)
 
 
 def load_reward_model(uri: str, spec_root: Path | str | None = None) -> RewardScorer:
     """Build the scorer for a reward-model URI (relative paths against ``spec_root``)."""
-    scheme, rest = parse_reward_uri(uri)
-    if scheme == "http":
-        return HTTPRewardModel(rest)
-    directory = _directory(rest, spec_root, scheme)
-    if scheme == "rm":
-        model = EmbeddingRewardModel(directory, uri)
-        model.check_embedding()
-        return model
-    return HFRewardModel(directory, uri)
+    scheme, rest = reward_scheme(uri)
+    return scheme.load(uri, rest, spec_root)

@@ -1,5 +1,10 @@
-"""Programmatic verifiers, run first on every rollout (the reward model comes second)."""
+"""Programmatic verifiers, run first on every rollout (the reward model comes second).
 
-from rlenv.verifiers.builtin import VerifierContext, VerifierResult, build_verifiers
+``builtin`` holds the plain checks and the type -> builder table; ``code`` the ones that run
+the model's program in the sandbox; ``base`` what every verifier sees and returns.
+"""
+
+from rlenv.verifiers.base import VerifierContext, VerifierResult
+from rlenv.verifiers.builtin import build_verifiers
 
 __all__ = ["VerifierContext", "VerifierResult", "build_verifiers"]

@@ -1,4 +1,7 @@
-"""Built-in verifiers: exact match, regex, numeric, contains, JSON schema, python, file state."""
+"""Built-in verifiers: exact match, regex, numeric, contains, JSON schema, python, file state.
+
+The code-running ones (python_tests, program_cases) are in ``rlenv.verifiers.code``.
+"""
 
 from __future__ import annotations
 
@@ -7,45 +10,12 @@ import math
 import re
 import string
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from rlenv.canonical import sha256_file
 from rlenv.errors import UserError
 from rlenv.providers.base import import_ref
 from rlenv.spec import Verifier
-
-
-@dataclass
-class VerifierContext:
-    """What a verifier may look at: the answer, the whole trajectory, the input, the workdir."""
-
-    answer: str | None
-    messages: list[dict[str, Any]]
-    input: dict[str, Any]
-    workdir: Path
-    seed: int
-    frozen_time: str | None = None
-
-
-@dataclass
-class VerifierResult:
-    name: str
-    type: str
-    passed: bool
-    score: float
-    detail: str | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "type": self.type,
-            "passed": self.passed,
-            "score": self.score,
-            "detail": self.detail,
-        }
-
+from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -66,20 +36,9 @@ def normalise(text: str, steps: Sequence[str]) -> str:
     return text
 
 
-def _expected(config: Verifier, context: VerifierContext) -> Any:
-    if config.expected_field is not None:
-        if config.expected_field not in context.input:
-            raise KeyError(f"input has no field {config.expected_field!r}")
-        return context.input[config.expected_field]
-    return config.expected
-
-
-Check = Callable[[VerifierContext], tuple[bool, float, str | None]]
-
-
 def _exact(config: Verifier) -> Check:
     def check(context: VerifierContext) -> tuple[bool, float, str | None]:
-        expected = _expected(config, context)
+        expected = expected_value(config, context)
         candidates = expected if isinstance(expected, list) else [expected]
         if config.aliases_field and isinstance(context.input.get(config.aliases_field), list):
             candidates = candidates + list(context.input[config.aliases_field])
@@ -126,7 +85,7 @@ def parse_number(text: str) -> float | None:
 
 def _numeric(config: Verifier) -> Check:
     def check(context: VerifierContext) -> tuple[bool, float, str | None]:
-        expected = float(_expected(config, context))
+        expected = float(expected_value(config, context))
         got = parse_number(context.answer or "")
         if got is None:
             return False, 0.0, "no number in answer"
@@ -233,7 +192,7 @@ def _file_state(config: Verifier) -> Check:
             ok = config.contains in content
             return ok, float(ok), None if ok else f"{relative} lacks {config.contains!r}"
         if config.expected is not None or config.expected_field is not None:
-            expected = str(_expected(config, context))
+            expected = str(expected_value(config, context))
             ok = normalise(content, config.normalize) == normalise(expected, config.normalize)
             return ok, float(ok), None if ok else f"{relative} content differs"
         return True, 1.0, None
@@ -241,36 +200,11 @@ def _file_state(config: Verifier) -> Check:
     return check
 
 
-_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+def _code(config: Verifier) -> Check:
+    """python_tests and program_cases: the model's code runs in the sandbox (lazy import)."""
+    from rlenv.verifiers.code import sandboxed_check
 
-
-def extract_code(answer: str | None) -> str:
-    """The first fenced code block of an answer, or the whole answer."""
-    found = _CODE_BLOCK.search(answer or "")
-    return found.group(1) if found else (answer or "")
-
-
-def _sandboxed(config: Verifier) -> Check:
-    """Run the model's code in the sandbox (bubblewrap, else unshare + rlimits) against the
-    input's tests or cases: no network, read-only system, writable only in the rollout's copy."""
-    from rlenv import sandbox
-
-    limit_names = {"cpu_seconds", "wall_seconds", "memory_mb", "file_size_mb", "max_processes"}
-    unknown = sorted(set(config.options) - limit_names)
-    if unknown:
-        raise UserError(f"verifier {config.label!r}: unknown sandbox option(s) {unknown}")
-
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
-        limits = sandbox.SandboxLimits(frozen_time=context.frozen_time, **config.options)
-        material = _expected(config, context)
-        code = extract_code(context.answer)
-        if config.type == "python_tests":
-            outcome = sandbox.run_python_tests(code, str(material), context.workdir, limits)
-        else:
-            outcome = sandbox.run_program_cases(code, list(material), context.workdir, limits)
-        return bool(outcome["passed"]), float(outcome["score"]), outcome.get("detail")
-
-    return check
+    return sandboxed_check(config)
 
 
 _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
@@ -281,8 +215,8 @@ _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "json_schema": _json_schema,
     "python": _python,
     "file_state": _file_state,
-    "python_tests": _sandboxed,
-    "program_cases": _sandboxed,
+    "python_tests": _code,
+    "program_cases": _code,
 }
 
 

@@ -31,6 +31,7 @@ from rlenv.errors import FixtureMiss, ModelOutputError
 from rlenv.grading import PENDING
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply, ModelRequest, import_ref
+from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import seal
 from rlenv.rewards import RewardContext, build_reward_model
 from rlenv.seeding import derive_seed, seed_everything
@@ -508,18 +509,6 @@ def _freeze_subprocess_clock(instant: str) -> str:
 
 def _ungraded(config: Any, why: str) -> dict[str, Any]:
     return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
-
-
-def make_in_world_policy(uri: str) -> Any:
-    if uri.startswith("python:"):
-        from rlenv.providers.python import PythonPolicy
-
-        return PythonPolicy(uri)
-    if uri.startswith("replay:"):
-        from rlenv.providers.replay import ReplayPolicy
-
-        return ReplayPolicy(uri)
-    raise ValueError(f"not an in-world model URI: {uri}")
 
 
 # -- process entry points (module-level so a process pool can pickle them) -----------------

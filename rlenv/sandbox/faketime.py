@@ -1,0 +1,89 @@
+"""Start a child process's clock at a fixed instant with libfaketime (monotonic left real)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+SITE_DIR_INSIDE = "/.rlenv-site"
+"""Where a bwrap sandbox sees ``faketime_site_dir()``."""
+SLEEP_SHIM = Path(__file__).with_name("faketime_sleep.py")
+"""The ``sitecustomize.py`` that keeps ``time.sleep`` working under libfaketime."""
+
+_FAKETIME_CANDIDATES = (
+    "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1",
+    "/usr/lib/faketime/libfaketime.so.1",
+    "/usr/lib64/faketime/libfaketime.so.1",
+    "/usr/local/lib/faketime/libfaketime.so.1",
+)
+
+
+def faketime_library() -> str | None:
+    """Path of libfaketime on disk (under /usr, so also visible in the sandbox), or None."""
+    for candidate in _FAKETIME_CANDIDATES:
+        if os.path.exists(candidate):
+            return candidate
+    for base in ("/usr/lib", "/usr/local/lib"):
+        hits = sorted(Path(base).glob("*/faketime/libfaketime.so.1"))
+        if hits:
+            return str(hits[0])
+    return None
+
+
+def faketime_string(instant: str, tz: str) -> str:
+    """The instant as local wall time in ``tz`` (libfaketime reads FAKETIME as local time)."""
+    moment = datetime.fromisoformat(instant)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    try:
+        from zoneinfo import ZoneInfo
+
+        local = moment.astimezone(ZoneInfo(tz))
+    except Exception:  # unknown zone: libc falls back to UTC as well
+        local = moment.astimezone(UTC)
+    return "@" + local.strftime("%Y-%m-%d %H:%M:%S")
+
+
+@functools.lru_cache(maxsize=1)
+def faketime_site_dir() -> str:
+    """A directory (created once per process) with a sitecustomize.py that keeps
+    ``time.sleep`` working in Python programs run under libfaketime; put it on PYTHONPATH.
+
+    A copy, not the package directory: it must hold nothing else (it goes on the program's
+    path) and be readable by the sandbox uid wherever rlenv is installed."""
+    import atexit
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="rlenv-faketime-site-")
+    os.chmod(path, 0o755)
+    shim = Path(path) / "sitecustomize.py"
+    shim.write_text(SLEEP_SHIM.read_text(encoding="utf-8"), encoding="utf-8")
+    shim.chmod(0o644)
+    creator = os.getpid()
+
+    def cleanup() -> None:
+        if os.getpid() == creator:  # not from a forked child that exits normally
+            shutil.rmtree(path, ignore_errors=True)
+
+    atexit.register(cleanup)
+    return path
+
+
+def faketime_env(instant: str, tz: str = "UTC", site_dir: str | None = None) -> dict[str, str]:
+    """Variables that start a child process's clock at ``instant`` (libfaketime), with the
+    monotonic clock left real so timeouts work; {} when libfaketime is not installed.
+    ``site_dir`` (default ``faketime_site_dir()``) goes on PYTHONPATH for the sleep fix."""
+    library = faketime_library()
+    if library is None:
+        return {}
+    return {
+        "LD_PRELOAD": library,
+        "FAKETIME": faketime_string(instant, tz),
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": site_dir if site_dir is not None else faketime_site_dir(),
+    }

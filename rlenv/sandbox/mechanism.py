@@ -1,0 +1,266 @@
+"""The three isolation mechanisms: which one works here, and how each one is invoked.
+
+``bwrap`` (bubblewrap) builds a new root from read-only binds; ``unshare`` enters fresh
+namespaces and lets the wrapper cover what must not be seen; ``rlimits`` is resource limits
+only. See the package docstring for what each one guarantees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import shutil
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlenv.sandbox.faketime import SITE_DIR_INSIDE
+from rlenv.sandbox.limits import (
+    SANDBOX_UID,
+    SANDBOX_WORKDIR,
+    SandboxLimits,
+    is_root,
+    python_prefix,
+    sandbox_python,
+)
+
+WRAPPER = Path(__file__).with_name("wrapper.py")
+"""The in-sandbox wrapper, run by path (standard library only)."""
+WRAPPER_INSIDE = "/.rlenv-wrapper.py"
+"""Where a bwrap sandbox sees ``WRAPPER`` (the other mechanisms see the host path)."""
+
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+_ETC_FILES = (
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/alternatives",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/nsswitch.conf",
+    "/etc/hosts",
+    "/etc/localtime",
+)
+_WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+_UNSHARE_FLAGS = ("--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+@functools.cache
+def _mechanism_works(mechanism: str) -> bool:
+    """Run a trivial Python command through ``mechanism``; True when it exits 0 with output."""
+    if mechanism == "bwrap" and shutil.which("bwrap") is None:
+        return False
+    if mechanism == "unshare" and shutil.which("unshare") is None:
+        return False
+    import tempfile
+
+    from rlenv.sandbox.run import run_sandboxed  # run.py defaults to probe_mechanism()
+
+    with tempfile.TemporaryDirectory(prefix="rlenv-sandbox-probe-") as tmp:
+        try:
+            result = run_sandboxed(
+                [sandbox_python(), "-S", "-c", "print('ok')"],
+                Path(tmp),
+                limits=SandboxLimits(cpu_seconds=5, wall_seconds=15, memory_mb=256),
+                mechanism=mechanism,
+            )
+        except OSError:
+            return False
+    return result.returncode == 0 and result.stdout.strip() == b"ok"
+
+
+@functools.lru_cache(maxsize=1)
+def probe_mechanism() -> str:
+    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (cached)."""
+    for mechanism in ("bwrap", "unshare"):
+        if _mechanism_works(mechanism):
+            return mechanism
+    return "rlimits"
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def within(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
+
+
+def closed_parents(path: str) -> str | None:
+    """The outermost ancestor of ``path`` that others cannot search, or None."""
+    for parent in reversed(Path(path).parents):
+        with contextlib.suppress(OSError):
+            if not os.stat(parent).st_mode & stat.S_IXOTH:
+                return str(parent)
+    return None
+
+
+def cover_list(workdir: Path, root: bool) -> list[str]:
+    """Dirs an unshare sandbox replaces by an empty read-only tmpfs: the usual world-writable
+    ones and, as root, the closed parents of the interpreter and the workdir."""
+    candidates = [d for d in _WORLD_WRITABLE if not within(Path(d), workdir)]
+    if root:
+        for path in (python_prefix(), str(workdir)):
+            closed = closed_parents(path)
+            if closed is not None:
+                candidates.append(closed)
+    outermost = [
+        c for c in candidates if not any(o != c and within(Path(c), Path(o)) for o in candidates)
+    ]
+    return list(dict.fromkeys(outermost))
+
+
+def hide_list(hidden: list[Path]) -> list[tuple[str, str]]:
+    return [(str(p), "dir" if p.is_dir() else "file") for p in hidden]
+
+
+def mechanism_notes(mechanism: str, root: bool) -> list[str]:
+    """What ``mechanism`` does not guarantee here (recorded in ``SandboxResult.notes``)."""
+    notes = []
+    if mechanism == "rlimits":
+        notes.append("no network isolation; hidden paths not hidden (rlimits mechanism)")
+        if root and closed_parents(python_prefix()):
+            notes.append(f"the interpreter under {python_prefix()} is closed to the sandbox uid")
+        if not root:
+            notes.append("RLIMIT_NPROC not applied and kill(-1) not prevented (not root)")
+    if mechanism == "unshare":
+        notes.append("host file system visible (read-only for the sandbox uid only as root)")
+    return notes
+
+
+# --------------------------------------------------------------------------- command lines
+
+
+def _bwrap_system(root: bool) -> tuple[list[str], list[Path]]:
+    """Namespaces, identity and the read-only system binds; (args, read-only paths)."""
+    args = [
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+    ]
+    if root:
+        # Privileged bwrap: no user namespace, so the wrapper can become a real unprivileged
+        # host uid; it keeps only the caps it needs for that and loses them at setuid.
+        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    else:
+        args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    ro_paths: list[Path] = [Path("/usr")]
+    args += ["--ro-bind", "/usr", "/usr"]
+    for link in _SYSTEM_LINKS:
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+            ro_paths.append(Path(link))
+    for etc in _ETC_FILES:
+        if os.path.lexists(etc):
+            args += ["--ro-bind", etc, etc]
+            ro_paths.append(Path(etc))
+    prefix = Path(python_prefix())
+    if not any(within(prefix, p) for p in ro_paths):
+        # Privileged bwrap makes missing parents 0700, closed to the sandbox uid.
+        for parent in reversed(prefix.parents):
+            if parent != Path("/"):
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", str(prefix), str(prefix)]
+        ro_paths.append(prefix)
+    return args, ro_paths
+
+
+def bwrap_args(workdir: Path, hidden: list[Path], site_dir: str | None) -> list[str]:
+    """bwrap's options: the new root, the workdir at ``SANDBOX_WORKDIR``, hidden paths masked."""
+    args, ro_paths = _bwrap_system(is_root())
+    args += ["--ro-bind", str(WRAPPER), WRAPPER_INSIDE]
+    if site_dir is not None:
+        args += ["--ro-bind", site_dir, SITE_DIR_INSIDE]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--bind", str(workdir), SANDBOX_WORKDIR]
+    for path in hidden:
+        if within(path, workdir):
+            inside = str(Path(SANDBOX_WORKDIR) / path.relative_to(workdir))
+        elif any(within(path, p) for p in ro_paths):
+            inside = str(path)
+        else:
+            continue  # not mounted in the sandbox at all
+        if path.is_dir():
+            args += ["--perms", "0555", "--tmpfs", inside, "--remount-ro", inside]
+        else:
+            args += ["--ro-bind", "/dev/null", inside]
+    args += ["--remount-ro", "/"]
+    return args
+
+
+@dataclass
+class Launch:
+    """The host command line of one run and the descriptors it is handed."""
+
+    command: list[str]
+    pass_fds: tuple[int, ...] = ()
+    args_fd: int | None = None
+    """bwrap reads its options from this memfd (--args)."""
+    info_read: int | None = None
+    """bwrap writes the host pid of the namespace's init here (--info-fd)."""
+    info_write: int | None = None
+
+    def close_info_write(self) -> None:
+        if self.info_write is not None:
+            os.close(self.info_write)
+            self.info_write = None
+
+    def close(self) -> None:
+        for fd in (self.args_fd, self.info_read, self.info_write):
+            if fd is not None:
+                os.close(fd)
+        self.args_fd = self.info_read = self.info_write = None
+
+
+def launch(
+    mechanism: str,
+    wrapper_spec: dict[str, object],
+    workdir: Path,
+    hidden: list[Path],
+    site_dir: str | None,
+) -> Launch:
+    """The command that runs the wrapper (then the program) under ``mechanism``."""
+    wrapper = WRAPPER_INSIDE if mechanism == "bwrap" else str(WRAPPER)
+    launcher = [sandbox_python(), "-I", "-S", wrapper, json.dumps(wrapper_spec)]
+    if mechanism == "bwrap":
+        # Arguments go through a memfd (--args) so they do not show in /proc/1/cmdline.
+        args_fd = os.memfd_create("bwrap-args", 0)
+        # bwrap reports the host pid of the namespace's init on --info-fd: bwrap itself may
+        # exit as soon as the program does, while the init is still tearing the namespace
+        # down, so the init is what we wait for.
+        info_read, info_write = os.pipe()
+        options = ["--info-fd", str(info_write), *bwrap_args(workdir, hidden, site_dir)]
+        os.write(args_fd, b"\0".join(a.encode() for a in options) + b"\0")
+        os.lseek(args_fd, 0, os.SEEK_SET)
+        # The command itself must follow on the real command line (bwrap reads only options
+        # from --args); it holds the program's argv and env, nothing from the host.
+        return Launch(
+            ["bwrap", "--args", str(args_fd), "--", *launcher],
+            pass_fds=(args_fd, info_write),
+            args_fd=args_fd,
+            info_read=info_read,
+            info_write=info_write,
+        )
+    if mechanism == "unshare":
+        command = ["unshare"]
+        if not is_root():
+            command.append("--map-root-user")
+        command += [*_UNSHARE_FLAGS, "--uts", "--ipc", "--", *launcher]
+        return Launch(command)
+    return Launch(launcher)

@@ -1,0 +1,274 @@
+"""``run_sandboxed``: one program, isolated, limited, supervised to the end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlenv.sandbox import process
+from rlenv.sandbox.faketime import (
+    SITE_DIR_INSIDE,
+    faketime_env,
+    faketime_library,
+    faketime_site_dir,
+)
+from rlenv.sandbox.limits import (
+    MECHANISMS,
+    OUTPUT_LIMIT,
+    SANDBOX_UID,
+    SANDBOX_WORKDIR,
+    SandboxLimits,
+    SandboxResult,
+    is_root,
+    python_prefix,
+)
+from rlenv.sandbox.mechanism import (
+    Launch,
+    cover_list,
+    hide_list,
+    launch,
+    mechanism_notes,
+    probe_mechanism,
+    within,
+)
+
+_MIB = 1024 * 1024
+_HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def run_sandboxed(
+    argv: list[str],
+    workdir: Path,
+    *,
+    limits: SandboxLimits,
+    hidden: list[Path] | None = None,
+    stdin: bytes | None = None,
+    env: dict[str, str] | None = None,
+    mechanism: str | None = None,
+    output_limit: int = OUTPUT_LIMIT,
+) -> SandboxResult:
+    """Run ``argv`` isolated: no network, read-only system, writable only in ``workdir``
+    (its cwd, HOME and TMPDIR), ``hidden`` paths invisible, limits enforced, env cleared.
+
+    ``mechanism`` forces one of ``MECHANISMS`` (default: ``probe_mechanism()``). Inside a
+    bwrap sandbox the workdir is ``SANDBOX_WORKDIR``; with the fallbacks it is its host path.
+    """
+    if mechanism is None:
+        mechanism = probe_mechanism()
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"unknown sandbox mechanism {mechanism!r}; expected one of {MECHANISMS}")
+    workdir, hidden_paths = _checked_paths(workdir, hidden)
+    notes: list[str] = []
+    site_dir = faketime_site_dir() if limits.frozen_time and faketime_library() else None
+    spec = _wrapper_spec(argv, workdir, hidden_paths, mechanism, limits, env, site_dir, notes)
+    notes += mechanism_notes(mechanism, is_root())
+    command = launch(mechanism, spec, workdir, hidden_paths, site_dir)
+    original_owner = None
+    try:
+        if is_root():  # the wrapper drops to SANDBOX_UID, which must own the workdir
+            st = workdir.stat()
+            original_owner = (st.st_uid, st.st_gid)
+            process.chown_tree(workdir, SANDBOX_UID, SANDBOX_UID)
+        outcome = _supervise(command, stdin, limits.wall_seconds, output_limit, notes)
+    finally:
+        command.close()
+        if original_owner is not None:
+            process.chown_tree(workdir, *original_owner)
+    killed_by = (
+        "wall"
+        if outcome.timed_out
+        else process.classify(
+            mechanism, outcome.returncode, outcome.stderr, outcome.cpu_used, limits
+        )
+    )
+    return SandboxResult(
+        returncode=outcome.returncode,
+        stdout=outcome.stdout,
+        stderr=outcome.stderr,
+        timed_out=outcome.timed_out,
+        killed_by=killed_by,
+        mechanism=mechanism,
+        wall_seconds=outcome.wall_seconds,
+        truncated=outcome.truncated,
+        notes=notes,
+    )
+
+
+def _checked_paths(workdir: Path, hidden: list[Path] | None) -> tuple[Path, list[Path]]:
+    """The resolved workdir and the hidden paths that exist; ValueError when they clash."""
+    workdir = Path(workdir).resolve()
+    if not workdir.is_dir():
+        raise ValueError(f"sandbox workdir {workdir} is not a directory")
+    hidden_paths = [Path(p).resolve() for p in (hidden or []) if os.path.lexists(p)]
+    for path in hidden_paths:
+        if within(workdir, path):
+            raise ValueError(f"hidden path {path} contains the workdir {workdir}")
+    return workdir, hidden_paths
+
+
+# --------------------------------------------------------------------------- the wrapper's spec
+
+
+def _rlimits(limits: SandboxLimits, *, nproc: bool) -> list[tuple[str, tuple[int, int]]]:
+    cpu = max(1, int(limits.cpu_seconds))
+    out = [
+        ("RLIMIT_CPU", (cpu, cpu + 1)),
+        ("RLIMIT_AS", (limits.memory_mb * _MIB, limits.memory_mb * _MIB)),
+        ("RLIMIT_FSIZE", (limits.file_size_mb * _MIB, limits.file_size_mb * _MIB)),
+        ("RLIMIT_CORE", (0, 0)),
+        ("RLIMIT_NOFILE", (256, 256)),
+    ]
+    if nproc:
+        out.append(("RLIMIT_NPROC", (limits.max_processes, limits.max_processes)))
+    return out
+
+
+def _sandbox_env(
+    limits: SandboxLimits,
+    home: str,
+    extra: dict[str, str] | None,
+    notes: list[str],
+    site_dir: str,
+) -> dict[str, str]:
+    env = {
+        "PATH": _HOST_PATH,
+        "HOME": home,
+        "TMPDIR": home,
+        "USER": "sandbox",
+        "LOGNAME": "sandbox",
+        "TZ": limits.tz,
+        "LC_ALL": limits.locale,
+        "LANG": limits.locale,
+        "PYTHONHASHSEED": str(limits.hash_seed),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    if limits.frozen_time is not None:
+        frozen = faketime_env(limits.frozen_time, limits.tz, site_dir)
+        if not frozen:
+            notes.append("frozen_time not applied: libfaketime is not installed")
+        env.update(frozen)
+    env.update(extra or {})
+    return env
+
+
+def _wrapper_spec(
+    argv: list[str],
+    workdir: Path,
+    hidden: list[Path],
+    mechanism: str,
+    limits: SandboxLimits,
+    env: dict[str, str] | None,
+    site_dir: str | None,
+    notes: list[str],
+) -> dict[str, Any]:
+    """What ``wrapper.py`` does before it execs the program (see its docstring)."""
+    root = is_root()
+    inside_workdir = SANDBOX_WORKDIR if mechanism == "bwrap" else str(workdir)
+    site_inside = SITE_DIR_INSIDE if mechanism == "bwrap" else (site_dir or "")
+    keep = [(python_prefix(), False), (str(workdir), True)]
+    if site_dir is not None:
+        keep.append((site_dir, False))
+    return {
+        "argv": list(argv),
+        "env": _sandbox_env(limits, inside_workdir, env, notes, site_inside),
+        "cwd": inside_workdir,
+        "uid": SANDBOX_UID if root else None,
+        # Non-root without a user namespace: RLIMIT_NPROC would count all the caller's
+        # processes, so it is left out there.
+        "rlimits": _rlimits(limits, nproc=root or mechanism != "rlimits"),
+        "hostname": "sandbox" if mechanism == "unshare" else None,
+        "hide": hide_list(hidden) if mechanism == "unshare" else [],
+        "cover": cover_list(workdir, root) if mechanism == "unshare" else [],
+        "keep": keep,
+        "init": mechanism == "unshare",
+    }
+
+
+# --------------------------------------------------------------------------- supervision
+
+
+@dataclass
+class _Outcome:
+    returncode: int
+    timed_out: bool
+    cpu_used: float
+    wall_seconds: float
+    stdout: bytes
+    stderr: bytes
+    truncated: bool
+
+
+def _supervise(
+    command: Launch, stdin: bytes | None, wall_seconds: float, output_limit: int, notes: list[str]
+) -> _Outcome:
+    """Start the command, pump its pipes, wait for it (and its namespace) to end."""
+    out, err = bytearray(), bytearray()
+    overflow = [False]
+    inits: list[int] = []
+    started = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            command.command,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": _HOST_PATH},
+            cwd="/",
+            start_new_session=True,
+            pass_fds=command.pass_fds,
+        )
+        threads = [
+            threading.Thread(target=process.drain, args=(proc.stdout, out, output_limit, overflow)),
+            threading.Thread(target=process.drain, args=(proc.stderr, err, output_limit, overflow)),
+        ]
+        if stdin is not None:
+            threads.append(threading.Thread(target=process.feed, args=(proc.stdin, stdin)))
+        for thread in threads:
+            thread.daemon = True
+            thread.start()
+        if command.info_read is not None:
+            command.close_info_write()
+            inits = process.bwrap_init_pidfd(command.info_read)
+        returncode, timed_out, cpu_used = _wait_for_end(proc, wall_seconds, inits)
+        wall = time.monotonic() - started
+        for thread in threads:
+            thread.join(timeout=5.0)
+            if thread.is_alive():
+                notes.append("output pipe still held by an escaped process; output cut")
+    finally:
+        for fd in inits:
+            os.close(fd)
+    return _Outcome(returncode, timed_out, cpu_used, wall, bytes(out), bytes(err), overflow[0])
+
+
+def _wait_for_end(
+    proc: subprocess.Popen[bytes], wall_seconds: float, inits: list[int]
+) -> tuple[int, bool, float]:
+    """Wait up to the wall limit, kill what is left, and wait for the namespace's init (whose
+    pidfd goes into ``inits``); (returncode, timed out, CPU seconds)."""
+    returncode, cpu_used = process.wait(proc, wall_seconds)
+    timed_out = returncode is None
+    if timed_out and not inits:
+        # unshare's child is the namespace's pid 1; when it dies, everything in it dies.
+        inits.extend(process.child_pidfds(proc.pid))
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # also the leftovers of a finished run
+    if timed_out:
+        returncode, cpu_used = process.wait(proc, 30.0)
+        if returncode is None:
+            returncode = proc.wait()
+    for pidfd in inits:
+        # Readable once the init has exited, which it does only after the kernel has
+        # killed and released every process of its namespace.
+        select.select([pidfd], [], [], 10.0)
+    assert returncode is not None
+    return returncode, timed_out, cpu_used

@@ -1,0 +1,155 @@
+"""Runs inside the sandbox just before the program: ``python -I -S wrapper.py SPEC_JSON``.
+
+(unshare only) sets the hostname and covers the /tmp-like dirs, the closed dirs and the hidden
+paths; then sets the rlimits and no_new_privs (setuid binaries cannot elevate), drops to the
+sandbox uid, restores default signal dispositions (Python ignores SIGPIPE/SIGXFSZ and exec
+would inherit that) and execs the program with a clean environment.
+
+The sandbox runs this file by path under the sandboxed interpreter (``rlenv.sandbox.run``
+binds it into a bwrap sandbox at ``WRAPPER_INSIDE``), so it imports only the standard library
+(and not ``typing``, to keep the start fast). The spec is the JSON ``rlenv.sandbox.run``
+writes: argv, env, cwd, uid, rlimits, hostname, hide, cover, keep, init.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
+PR_SET_NO_NEW_PRIVS = 38
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    sys.stderr.write(message)
+    os._exit(code)
+
+
+def _mount(
+    libc: Any, src: bytes | None, dst: str, fstype: bytes | None, flags: int, data: bytes | None
+) -> None:
+    if libc.mount(src, dst.encode(), fstype, flags, data) != 0:
+        error = ctypes.get_errno()
+        _fail(f"sandbox: cannot mount on {dst}: {os.strerror(error)}\n", 125)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def set_hostname(name: str) -> None:
+    try:
+        import socket
+
+        socket.sethostname(name)
+    except OSError:
+        pass
+
+
+def cover_and_hide(spec: dict[str, Any]) -> None:
+    """Cover world-writable dirs and dirs the sandbox uid cannot enter with empty read-only
+    tmpfs, then bind back what the program needs inside them (the interpreter read-only, the
+    workdir read-write), opened before they went out of sight; then hide the hidden paths."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    cover = [d for d in spec.get("cover", []) if os.path.isdir(d)]
+    keep = [(p, w, os.open(p, os.O_PATH | os.O_DIRECTORY)) for p, w in spec.get("keep", [])]
+    for directory in cover:
+        _mount(libc, b"tmpfs", directory, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755,size=1m")
+    for path, writable, fd in keep:
+        if any(_under(path, d) for d in cover):
+            os.makedirs(path, exist_ok=True)
+            _mount(libc, f"/proc/self/fd/{fd}".encode(), path, None, MS_BIND | MS_REC, None)
+            if not writable:
+                _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+        os.close(fd)
+    for directory in cover:
+        _mount(libc, None, directory, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
+    for path, kind in spec.get("hide", []):
+        if not os.path.lexists(path):
+            continue  # already out of sight under a covered directory
+        if kind == "dir":
+            flags = MS_RDONLY | MS_NOSUID | MS_NODEV
+            _mount(libc, b"tmpfs", path, b"tmpfs", flags, b"mode=0555")
+        else:
+            _mount(libc, b"/dev/null", path, None, MS_BIND, None)
+            _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+
+
+def try_enter(cwd: str) -> bool:
+    """Enter the workdir while still privileged when possible: its host parents may be closed
+    to the sandbox uid, and an open cwd needs no search permission on them."""
+    try:
+        os.chdir(cwd)
+    except OSError:
+        return False
+    return True
+
+
+def set_no_new_privs() -> None:
+    if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        _fail("sandbox: cannot set no_new_privs\n", 125)
+
+
+def drop_to(uid: int) -> None:
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+
+
+def fork_as_init() -> None:
+    """We are pid 1 of a fresh pid namespace (unshare). The kernel shields pid 1 from default
+    signal actions (SIGXCPU, SIGTERM, SIGPIPE...), so run the program as our child, reap
+    orphans, and report a death by signal N as 128 + N, the way bwrap does. Returns in the
+    child only."""
+    child = os.fork()
+    if not child:
+        return
+    status = 0
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            break
+        if pid == child:
+            break
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(128 - code if code < 0 else code)
+
+
+def exec_program(argv: list[str], env: dict[str, str]) -> NoReturn:
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU):
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvpe(argv[0], argv, env)
+    except OSError as exc:
+        _fail(f"sandbox: cannot execute {argv[0]}: {exc}\n", 127)
+
+
+def main(spec: dict[str, Any]) -> NoReturn:
+    if spec.get("hostname"):
+        set_hostname(spec["hostname"])
+    if spec.get("hide") or spec.get("cover"):
+        cover_and_hide(spec)
+    for name, value in spec["rlimits"]:
+        resource.setrlimit(getattr(resource, name), tuple(value))
+    entered = try_enter(spec["cwd"])
+    set_no_new_privs()
+    if spec.get("uid") is not None:
+        drop_to(spec["uid"])
+    if not entered:
+        os.chdir(spec["cwd"])
+    if spec.get("init"):
+        fork_as_init()
+    exec_program(spec["argv"], spec["env"])
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
