@@ -668,7 +668,7 @@ def _profile_worker(spec: str, model: str, count: int, top: int) -> None:
     import resource
 
     clock = time.perf_counter  # kept before freezegun replaces time.perf_counter
-    from rlenv.world.runtime import RolloutTask, WorkerConfig, WorldRuntime
+    from rlenv.worker import RolloutTask, WorkerConfig, WorldRuntime
 
     work = Path(tempfile.mkdtemp(prefix="bench-worker-"))
     config = WorkerConfig(spec_path=spec, work_root=str(work), model_uri=model)

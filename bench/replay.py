@@ -1,6 +1,6 @@
 """Replay lookups through rlenv's cassette index: 10 000 interactions, 10 000 requests.
 
-In-process, as a frozen-world worker does it (WorldRuntime._enter_replay): load the cassette
+In-process, as a frozen-world worker does it (`replay_cassette`): load the cassette
 into `rlenv.world.replay.ToolIndex`, enter the vcrpy `ReplayCassette` class, then send 10 000
 real httpx requests that vcrpy intercepts and answers from the index. Reported separately:
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 class UserError(Exception):
     """Bad input from the user (spec, files, arguments): one line, exit code 2, no traceback."""
 
-    exit_code = 2
-
     def __init__(self, message: str, *, where: str | None = None) -> None:
         self.where = where
         super().__init__(f"{where}: {message}" if where else message)
@@ -19,8 +17,6 @@ class SpecError(UserError):
 
 class RunFailed(Exception):
     """The run could not finish (exit code 1)."""
-
-    exit_code = 1
 
 
 class InfraError(Exception):

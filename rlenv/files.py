@@ -1,4 +1,4 @@
-"""Small filesystem helpers used everywhere: atomic writes and a scoped ``sys.path``.
+"""Small filesystem helpers used everywhere: atomic writes, a scoped ``sys.path``, the cache.
 
 Ground floor: imports nothing from rlenv. For a scoped working directory use the standard
 library's ``contextlib.chdir``.
@@ -6,6 +6,7 @@ library's ``contextlib.chdir``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -22,25 +23,30 @@ def atomic_write(path: str | Path, data: bytes | str) -> None:
     """
     target = Path(path)
     payload = data.encode() if isinstance(data, str) else data
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    descriptor, temporary = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=".tmp", dir=target.parent
+    )
     try:
         with os.fdopen(descriptor, "wb") as handle:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(temporary, _mode_for(target))
         os.replace(temporary, target)
     except BaseException:
-        with _ignore_missing():
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
 
 
-@contextmanager
-def _ignore_missing() -> Iterator[None]:
+def _mode_for(target: Path) -> int:
+    """Keep an existing file's mode; a new file gets what ``open()`` would give it (not 0600)."""
     try:
-        yield
+        return target.stat().st_mode & 0o7777
     except FileNotFoundError:
-        pass
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 @contextmanager
@@ -58,3 +64,8 @@ def sys_path(entries: Iterable[str | Path]) -> Iterator[list[str]]:
         for entry in added:
             if entry in sys.path:
                 sys.path.remove(entry)
+
+
+def default_cache_dir() -> Path:
+    """Where rlenv caches grades and cassette indexes: $RLENV_CACHE_DIR or ~/.cache/rlenv/grades."""
+    return Path(os.environ.get("RLENV_CACHE_DIR") or Path.home() / ".cache" / "rlenv" / "grades")

@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlenv.env import load_environment
 from rlenv.errors import UserError
-from rlenv.executor import LocalExecutor
+from rlenv.executors.local import LocalExecutor
+from rlenv.files import atomic_write
 from rlenv.results import encode_line, order_key, read_results
-from rlenv.runner import _cache_dir, _pretty, _write_atomic, build_summary, prepare
-from rlenv.world.runtime import WorkerConfig
+from rlenv.runner import _cache_dir, _pretty, build_summary
+from rlenv.worker import WorkerConfig
 
 
 @dataclass
@@ -45,7 +46,7 @@ def grade(
         spec_path = meta["spec"]
     except (ValueError, KeyError, TypeError):
         raise UserError("run.json is not an rlenv run record", where=str(meta_path)) from None
-    prepared = prepare(spec_path)
+    prepared = load_environment(spec_path, purpose="grade")
     if prepared.fingerprint != meta["env"]["fingerprint"]:
         raise UserError(
             f"the env changed since this run (fingerprint {prepared.fingerprint[:12]}… vs"
@@ -84,15 +85,9 @@ def grade(
             by_key[(record["input_id"], record["rollout"])] = record
         records = [by_key.get((r["input_id"], r["rollout"]), r) for r in records]
         records.sort(key=order_key)
-        temporary = results_path.with_name(".results.jsonl.tmp")
-        with open(temporary, "wb") as handle:
-            for record in records:
-                handle.write(encode_line(record) + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, results_path)
+        atomic_write(results_path, b"".join(encode_line(record) + b"\n" for record in records))
     summary = build_summary(prepared, meta, records, model)
-    _write_atomic(run_path / "summary.json", _pretty(summary))
+    atomic_write(run_path / "summary.json", _pretty(summary))
     return GradeResult(len(pending), hits, misses, summary)
 
 

@@ -10,20 +10,16 @@ stored result of the same computation: `rlenv verify` checks cached and uncached
 from __future__ import annotations
 
 import json
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlenv.canonical import canonical_bytes, sha256_bytes, sha256_json
+from rlenv.files import atomic_write
 from rlenv.seeding import derive_seed
 
 PENDING = "pending"
 SKIPPED = "not sampled"
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("RLENV_CACHE_DIR") or Path.home() / ".cache" / "rlenv" / "grades")
 
 
 def sampled(env_seed: int, input_id: str, rollout: int, fraction: float) -> bool:
@@ -49,7 +45,6 @@ class GraderCache:
     root: Path
     hits: int = 0
     misses: int = 0
-    module_hashes: dict[str, str] = field(default_factory=dict)
 
     def key(self, verifier: dict[str, Any], content: str) -> str:
         return sha256_bytes(canonical_bytes({"verifier": verifier, "rollout": content}))
@@ -67,9 +62,7 @@ class GraderCache:
     def put(self, key: str, result: dict[str, Any]) -> None:
         path = self.root / key[:2] / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        temporary.write_bytes(canonical_bytes(result))
-        os.replace(temporary, path)
+        atomic_write(path, canonical_bytes(result))
 
 
 def verifier_identity(config: Any, module_hash: str | None) -> dict[str, Any]:

@@ -9,8 +9,6 @@ from typing import Any
 from rlenv.errors import SpecError
 from rlenv.jsonl import read_objects
 
-POLICY_FIELDS = ("id", "prompt", "messages")
-
 
 @dataclass(frozen=True)
 class InputRecord:

@@ -1,13 +1,16 @@
-"""Reading user JSONL files (inputs, replays, preferences) with one-line file:line errors."""
+"""Reading user JSONL files (inputs, replays, preferences, human labels) with one-line
+file:line errors."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlenv.errors import UserError
+from rlenv.results import HumanLabels
 
 
 def read_objects(
@@ -29,3 +32,41 @@ def read_objects(
         if not isinstance(data, dict):
             raise error("expected a JSON object per line", where=where)
         yield where, data
+
+
+class HumanLabelError(UserError, ValueError):
+    """A malformed human-label line: a one-line user error naming file:line (and a ValueError,
+    as the label reader has always raised)."""
+
+
+def load_human(path: str | Path) -> HumanLabels:
+    """Human labels from JSONL: score lines ``{"input_id", "rollout", "score"}`` and preference
+    lines ``{"input_id", "a", "b", "preferred"}``. Several scores for one rollout (several
+    annotators) are averaged. A malformed line raises HumanLabelError naming its file:line."""
+    collected: dict[tuple[str, int], list[float]] = {}
+    preferences: list[dict[str, Any]] = []
+    for where, item in read_objects(Path(path), what="human labels", error=HumanLabelError):
+        try:
+            if "preferred" in item:
+                preferences.append(_preference(item))
+                continue
+            score = float(item["score"])
+            if not 0.0 <= score <= 1.0:
+                raise ValueError(f"score {score} is outside [0, 1]")
+            key = (str(item["input_id"]), int(item["rollout"]))
+            collected.setdefault(key, []).append(score)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise HumanLabelError(f"bad human label: {exc}", where=where) from exc
+    scores = {key: math.fsum(v) / len(v) for key, v in sorted(collected.items())}
+    return HumanLabels(scores=scores, preferences=preferences)
+
+
+def _preference(item: dict[str, Any]) -> dict[str, Any]:
+    if item["preferred"] not in ("a", "b"):
+        raise ValueError("'preferred' must be 'a' or 'b'")
+    return {
+        "input_id": str(item["input_id"]),
+        "a": int(item["a"]),
+        "b": int(item["b"]),
+        "preferred": item["preferred"],
+    }

@@ -6,7 +6,6 @@ asks; the spec's pinned cassette hashes are updated so `validate` passes afterwa
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Literal
 
 from rlenv.canonical import sha256_file
 from rlenv.errors import UserError
+from rlenv.files import atomic_write
 from rlenv.runner import run
 from rlenv.spec import load_spec
 from rlenv.world.replay import load_interactions
@@ -81,9 +81,7 @@ def record(
                 continue
             count = len(load_interactions(recorded))
             target.parent.mkdir(parents=True, exist_ok=True)
-            temporary = target.with_name(f".{target.name}.tmp")
-            shutil.copyfile(recorded, temporary)
-            os.replace(temporary, target)
+            atomic_write(target, recorded.read_bytes())
             digest = sha256_file(target)
             outcome.cassettes[tool.name] = {
                 "path": str(target),
@@ -94,9 +92,7 @@ def record(
             if tool.cassette.sha256 and tool.cassette.sha256 != digest:
                 updated = updated.replace(tool.cassette.sha256, digest)
         if updated != text:
-            temporary = loaded.path.with_name(f".{loaded.path.name}.tmp")
-            temporary.write_text(updated, encoding="utf-8")
-            os.replace(temporary, loaded.path)
+            atomic_write(loaded.path, updated.encode("utf-8"))
             outcome.spec_updated = True
         return outcome
     finally:

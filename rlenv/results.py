@@ -1,14 +1,100 @@
-"""Run records: streamed canonical JSON lines, the run digest, and the first divergence."""
+"""Run records: the typed record and its statuses, streamed canonical JSON lines, the run
+digest, and the first divergence between two runs.
+
+:class:`RolloutRecord` and :class:`Status` are the contract between the worker that writes a
+record, the metrics that score it and the report that shows it (README: "The results record").
+"""
 
 from __future__ import annotations
 
 import json
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal, NotRequired, TypedDict
 
 from rlenv.canonical import canonical_bytes, sha256_bytes
+
+
+class Status(StrEnum):
+    """How a rollout ended. Only ``infra_error`` is left out of the scores (not the model's
+    fault); every other status is a model outcome, graded as it is."""
+
+    OK = "ok"
+    """The model gave a final answer (graded by the verifiers)."""
+    MAX_TURNS = "max_turns"
+    """No final answer within ``limits.max_turns`` model turns."""
+    TIMEOUT = "timeout"
+    """The rollout exceeded ``limits.timeout_s``."""
+    MODEL_ERROR = "model_error"
+    """The model answered, but in a form the environment cannot use."""
+    INFRA_ERROR = "infra_error"
+    """The model endpoint or other infrastructure failed (after retries); excluded from scores."""
+    FIXTURE_MISS = "fixture_miss"
+    """A tool made a request that was never recorded, and the spec declares no fallback."""
+    POLICY_ERROR = "policy_error"
+    """A python policy (run inside the frozen world) raised."""
+
+
+class VerifierResult(TypedDict):
+    """One verifier's verdict on a rollout; ``passed`` is None when it was not graded."""
+
+    name: str
+    type: str
+    passed: bool | None
+    score: float | None
+    detail: str | None  # "pending" while deferred to `rlenv grade`, "not sampled" if skipped
+
+
+class ToolCallRecord(TypedDict):
+    """One tool call the model made, and how the frozen world answered it."""
+
+    turn: int
+    id: str
+    name: str
+    arguments: Any  # the parsed JSON object, or the raw string when it was not valid JSON
+    fixture: str  # "hit" | "miss" | "fallback" | "none"
+    ok: bool
+
+
+class RolloutRecord(TypedDict):
+    """One line of ``results.jsonl``: one rollout of one input."""
+
+    input_id: str
+    input_index: int
+    rollout: int
+    seed: int
+    model: str
+    status: Status
+    error: str | None
+    messages: list[dict[str, Any]]
+    tool_calls: list[ToolCallRecord]
+    answer: str | None
+    verifiers: list[VerifierResult]
+    passed: bool | None
+    reward: float | None
+    usage: dict[str, int]
+    world: dict[str, Any]
+    reward_error: NotRequired[str]
+    grading: NotRequired[Literal["pending"]]
+    timing: NotRequired[dict[str, Any]]
+    logprobs: NotRequired[list[Any]]
+    extra: NotRequired[dict[str, Any]]
+    kl: NotRequired[dict[str, Any]]
+    digest: NotRequired[str]  # added by seal() where the record is made
+
+
+@dataclass(frozen=True)
+class HumanLabels:
+    """Human judgements of rollouts: scores in [0, 1] by (input_id, rollout), and pairwise
+    preferences ``{"input_id", "a", "b", "preferred": "a"|"b"}`` (a, b are rollout indices).
+    Read from JSONL by :func:`rlenv.jsonl.load_human`."""
+
+    scores: dict[tuple[str, int], float] = field(default_factory=dict)
+    preferences: list[dict[str, Any]] = field(default_factory=list)
+
 
 VOLATILE_FIELDS = ("timing", "digest")
 
@@ -33,12 +119,27 @@ def order_key(record: dict[str, Any]) -> tuple[int, str, int]:
     return (int(record.get("input_index", 0)), str(record["input_id"]), int(record["rollout"]))
 
 
+class RunDigest:
+    """The run digest, fed one record at a time (a few small fields kept per record), so a
+    summary can stream results.jsonl once. The one place the run digest is computed."""
+
+    def __init__(self) -> None:
+        self._entries: list[tuple[int, str, int, str]] = []
+
+    def add(self, record: dict[str, Any]) -> None:
+        self._entries.append((*order_key(record), record.get("digest") or record_digest(record)))
+
+    def hexdigest(self) -> str:
+        """sha256 over the records' canonical digests in (input, rollout) order."""
+        return sha256_bytes("\n".join(entry[3] for entry in sorted(self._entries)).encode())
+
+
 def run_digest(records: Iterable[dict[str, Any]]) -> str:
     """sha256 over the records' canonical digests in (input, rollout) order."""
-    ordered = sorted(records, key=order_key)
-    return sha256_bytes(
-        "\n".join(record.get("digest") or record_digest(record) for record in ordered).encode()
-    )
+    digest = RunDigest()
+    for record in records:
+        digest.add(record)
+    return digest.hexdigest()
 
 
 def encode_line(record: dict[str, Any]) -> bytes:

@@ -7,29 +7,26 @@ import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlenv import __version__
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
-from rlenv.canonical import canonical_bytes, sha256_bytes
+from rlenv.canonical import canonical_bytes
 from rlenv.clock import monotonic, wall_now
+from rlenv.env import Environment, load_environment
 from rlenv.errors import InfraError, UserError
-from rlenv.executor import LocalExecutor
-from rlenv.inputs import InputRecord, load_inputs
-from rlenv.providers.base import ModelReply, ModelRequest, check_reference
+from rlenv.executors import Executor, check_executor, make_executor
+from rlenv.files import atomic_write, default_cache_dir
+from rlenv.inputs import InputRecord
+from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
-from rlenv.results import ResultsWriter, iter_results, read_results
+from rlenv.results import ResultsWriter, RunDigest, iter_results, read_results
 from rlenv.seeding import derive_seed
-from rlenv.spec import LoadedSpec, check_files, fingerprint, load_spec
-from rlenv.world.runtime import RolloutTask, WorkerConfig, tool_schemas
-
-if TYPE_CHECKING:
-    from rlenv.executors.ray import RayExecutor
+from rlenv.worker import RolloutTask, WorkerConfig, tool_schemas
 
 DEFAULT_CONCURRENCY = 4
 
@@ -44,80 +41,6 @@ class RunResult:
         return str(self.summary["digest"])
 
 
-@dataclass
-class Prepared:
-    """A spec that passed every check that can be made before any policy call."""
-
-    loaded: LoadedSpec
-    file_hashes: dict[str, str]
-    fingerprint: str
-    inputs: list[InputRecord]
-    warnings: list[str] = field(default_factory=list)
-
-
-def prepare(spec_path: str | Path, *, recording: bool = False) -> Prepared:
-    """Load the spec, check pinned hashes and inputs, and import every referenced callable."""
-    loaded = load_spec(spec_path)
-    hashes = check_files(loaded, cassettes=not recording)
-    inputs = load_inputs(loaded.inputs_path)
-    _check_importable(loaded, cassettes=not recording)
-    from rlenv.rm.leakage import enforce_leakage
-
-    warnings = enforce_leakage(loaded)
-    return Prepared(loaded, hashes, fingerprint(loaded, hashes), inputs, warnings)
-
-
-def _reward_endpoints(loaded: LoadedSpec) -> list[tuple[str, int]]:
-    """An HTTP reward model is scored inside the frozen world: let its host through."""
-    from urllib.parse import urlsplit
-
-    uri = getattr(loaded.spec.reward_model, "uri", None) or ""
-    if not uri.startswith(("http://", "https://")):
-        return []
-    parts = urlsplit(uri)
-    return [(parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80))]
-
-
-def _check_importable(loaded: LoadedSpec, *, cassettes: bool = True) -> None:
-    """Import tools, verifiers and the reward model in a worker-like way, without freezing."""
-    from rlenv.providers.base import import_ref
-    from rlenv.rewards import build_reward_model
-    from rlenv.verifiers import build_verifiers
-
-    added = [str(p) for p in loaded.python_paths() if str(p) not in sys.path]
-    sys.path[:0] = added
-    try:
-        for index, tool in enumerate(loaded.spec.tools):
-            function = import_ref(tool.function, what=f"tools[{index}].function")
-            if not callable(function):
-                raise UserError(f"tools[{index}].function: {tool.function} is not callable")
-            cassette = loaded.cassette_path(tool)
-            if cassette is not None and cassettes:
-                _refuse_secrets(loaded, index, cassette)
-        build_verifiers(list(loaded.spec.verifiers))
-        build_reward_model(loaded.spec.reward_model, loaded.root)
-    finally:
-        for entry in added:
-            if entry in sys.path:
-                sys.path.remove(entry)
-
-
-def _refuse_secrets(loaded: LoadedSpec, index: int, cassette: Path) -> None:
-    """A committed fixture must not carry a credential: refuse the spec if one looks like it."""
-    from rlenv.world.replay import load_index
-    from rlenv.world.runtime import build_scrubber
-
-    _, found = load_index(cassette, build_scrubber(loaded))
-    if found:
-        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-        raise UserError(
-            f"tools[{index}].cassette: {cassette.name} holds a secret-looking value:"
-            f" {found[0]}{more};"
-            " re-record with `rlenv record` (it scrubs) or scrub the file",
-            where=str(loaded.path),
-        )
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[-48:] or "model"
 
@@ -130,12 +53,6 @@ def default_run_dir(env_name: str, model: str, root: Path = Path("runs")) -> Pat
         number += 1
         candidate = Path(f"{base}-{number}")
     return candidate
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_bytes(data)
-    os.replace(temporary, path)
 
 
 def _pretty(value: Any) -> bytes:
@@ -173,49 +90,23 @@ def run(
     With `record_dir` (used by `rlenv record`) tools reach the live network through recording
     cassettes in that directory, one worker at a time (vcrpy is not safe to share).
     """
-    if concurrency < 1:
-        raise UserError("--concurrency must be at least 1")
-    if executor not in ("local", "ray"):
-        raise UserError(f"--executor must be local or ray, not {executor!r}")
-    if address and executor != "ray":
-        raise UserError("--address needs --executor ray")
-    if executor == "ray":
-        from rlenv.executors.ray import preflight
-
-        preflight(address)  # Ray installed, the cluster answers: before any run directory
-    if rollouts is not None and rollouts < 1:
-        raise UserError("--rollouts must be at least 1")
-    if limit is not None and limit < 1:
-        raise UserError("--limit must be at least 1")
-    if not 0 <= expensive_fraction <= 1:
-        raise UserError("--expensive-fraction must be between 0 and 1")
-    prepared = prepare(spec_path, recording=record_dir is not None)
+    _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
+    prepared = load_environment(
+        spec_path,
+        purpose="record" if record_dir is not None else "run",
+        model=model,
+        defer_expensive=defer_expensive,
+    )
     spec = prepared.loaded.spec
-    if defer_expensive:
-        for index, verifier in enumerate(spec.verifiers):
-            if verifier.cost == "expensive" and verifier.type == "file_state":
-                raise UserError(
-                    f"verifiers[{index}]: a file_state verifier cannot be deferred (the rollout's"
-                    " files are gone by `rlenv grade`); run it inline or make it cheap"
-                )
-    model_uri = model or spec.model
-    if not model_uri:
-        raise UserError("no model: pass --model URI or set 'model' in the spec")
-    reference = reference or spec.reference
-    check_reference(model_uri, reference)
-    options: dict[str, Any] | None = None
-    if reference:
-        options = {"reference": reference}
-    elif model_uri.startswith("openai:"):
-        options = {"max_connections": max(256, concurrency), "pools": max(1, concurrency // 8)}
-    provider = resolve_provider(model_uri, base_url=base_url, options=options)
+    provider, model_uri, reference = _resolve_policy(
+        prepared, model, reference, base_url, concurrency
+    )
     rollouts_per_input = rollouts or spec.rollouts
     inputs = prepared.inputs[:limit] if limit else prepared.inputs
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
-    identity = provider.identity()
     meta = {
         "env": {"name": spec.name, "version": spec.version, "fingerprint": prepared.fingerprint},
-        "model": identity,
+        "model": provider.identity(),
         "decoding": spec.decoding.model_dump(),
         "rollouts_per_input": rollouts_per_input,
         "limit": limit,
@@ -228,74 +119,135 @@ def run(
         "executor": executor,
     }
     done = _open_run_dir(run_dir, meta, resume)
-    tasks = [
+    tasks = _pending_tasks(inputs, rollouts_per_input, done)
+    total = len(inputs) * rollouts_per_input
+    work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
+    try:
+        config = _worker_config(prepared, provider, work_root, record_dir, meta, grader_cache)
+        _run_tasks(
+            prepared,
+            provider,
+            tasks,
+            config,
+            run_dir / "results.jsonl",
+            kind=executor,
+            address=address,
+            concurrency=1 if record_dir is not None else concurrency,
+            advance=lambda finished: progress(len(done) + finished, total) if progress else None,
+        )
+    finally:
+        shutil.rmtree(work_root, ignore_errors=True)
+    summary = build_summary(prepared, meta, iter_results(run_dir / "results.jsonl"), model_uri)
+    atomic_write(run_dir / "summary.json", _pretty(summary))
+    return RunResult(run_dir, summary)
+
+
+def _check_options(
+    concurrency: int,
+    executor: str,
+    address: str | None,
+    rollouts: int | None,
+    limit: int | None,
+    expensive_fraction: float,
+) -> None:
+    """The user errors `run` can find in its arguments alone, before any run directory."""
+    if concurrency < 1:
+        raise UserError("--concurrency must be at least 1")
+    check_executor(executor, address)
+    if rollouts is not None and rollouts < 1:
+        raise UserError("--rollouts must be at least 1")
+    if limit is not None and limit < 1:
+        raise UserError("--limit must be at least 1")
+    if not 0 <= expensive_fraction <= 1:
+        raise UserError("--expensive-fraction must be between 0 and 1")
+
+
+def _resolve_policy(
+    prepared: Environment,
+    model: str | None,
+    reference: str | None,
+    base_url: str | None,
+    concurrency: int,
+) -> tuple[Provider, str, str | None]:
+    """The policy's provider, its model URI and the KL reference (argument or spec)."""
+    spec = prepared.loaded.spec
+    model_uri = model or spec.model
+    if not model_uri:
+        raise UserError("no model: pass --model URI or set 'model' in the spec")
+    reference = reference or spec.reference
+    check_reference(model_uri, reference)
+    options: dict[str, Any] | None = None
+    if reference:
+        options = {"reference": reference}
+    elif model_uri.startswith("openai:"):
+        options = {"max_connections": max(256, concurrency), "pools": max(1, concurrency // 8)}
+    return resolve_provider(model_uri, base_url=base_url, options=options), model_uri, reference
+
+
+def _worker_config(
+    prepared: Environment,
+    provider: Provider,
+    work_root: Path,
+    record_dir: Path | None,
+    meta: dict[str, Any],
+    grader_cache: bool | Path,
+) -> WorkerConfig:
+    """What every worker is started with (the in-world policy, if any, and the endpoints the
+    network guard lets through: an HTTP policy's, an HTTP reward model's)."""
+    return WorkerConfig(
+        spec_path=str(prepared.loaded.path),
+        work_root=str(work_root),
+        model_uri=provider.uri if provider.in_world else None,
+        allowed_endpoints=list(getattr(provider, "endpoints", lambda: [])())
+        + prepared.reward_endpoints,
+        live_tools=record_dir is not None,
+        record_dir=str(record_dir) if record_dir is not None else None,
+        expensive_fraction=meta["expensive_fraction"],
+        defer_expensive=meta["deferred_expensive"],
+        cache_dir=_cache_dir(grader_cache),
+    )
+
+
+def _pending_tasks(
+    inputs: list[InputRecord], rollouts_per_input: int, done: set[tuple[str, int]]
+) -> list[RolloutTask]:
+    """Every (input, rollout) of the run not already in results.jsonl, in order."""
+    return [
         RolloutTask(record.index, rollout)
         for record in inputs
         for rollout in range(rollouts_per_input)
         if (record.id, rollout) not in done
     ]
-    total = len(inputs) * rollouts_per_input
-    work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
+
+
+def _run_tasks(
+    prepared: Environment,
+    provider: Provider,
+    tasks: list[RolloutTask],
+    config: WorkerConfig,
+    results_path: Path,
+    *,
+    kind: str,
+    address: str | None,
+    concurrency: int,
+    advance: Callable[[int], None],
+) -> None:
+    """Start the workers, run the tasks `concurrency` at a time, append each record."""
+    writer = ResultsWriter(results_path)
     try:
-        config = WorkerConfig(
-            spec_path=str(prepared.loaded.path),
-            work_root=str(work_root),
-            model_uri=provider.uri if provider.in_world else None,
-            allowed_endpoints=list(getattr(provider, "endpoints", lambda: [])())
-            + _reward_endpoints(prepared.loaded),
-            live_tools=record_dir is not None,
-            record_dir=str(record_dir) if record_dir is not None else None,
-            expensive_fraction=expensive_fraction,
-            defer_expensive=defer_expensive,
-            cache_dir=_cache_dir(grader_cache),
-        )
-        if record_dir is not None:
-            concurrency = 1
-        workers = min(concurrency, max(1, len(tasks)))
-        if executor == "local":  # a Ray cluster caps the actors at its own CPU count
-            workers = min(workers, os.cpu_count() or 1)
-        writer = ResultsWriter(run_dir / "results.jsonl")
-        try:
-            if tasks:
-                pool = _make_executor(executor, config, workers, address)
-                try:
-                    asyncio.run(
-                        _execute(
-                            prepared,
-                            provider,
-                            pool,
-                            tasks,
-                            concurrency,
-                            writer,
-                            lambda finished: (
-                                progress(len(done) + finished, total) if progress else None
-                            ),
-                        )
-                    )
-                finally:
-                    pool.close()
-        finally:
-            writer.close()
+        if tasks:
+            executor = make_executor(kind, config, min(concurrency, len(tasks)), address)
+            try:
+                asyncio.run(
+                    _execute(prepared, provider, executor, tasks, concurrency, writer, advance)
+                )
+            finally:
+                executor.close()
     finally:
-        shutil.rmtree(work_root, ignore_errors=True)
-    summary = build_summary(prepared, meta, iter_results(run_dir / "results.jsonl"), model_uri)
-    _write_atomic(run_dir / "summary.json", _pretty(summary))
-    return RunResult(run_dir, summary)
-
-
-def _make_executor(
-    kind: str, config: WorkerConfig, workers: int, address: str | None
-) -> LocalExecutor | RayExecutor:
-    if kind == "ray":
-        from rlenv.executors.ray import RayExecutor
-
-        return RayExecutor(config, workers, address)
-    return LocalExecutor(config, workers)
+        writer.close()
 
 
 def _cache_dir(grader_cache: bool | Path) -> str | None:
-    from rlenv.grading import default_cache_dir
-
     if grader_cache is False:
         return None
     return str(default_cache_dir() if grader_cache is True else grader_cache)
@@ -332,14 +284,14 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
             " directory"
         )
     run_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(meta_path, _pretty({**meta, "rlenv_version": __version__}))
+    atomic_write(meta_path, _pretty({**meta, "rlenv_version": __version__}))
     return set()
 
 
 async def _execute(
-    prepared: Prepared,
-    provider: Any,
-    executor: LocalExecutor | RayExecutor,
+    prepared: Environment,
+    provider: Provider,
+    executor: Executor,
     tasks: list[RolloutTask],
     concurrency: int,
     writer: ResultsWriter,
@@ -368,7 +320,7 @@ async def _execute(
 
 
 async def _outside_rollout(
-    prepared: Prepared, provider: Any, executor: LocalExecutor | RayExecutor, task: RolloutTask
+    prepared: Environment, provider: Provider, executor: Executor, task: RolloutTask
 ) -> dict[str, Any]:
     """Model calls here (outside the frozen world); tool calls and grading in a worker."""
     spec = prepared.loaded.spec
@@ -424,8 +376,8 @@ def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 def world_modes(executor: str = "local") -> dict[str, str]:
     """Which isolation mechanisms were in force (not part of the digest)."""
-    from rlenv.executor import network_guard_mode
     from rlenv.sandbox import faketime_library, probe_mechanism
+    from rlenv.world.netguard import network_guard_mode
 
     return {
         "sandbox": probe_mechanism(),
@@ -436,8 +388,43 @@ def world_modes(executor: str = "local") -> dict[str, str]:
     }
 
 
+@dataclass
+class _Totals:
+    """What a summary needs of each record, gathered in one pass over results.jsonl."""
+
+    fixtures: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=lambda: {"hits": 0, "misses": 0})
+    pending: int = 0
+    compact: list[dict[str, Any]] = field(default_factory=list)
+    digest: str = ""
+
+
+def _tally(records: Iterable[dict[str, Any]]) -> _Totals:
+    """Sum counts and keep a compact form of each record (in (input, rollout) order)."""
+    from rlenv.results import compact_for_metrics
+
+    totals = _Totals()
+    run_digest = RunDigest()
+    shared: dict[Any, Any] = {}
+    for record in records:
+        for call in record.get("tool_calls") or []:
+            totals.fixtures[call["fixture"]] = totals.fixtures.get(call["fixture"], 0) + 1
+        for key, value in (record.get("usage") or {}).items():
+            if isinstance(value, int):
+                totals.usage[key] = totals.usage.get(key, 0) + value
+        for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
+            totals.cache[key] = totals.cache.get(key, 0) + int(value)
+        totals.pending += record.get("grading") == "pending"
+        run_digest.add(record)
+        totals.compact.append(compact_for_metrics(record, shared))
+    totals.digest = run_digest.hexdigest()
+    totals.compact.sort(key=lambda r: (r["input_index"], r["rollout"]))
+    return totals
+
+
 def build_summary(
-    prepared: Prepared, meta: dict[str, Any], records: Iterable[dict[str, Any]], model_uri: str
+    prepared: Environment, meta: dict[str, Any], records: Iterable[dict[str, Any]], model_uri: str
 ) -> dict[str, Any]:
     """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest.
 
@@ -446,46 +433,13 @@ def build_summary(
     run is summarised in little memory.
     """
     from rlenv import metrics
-    from rlenv.results import compact_for_metrics, record_digest
 
-    fixture_counts: dict[str, int] = {}
-    usage: dict[str, int] = {}
-    cache = {"hits": 0, "misses": 0}
-    pending = 0
-    compact: list[dict[str, Any]] = []
-    order: list[tuple[int, str, int, str]] = []
-    shared: dict[Any, Any] = {}
-    for record in records:
-        for call in record.get("tool_calls") or []:
-            fixture_counts[call["fixture"]] = fixture_counts.get(call["fixture"], 0) + 1
-        for key, value in (record.get("usage") or {}).items():
-            if isinstance(value, int):
-                usage[key] = usage.get(key, 0) + value
-        for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
-            cache[key] = cache.get(key, 0) + int(value)
-        pending += record.get("grading") == "pending"
-        digest = record.get("digest") or record_digest(record)
-        order.append(
-            (
-                int(record.get("input_index", 0)),
-                str(record["input_id"]),
-                int(record["rollout"]),
-                digest,
-            )
-        )
-        compact.append(compact_for_metrics(record, shared))
-    order.sort()
-    run_digest_value = sha256_bytes("\n".join(entry[3] for entry in order).encode())
-    del order, shared
-    compact.sort(key=lambda r: (r["input_index"], r["rollout"]))
-    diagnostics = metrics.compute_all(compact)
-    n_records = len(compact)
-    n_inputs = len({record["input_id"] for record in compact})
-    del compact
-    flags = diagnostics["flags"]
-    if meta["decoding"].get("temperature") == 0:
-        # greedy decoding makes identical rollouts expected, not a collapse
-        flags = [flag for flag in flags if flag["name"] != "collapse"]
+    totals = _tally(records)
+    diagnostics = metrics.compute_all(totals.compact)
+    n_records = len(totals.compact)
+    n_inputs = len({record["input_id"] for record in totals.compact})
+    totals.compact = []
+    flags = metrics.flags_for_decoding(diagnostics["flags"], meta["decoding"])
     return {
         "env": meta["env"],
         "model": meta["model"],
@@ -503,8 +457,8 @@ def build_summary(
         "pass_hat_k": diagnostics["pass_k"]["pass^k"],
         "verifiers": diagnostics["verifiers"],
         "reward": diagnostics["reward"] if diagnostics["reward"].get("count") else None,
-        "fixtures": dict(sorted(fixture_counts.items())),
-        "usage": dict(sorted(usage.items())),
+        "fixtures": dict(sorted(totals.fixtures.items())),
+        "usage": dict(sorted(totals.usage.items())),
         "diagnostics": {
             key: diagnostics[key]
             for key in ("disagreements", "length_bias", "diversity", "sample_efficiency", "kl")
@@ -512,8 +466,8 @@ def build_summary(
         "kl": diagnostics["kl"],
         "hazards": _hazards(meta) if meta.get("reference") else [],
         "world": meta.get("world") or world_modes(meta.get("executor", "local")),
-        "grading": {"pending_rollouts": pending, "grader_cache": cache},
+        "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},
         "flags": flags,
-        "digest": run_digest_value,
+        "digest": totals.digest,
         "rlenv_version": __version__,
     }

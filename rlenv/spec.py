@@ -13,7 +13,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlenv.canonical import canonical_bytes, manifest_hash, sha256_bytes, sha256_file
 from rlenv.errors import SpecError
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -267,6 +266,15 @@ def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
+def line_of(loaded: LoadedSpec, loc: tuple[Any, ...]) -> int | None:
+    """The 1-based line of a field path (``("tools", 0, "function")``) in a loaded spec file."""
+    try:
+        node = yaml.compose(loaded.path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return _line_of(node, loc)
+
+
 def _describe(error: Any) -> str:
     kind = error["type"]
     message = error["msg"]
@@ -339,140 +347,3 @@ def load_spec(path: str | Path) -> LoadedSpec:
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise SpecError(f"{_format_loc(loc)}: {_describe(error)}{more}", where=where) from None
     return LoadedSpec(spec, spec_path.resolve(), raw)
-
-
-def referenced_files(loaded: LoadedSpec) -> dict[str, Path]:
-    """Every file the spec references, keyed by a stable role name."""
-    spec = loaded.spec
-    files: dict[str, Path] = {"inputs": loaded.inputs_path}
-    for tool in spec.tools:
-        cassette = loaded.cassette_path(tool)
-        if cassette is not None:
-            files[f"tools.{tool.name}.cassette"] = cassette
-    return files
-
-
-def check_files(loaded: LoadedSpec, *, cassettes: bool = True) -> dict[str, str]:
-    """Check that every referenced file exists and matches its pinned hash; return role -> sha256.
-
-    `cassettes=False` (recording) skips the cassettes, which recording is about to write.
-    """
-    spec = loaded.spec
-    hashes: dict[str, str] = {}
-    line_of = {"inputs": _line_of(yaml.compose(loaded.path.read_text()), ("inputs", "path"))}
-
-    def where(role: str) -> str:
-        line = line_of.get(role)
-        return f"{loaded.path}:{line}" if line else str(loaded.path)
-
-    inputs = loaded.inputs_path
-    if not inputs.is_file():
-        raise SpecError(f"inputs.path: file not found: {inputs}", where=where("inputs"))
-    actual = sha256_file(inputs)
-    if actual != spec.inputs.sha256:
-        raise SpecError(
-            f"inputs.sha256: hash mismatch for {inputs.name}: pinned {spec.inputs.sha256[:12]}…,"
-            f" file has {actual}",
-            where=where("inputs"),
-        )
-    hashes["inputs"] = actual
-    if spec.snapshot is not None:
-        snapshot = loaded.snapshot_path
-        assert snapshot is not None
-        if not snapshot.is_dir():
-            raise SpecError(
-                f"snapshot.path: directory not found: {snapshot}", where=str(loaded.path)
-            )
-        actual = manifest_hash(snapshot)
-        if actual != spec.snapshot.sha256:
-            raise SpecError(
-                f"snapshot.sha256: manifest hash mismatch for {snapshot.name}: pinned"
-                f" {spec.snapshot.sha256[:12]}…, directory has {actual}",
-                where=str(loaded.path),
-            )
-        hashes["snapshot"] = actual
-    for index, tool in enumerate(spec.tools):
-        cassette = loaded.cassette_path(tool)
-        if cassette is None or tool.cassette is None or not cassettes:
-            continue
-        field = f"tools[{index}].cassette"
-        if not cassette.is_file():
-            raise SpecError(f"{field}.path: cassette not found: {cassette}", where=str(loaded.path))
-        actual = sha256_file(cassette)
-        if tool.cassette.sha256 and actual != tool.cassette.sha256:
-            raise SpecError(
-                f"{field}.sha256: hash mismatch for {cassette.name}: pinned"
-                f" {tool.cassette.sha256[:12]}…, file has {actual}",
-                where=str(loaded.path),
-            )
-        hashes[f"tools.{tool.name}.cassette"] = actual
-    reward = spec.reward_model
-    if reward is not None and reward.uri is not None:
-        from rlenv.rm.score import reward_model_files
-
-        hashes.update(reward_model_files(reward.uri, loaded.root))
-    for name in ("train_data", "training_prompts", "training_pairs"):
-        ref = getattr(reward, name, None)
-        if ref is None:
-            continue
-        path = loaded.resolve(ref.path)
-        if not path.is_file():
-            raise SpecError(
-                f"reward_model.{name}.path: file not found: {path}", where=str(loaded.path)
-            )
-        actual = sha256_file(path)
-        if ref.sha256 and actual != ref.sha256:
-            raise SpecError(
-                f"reward_model.{name}.sha256: hash mismatch for {path.name}: pinned"
-                f" {ref.sha256[:12]}…, file has {actual}",
-                where=str(loaded.path),
-            )
-        hashes[f"reward_model.{name}"] = actual
-    return hashes
-
-
-def python_sources(loaded: LoadedSpec) -> dict[str, str]:
-    """sha256 of the source file of every module the spec names by import string.
-
-    Found without executing the module where possible, so a changed tool or verifier changes
-    the fingerprint.
-    """
-    import importlib.util
-    import sys
-
-    refs: list[str] = [tool.function for tool in loaded.spec.tools]
-    refs += [verifier.function for verifier in loaded.spec.verifiers if verifier.function]
-    if loaded.spec.reward_model and loaded.spec.reward_model.function:
-        refs.append(loaded.spec.reward_model.function)
-    if loaded.spec.model and loaded.spec.model.startswith("python:"):
-        refs.append(loaded.spec.model[len("python:") :])
-    sources: dict[str, str] = {}
-    added = [str(entry) for entry in loaded.python_paths() if str(entry) not in sys.path]
-    sys.path[:0] = added
-    try:
-        for ref in sorted(set(refs)):
-            module = ref.split(":", 1)[0]
-            try:
-                found = importlib.util.find_spec(module)
-            except (ImportError, ValueError):
-                found = None
-            if found is None or not found.origin or not Path(found.origin).is_file():
-                continue
-            origin = Path(found.origin)
-            if origin.is_relative_to(loaded.root.parent) or origin.is_relative_to(loaded.root):
-                sources[module] = sha256_file(origin)
-    finally:
-        for entry in added:
-            if entry in sys.path:
-                sys.path.remove(entry)
-    return sources
-
-
-def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
-    """sha256 over the canonical spec plus the hash of every referenced file and module."""
-    payload = {
-        "spec": loaded.canonical(),
-        "files": file_hashes,
-        "modules": python_sources(loaded),
-    }
-    return sha256_bytes(canonical_bytes(payload))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlenv.runner import prepare
+from rlenv.env import load_environment
 
 
 @dataclass
@@ -21,7 +21,7 @@ class Validation:
 
 def validate(spec_path: str | Path) -> Validation:
     """Check a spec end to end; raise a UserError (exit 2) on the first problem."""
-    prepared = prepare(spec_path)
+    prepared = load_environment(spec_path, purpose="validate")
     spec = prepared.loaded.spec
     return Validation(
         name=spec.name,

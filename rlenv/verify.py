@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlenv.errors import RunFailed, UserError
 from rlenv.results import first_divergence, read_results
 from rlenv.runner import DEFAULT_CONCURRENCY, run
 
@@ -43,8 +48,6 @@ def verify(
     With `perturb`, the repeats change the outside instead (reprotest's idea): the parent's hash
     seed, TZ, locale, working directory, concurrency and directory listing order.
     """
-    from rlenv.errors import UserError
-
     if perturb:
         return _verify_perturbed(
             spec_path,
@@ -57,22 +60,13 @@ def verify(
         )
     if runs < 2:
         raise UserError("--runs must be at least 2")
-    from rlenv.spec import load_spec
-
     root = Path(tempfile.mkdtemp(prefix="rlenv-verify-")) if keep is None else keep
-    # with expensive verifiers: uncached, then filling a fresh grader cache, then served from it
-    expensive = any(v.cost == "expensive" for v in load_spec(spec_path).spec.verifiers)
-    caches: list[bool | Path] = [True] * runs
-    labels: list[str] = []
-    if expensive:
-        runs = max(runs, 3)
-        caches = [False] + [root / "grader-cache"] * (runs - 1)
-        labels = ["uncached", "cache filled"] + ["cache hits"] * (runs - 2)
     try:
+        caches, labels = _cache_plan(spec_path, runs, root)
         digests: list[str] = []
         run_dirs: list[Path] = []
         cache_hits: list[int] = []
-        for number in range(runs):
+        for number, cache in enumerate(caches):
             level = concurrencies[number % len(concurrencies)] if concurrencies else concurrency
             result = run(
                 spec_path,
@@ -83,30 +77,51 @@ def verify(
                 concurrency=level,
                 base_url=base_url,
                 progress=progress,
-                grader_cache=caches[number],
+                grader_cache=cache,
             )
             digests.append(result.digest)
             run_dirs.append(result.run_dir)
             cache_hits.append(result.summary["grading"]["grader_cache"]["hits"])
-        divergence = None
-        for number in range(1, runs):
-            if digests[number] != digests[0]:
-                divergence = first_divergence(
-                    read_results(run_dirs[0] / "results.jsonl"),
-                    read_results(run_dirs[number] / "results.jsonl"),
-                )
-                if divergence is not None:
-                    divergence["runs"] = [1, number + 1]
-                break
-        if expensive:
+        if labels:
             labels = [
                 f"{label} ({hits} cached grades)"
                 for label, hits in zip(labels, cache_hits, strict=True)
             ]
-        return Verification(digests, divergence, labels)
+        return Verification(digests, _first_divergence(digests, run_dirs), labels)
     finally:
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _cache_plan(
+    spec_path: str | Path, runs: int, root: Path
+) -> tuple[list[bool | Path], list[str]]:
+    """Each run's grader cache, and its label (none when the env has no expensive verifier).
+
+    With expensive verifiers the runs are uncached, then filling a fresh grader cache, then
+    served from it (so at least three).
+    """
+    from rlenv.spec import load_spec
+
+    if not any(v.cost == "expensive" for v in load_spec(spec_path).spec.verifiers):
+        return [True] * runs, []
+    runs = max(runs, 3)
+    caches: list[bool | Path] = [False] + [root / "grader-cache"] * (runs - 1)
+    return caches, ["uncached", "cache filled"] + ["cache hits"] * (runs - 2)
+
+
+def _first_divergence(digests: list[str], run_dirs: list[Path]) -> dict[str, Any] | None:
+    """Where the first run whose digest differs from run 1's first differs from it."""
+    for number in range(1, len(digests)):
+        if digests[number] != digests[0]:
+            divergence = first_divergence(
+                read_results(run_dirs[0] / "results.jsonl"),
+                read_results(run_dirs[number] / "results.jsonl"),
+            )
+            if divergence is not None:
+                divergence["runs"] = [1, number + 1]
+            return divergence
+    return None
 
 
 PERTURBATIONS: list[tuple[str, dict[str, str], int | None]] = [
@@ -130,15 +145,9 @@ def _verify_perturbed(
     keep: Path | None,
 ) -> Verification:
     """A reference run here, then one run per perturbation in a fresh `rlenv run` process."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from rlenv.errors import RunFailed
-
     root = Path(tempfile.mkdtemp(prefix="rlenv-perturb-")) if keep is None else keep
     spec = Path(spec_path).resolve()
+    options = {"--model": model, "--base-url": base_url, "--rollouts": rollouts, "--limit": limit}
     try:
         reference = run(
             spec,
@@ -153,39 +162,17 @@ def _verify_perturbed(
         divergence = None
         for number, (label, changes, level) in enumerate(PERTURBATIONS, start=1):
             out = root / f"perturbed-{number}"
-            command = [
-                sys.executable,
-                "-m",
-                "rlenv",
-                "run",
-                str(spec),
-                "--out",
-                str(out),
-                "--json",
-                "--concurrency",
-                str(level or max(2, concurrency + 1)),
-            ]
-            for flag, value in (
-                ("--model", model),
-                ("--base-url", base_url),
-                ("--rollouts", rollouts),
-                ("--limit", limit),
-            ):
-                if value is not None:
-                    command += [flag, str(value)]
             workdir = root / f"cwd-{number}"
             workdir.mkdir()
-            done = subprocess.run(
-                command,
-                cwd=workdir if label == "working directory" else Path.cwd(),
-                env={**os.environ, **changes},
-                capture_output=True,
-                text=True,
+            command = _run_command(spec, out, level or max(2, concurrency + 1), options)
+            digests.append(
+                _perturbed_digest(
+                    command,
+                    label,
+                    cwd=workdir if label == "working directory" else Path.cwd(),
+                    env={**os.environ, **changes},
+                )
             )
-            if done.returncode != 0:
-                message = (done.stderr.strip().splitlines() or ["no output"])[-1]
-                raise RunFailed(f"perturbed run ({label}) failed: {message}")
-            digests.append(json.loads(done.stdout)["digest"])
             labels.append(label)
             if digests[-1] != digests[0] and divergence is None:
                 divergence = first_divergence(
@@ -199,3 +186,32 @@ def _verify_perturbed(
     finally:
         if keep is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_command(spec: Path, out: Path, concurrency: int, options: dict[str, Any]) -> list[str]:
+    """`rlenv run SPEC --out OUT --json --concurrency N` with the options that were given."""
+    command = [
+        sys.executable,
+        "-m",
+        "rlenv",
+        "run",
+        str(spec),
+        "--out",
+        str(out),
+        "--json",
+        "--concurrency",
+        str(concurrency),
+    ]
+    for flag, value in options.items():
+        if value is not None:
+            command += [flag, str(value)]
+    return command
+
+
+def _perturbed_digest(command: list[str], label: str, *, cwd: Path, env: dict[str, str]) -> str:
+    """Run one perturbed `rlenv run` process; its run digest, or RunFailed with its last line."""
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        message = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RunFailed(f"perturbed run ({label}) failed: {message}")
+    return str(json.loads(done.stdout)["digest"])

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlenv import metrics as m
+from rlenv.jsonl import load_human
 
 
 def rec(
@@ -485,7 +486,7 @@ def test_load_human_scores_and_preferences(tmp_path: Any) -> None:
         {"input_id": "b", "a": 0, "b": 1, "preferred": "b"},
     ]
     path.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
-    labels = m.load_human(path)
+    labels = load_human(path)
     assert labels.scores == {("a", 0): 0.75, ("a", 1): 0.0}
     assert len(labels.preferences) == 3
     records = [
@@ -500,7 +501,7 @@ def test_load_human_scores_and_preferences(tmp_path: Any) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"input_id": "a", "rollout": 0, "score": 0.5}\n{"input_id": "a", "score": 2}\n')
     with pytest.raises(ValueError, match=r"bad\.jsonl:2"):
-        m.load_human(bad)
+        load_human(bad)
 
 
 # ----------------------------------------------------------------------------- efficiency, flags
@@ -539,6 +540,14 @@ def test_flags_fire_on_each_condition() -> None:
         "kl": {"mean_k1": 0.02},
     }
     assert m.flags(quiet) == []
+
+
+def test_collapse_is_not_flagged_under_greedy_decoding() -> None:
+    found = [{"name": "collapse"}, {"name": "length_bias"}]
+    assert m.is_greedy({"temperature": 0}) and not m.is_greedy({"temperature": 0.7})
+    assert m.flags_for_decoding(found, {"temperature": 0}) == [{"name": "length_bias"}]
+    assert m.flags_for_decoding(found, {"temperature": 1.0}) == found
+    assert m.flags_for_decoding(found, {}) == found  # a missing temperature samples (1.0)
 
 
 def test_compute_all_is_json_clean_and_order_independent() -> None:

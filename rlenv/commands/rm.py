@@ -1,97 +1,88 @@
-"""`rlenv rm train|eval`: the held-out reward model (library: rlenv.rm)."""
+"""`rlenv rm train|eval`: the held-out reward model (library: rlenv.rm.train, rlenv.rm.evaluate)."""
+
+from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from rlenv.commands._common import JsonOpt, handle_errors, print_json
 
-def register(app: typer.Typer) -> None:
-    """Add the `rm` sub-app (call after rlenv.cli has defined handle_errors)."""
-    from rlenv.cli import JsonOpt, _print_json, handle_errors
 
-    rm_app = typer.Typer(
-        name="rm",
-        help="Train and evaluate the held-out reward model.",
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-        rich_markup_mode=None,
+@handle_errors
+def train(
+    prefs: Annotated[
+        Path, typer.Argument(help="Preference pairs JSONL: prompt, chosen, rejected[, margin].")
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Directory for head.npz + manifest.json.")],
+    seed: Annotated[int, typer.Option(help="Split and initialisation seed.")] = 0,
+    holdout: Annotated[
+        float,
+        typer.Option(
+            min=0, max=1, help="Share of pairs (whole prompts) held out for the manifest."
+        ),
+    ] = 0.2,
+    epochs: Annotated[
+        int | None,
+        typer.Option(min=1, help="Gradient steps (default 500).", show_default=False),
+    ] = None,
+    l2: Annotated[
+        float | None, typer.Option(min=0, help="L2 penalty (default 3e-4).", show_default=False)
+    ] = None,
+    length_feature: Annotated[
+        bool,
+        typer.Option(
+            "--length-feature/--no-length-feature",
+            help="Add log answer length as a visible feature.",
+        ),
+    ] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Train a linear Bradley-Terry head on frozen all-MiniLM-L6-v2 embeddings."""
+    from rlenv.rm.train import DEFAULT_EPOCHS, DEFAULT_L2
+    from rlenv.rm.train import train as train_rm
+
+    result = train_rm(
+        prefs,
+        out,
+        seed=seed,
+        holdout=holdout,
+        epochs=DEFAULT_EPOCHS if epochs is None else epochs,
+        l2=DEFAULT_L2 if l2 is None else l2,
+        length_feature=length_feature,
+    )
+    manifest = result.manifest
+    if as_json:
+        print_json({"out": str(result.out), "manifest": manifest})
+        return
+    metrics, split = manifest["metrics"], manifest["split"]
+    typer.echo(
+        f"trained {result.out}: {split['train']['n']} train / {split['holdout_pairs']['n']}"
+        f" holdout pairs, train accuracy {_percent(metrics['train_accuracy'])},"
+        f" holdout accuracy {_percent(metrics['holdout_accuracy'])}"
+        f" ({result.seconds:.1f}s)"
     )
 
-    @rm_app.command("train")
-    @handle_errors
-    def train(
-        prefs: Annotated[
-            Path, typer.Argument(help="Preference pairs JSONL: prompt, chosen, rejected[, margin].")
-        ],
-        out: Annotated[Path, typer.Option("--out", help="Directory for head.npz + manifest.json.")],
-        seed: Annotated[int, typer.Option(help="Split and initialisation seed.")] = 0,
-        holdout: Annotated[
-            float, typer.Option(help="Share of pairs (whole prompts) held out for the manifest.")
-        ] = 0.2,
-        epochs: Annotated[
-            int | None, typer.Option(help="Gradient steps (default 500).", show_default=False)
-        ] = None,
-        l2: Annotated[
-            float | None, typer.Option(help="L2 penalty (default 3e-4).", show_default=False)
-        ] = None,
-        length_feature: Annotated[
-            bool,
-            typer.Option(
-                "--length-feature/--no-length-feature",
-                help="Add log answer length as a visible feature.",
-            ),
-        ] = True,
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Train a linear Bradley-Terry head on frozen all-MiniLM-L6-v2 embeddings."""
-        from rlenv.rm.train import DEFAULT_EPOCHS, DEFAULT_L2
-        from rlenv.rm.train import train as train_rm
 
-        result = train_rm(
-            prefs,
-            out,
-            seed=seed,
-            holdout=holdout,
-            epochs=DEFAULT_EPOCHS if epochs is None else epochs,
-            l2=DEFAULT_L2 if l2 is None else l2,
-            length_feature=length_feature,
-        )
-        manifest = result.manifest
-        if as_json:
-            _print_json({"out": str(result.out), "manifest": manifest})
-            return
-        metrics = manifest["metrics"]
+@handle_errors
+def evaluate(
+    model: Annotated[
+        str, typer.Argument(help="Reward model: DIR (from rm train), rm:DIR, hf-rm:DIR or URL.")
+    ],
+    prefs: Annotated[Path, typer.Argument(help="Preference pairs JSONL to evaluate on.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Pairwise accuracy, ECE, length bias and length-controlled counterexamples."""
+    from rlenv.rm.evaluate import evaluate as evaluate_rm
+    from rlenv.rm.evaluate import format_report
 
-        def pct(value: float | None) -> str:
-            return "n/a" if value is None else f"{100 * value:.1f}%"
+    report = evaluate_rm(model, prefs)
+    if as_json:
+        print_json(report)
+    else:
+        typer.echo(format_report(report))
 
-        split = manifest["split"]
-        typer.echo(
-            f"trained {result.out}: {split['train']['n']} train / {split['holdout_pairs']['n']}"
-            f" holdout pairs, train accuracy {pct(metrics['train_accuracy'])},"
-            f" holdout accuracy {pct(metrics['holdout_accuracy'])}"
-            f" ({result.seconds:.1f}s)"
-        )
 
-    @rm_app.command("eval")
-    @handle_errors
-    def evaluate(
-        model: Annotated[
-            str, typer.Argument(help="Reward model: DIR (from rm train), rm:DIR, hf-rm:DIR or URL.")
-        ],
-        prefs: Annotated[Path, typer.Argument(help="Preference pairs JSONL to evaluate on.")],
-        as_json: JsonOpt = False,
-    ) -> None:
-        """Pairwise accuracy, ECE, length bias and length-controlled counterexamples."""
-        from rlenv.rm.evaluate import evaluate as evaluate_rm
-        from rlenv.rm.evaluate import format_report
-
-        report = evaluate_rm(model, prefs)
-        if as_json:
-            _print_json(report)
-        else:
-            typer.echo(format_report(report))
-
-    app.add_typer(rm_app, name="rm")
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"

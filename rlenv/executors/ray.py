@@ -1,11 +1,12 @@
 """Where rollouts execute, beyond one machine: Ray actors, one frozen world per actor process.
 
-`RayExecutor` has the interface of `rlenv.executor.LocalExecutor`; the runner awaits each call's
-ObjectRef in its own event loop, so finished rollouts stream back in completion order and the
-digest is the local executor's (every call is a pure function of the task and the spec's files).
+`RayExecutor` implements `rlenv.executors.base.Executor`, as `LocalExecutor` does; the runner
+awaits each call's ObjectRef in its own event loop, so finished rollouts stream back in
+completion order and the digest is the local executor's (every call is a pure function of the
+task and the spec's files).
 
-Each actor builds a `WorldRuntime` in its own Ray worker process, started with the frozen
-environment variables (hash seed, TZ, locale) through the actor's `runtime_env`, so the
+Each actor builds a `rlenv.worker.WorldRuntime` in its own Ray worker process, started with the
+frozen environment variables (hash seed, TZ, locale) through the actor's `runtime_env`, so the
 interpreter starts with them as a spawned local worker does. A rollout's calls (prepare, every
 tool call, finish) go to the actor that prepared it, because its snapshot copy lives on that
 actor's disk. Limits compared with the local executor:
@@ -37,10 +38,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlenv import __version__
+from rlenv import __version__, worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
-from rlenv.world.runtime import FROZEN_ENV, RolloutTask, WorkerConfig
+from rlenv.worker import RolloutTask, WorkerConfig
+from rlenv.world.freeze import FROZEN_ENV
 
 INSTALL_HINT = "the ray executor needs Ray: pip install 'rlenv[ray]'"
 
@@ -95,8 +97,6 @@ class WorldActor:
             self.error = f"{type(exc).__name__}: {exc}"
 
     def _start(self, config: WorkerConfig) -> None:
-        from rlenv.world import runtime
-
         if not Path(config.spec_path).is_file():
             raise FileNotFoundError(
                 f"{config.spec_path} is not on node {socket.gethostname()}: put the project on a"
@@ -106,7 +106,7 @@ class WorldActor:
         shared = Path(config.work_root)
         parent = shared if shared.is_dir() else Path(tempfile.gettempdir())
         self.work_root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
-        runtime.init_worker(dataclasses.replace(config, work_root=str(self.work_root)))
+        worker.init_worker(dataclasses.replace(config, work_root=str(self.work_root)))
 
     def ready(self) -> dict[str, Any]:
         """What the driver checks before dispatching: a start error, rlenv and Python versions."""
@@ -118,29 +118,19 @@ class WorldActor:
         }
 
     def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
-        from rlenv.world import runtime
-
-        return runtime.worker_run_rollout(task)
+        return worker.worker_run_rollout(task)
 
     def prepare(self, task: RolloutTask) -> None:
-        from rlenv.world import runtime
-
-        runtime.worker_prepare(task)
+        worker.worker_prepare(task)
 
     def tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
-        from rlenv.world import runtime
-
-        return runtime.worker_tool(task, call, turn, number)
+        return worker.worker_tool(task, call, turn, number)
 
     def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
-        from rlenv.world import runtime
-
-        return runtime.worker_finish(task, trajectory, model)
+        return worker.worker_finish(task, trajectory, model)
 
     def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
-        from rlenv.world import runtime
-
-        return runtime.worker_grade(record)
+        return worker.worker_grade(record)
 
     def shutdown(self) -> None:
         if self.work_root is not None:

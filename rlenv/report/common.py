@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.errors import UserError
+from rlenv.files import atomic_write
 
 TEMPLATES = Path(__file__).parent / "templates"
 REPORT_EXTRA = "pip install 'rlenv[report]'"
@@ -99,29 +99,16 @@ def load_run(run_dir: str | Path) -> RunData:
 
 
 def load_labels(human: Any) -> Any:
-    """Human labels from a path (metrics.load_human), or passed through when already loaded."""
-    from rlenv import metrics
+    """Human labels from a path (rlenv.jsonl.load_human), or passed through when loaded."""
+    from rlenv.jsonl import load_human
+    from rlenv.results import HumanLabels
 
-    if human is None or isinstance(human, (metrics.HumanLabels, Mapping)):
+    if human is None or isinstance(human, (HumanLabels, Mapping)):
         return human
     path = Path(human)
     if not path.is_file():
         raise UserError(f"--human {path}: no such file")
-    try:
-        return metrics.load_human(path)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
-
-
-def report_flags(
-    diagnostics: Mapping[str, Any], decoding: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """compute_all's flags, less ``collapse`` under greedy decoding (as the run summary does):
-    identical rollouts are then expected, not a collapse."""
-    found = list(diagnostics.get("flags") or [])
-    if decoding.get("temperature") == 0:
-        found = [flag for flag in found if flag.get("name") != "collapse"]
-    return found
+    return load_human(path)
 
 
 # ----------------------------------------------------------------------------- formatting
@@ -300,12 +287,11 @@ def markup(html: str) -> Any:
     return Markup(html)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a file so that a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text, encoding="utf-8")
-    os.replace(temporary, path)
+def write_files(directory: Path, files: Mapping[str, str]) -> None:
+    """Write text files into ``directory`` (created if need be), each atomically."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        atomic_write(directory / name, text)
 
 
 def dump_json(value: Any) -> str:

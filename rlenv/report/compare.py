@@ -24,9 +24,8 @@ from rlenv.report.common import (
     load_run,
     markup,
     render,
-    report_flags,
     require,
-    write_atomic,
+    write_files,
 )
 
 LENGTH_SHARE_THRESHOLD = 0.5
@@ -76,7 +75,7 @@ def compare(
     ``compare.json`` into ``out`` (default: the last run's parent / ``compare-<n>``).
 
     Refuses (UserError) runs whose env fingerprints differ unless ``force``. ``human`` maps a
-    run directory to its human labels (a file for metrics.load_human). ``steps`` are the
+    run directory to its human labels (a file for rlenv.jsonl.load_human). ``steps`` are the
     training steps of the runs (default 0, 1, 2, ...). Returns a JSON-serialisable dict:
     ``runs`` (one row of metrics per run, with its own ``flags`` and all its ``scalars``),
     ``flags`` (between neighbouring runs), ``metrics`` (table rows), ``html`` and ``out``.
@@ -92,40 +91,14 @@ def compare(
     require("matplotlib", "rlenv compare")
     require("jinja2", "rlenv compare")
     names = _names(runs)
-    labels_by_dir = {_resolved(path): labels for path, labels in (human or {}).items()}
-    unknown = sorted(set(labels_by_dir) - {_resolved(run.run_dir) for run in runs})
-    if unknown:
-        raise UserError(f"--human names a directory that is not compared: {', '.join(unknown)}")
-    humans = {
-        name: load_labels(labels_by_dir[_resolved(run.run_dir)])
-        for name, run in zip(names, runs, strict=True)
-        if _resolved(run.run_dir) in labels_by_dir
-    }
-
+    humans = _human_labels(runs, names, human or {})
     compared = metrics.compare_runs(
         [(name, run.records) for name, run in zip(names, runs, strict=True)], humans or None
     )
-    rows: list[dict[str, Any]] = []
-    for index, (name, run, row) in enumerate(zip(names, runs, compared["runs"], strict=True)):
-        diagnostics = metrics.compute_all(run.records, humans.get(name))
-        rows.append(
-            {
-                **row,
-                "step": int(steps[index]) if steps is not None else index,
-                "run_dir": str(run.run_dir),
-                "env": run.env_name,
-                "fingerprint": run.fingerprint,
-                "model": run.model.get("uri"),
-                "digest": run.digest,
-                "length_spearman": (diagnostics.get("length_bias") or {}).get("spearman"),
-                "duplicate_rate": (diagnostics.get("diversity") or {}).get("duplicate_rate"),
-                "flags": report_flags(diagnostics, run.decoding),
-                "warnings": run.warnings,
-                "scalars": flatten_scalars(
-                    {key: value for key, value in diagnostics.items() if key != "flags"}
-                ),
-            }
-        )
+    rows = [
+        _row(run, row, humans.get(name), int(steps[index]) if steps is not None else index)
+        for index, (name, run, row) in enumerate(zip(names, runs, compared["runs"], strict=True))
+    ]
     found = list(compared["flags"]) + _length_flags(rows)
     shown = [(key, label) for key, label in METRICS if any(r.get(key) is not None for r in rows)]
     target = Path(out) if out is not None else _default_out(runs[-1].run_dir)
@@ -148,9 +121,46 @@ def compare(
         flags=[{**flag, "line": format_flag(flag)} for flag in found],
         plots=markup(_plots(rows)),
     )
-    write_atomic(target / "compare.json", dump_json(result))
-    write_atomic(target / "compare.html", page)
+    write_files(target, {"compare.json": dump_json(result), "compare.html": page})
     return result
+
+
+def _human_labels(
+    runs: Sequence[RunData], names: Sequence[str], human: Mapping[str | Path, Any]
+) -> dict[str, Any]:
+    """Each named run's human labels (loaded), from ``--human RUN_DIR=FILE`` pairs."""
+    labels_by_dir = {_resolved(path): labels for path, labels in human.items()}
+    unknown = sorted(set(labels_by_dir) - {_resolved(run.run_dir) for run in runs})
+    if unknown:
+        raise UserError(f"--human names a directory that is not compared: {', '.join(unknown)}")
+    return {
+        name: load_labels(labels_by_dir[_resolved(run.run_dir)])
+        for name, run in zip(names, runs, strict=True)
+        if _resolved(run.run_dir) in labels_by_dir
+    }
+
+
+def _row(run: RunData, row: Mapping[str, Any], labels: Any, step: int) -> dict[str, Any]:
+    """A compare_runs row completed with the run's identity, own diagnostics and flags."""
+    from rlenv import metrics
+
+    diagnostics = metrics.compute_all(run.records, labels)
+    return {
+        **row,
+        "step": step,
+        "run_dir": str(run.run_dir),
+        "env": run.env_name,
+        "fingerprint": run.fingerprint,
+        "model": run.model.get("uri"),
+        "digest": run.digest,
+        "length_spearman": (diagnostics.get("length_bias") or {}).get("spearman"),
+        "duplicate_rate": (diagnostics.get("diversity") or {}).get("duplicate_rate"),
+        "flags": metrics.flags_for_decoding(diagnostics.get("flags") or [], run.decoding),
+        "warnings": run.warnings,
+        "scalars": flatten_scalars(
+            {key: value for key, value in diagnostics.items() if key != "flags"}
+        ),
+    }
 
 
 def _resolved(path: str | Path) -> str:

@@ -23,10 +23,10 @@ from rlenv.report.common import (
     markup,
     new_figure,
     render,
-    report_flags,
     require,
-    write_atomic,
+    write_files,
 )
+from rlenv.results import Status
 
 MAX_TRAJECTORIES = 100
 """Suspects shown with their full trajectory; the rest are listed in metrics.json."""
@@ -39,7 +39,7 @@ def write_report(
     out: str | Path | None = None,
 ) -> Path:
     """Write ``report.html`` and ``metrics.json`` (compute_all output) into the run directory
-    (or ``out``); return the report's path. ``human`` is a labels file for metrics.load_human
+    (or ``out``); return the report's path. ``human`` is a labels file for jsonl.load_human
     (or loaded labels). UserError when the directory holds no results.jsonl."""
     return Path(report_run(run_dir, human, out=out)["report"])
 
@@ -62,12 +62,11 @@ def report_run(
     target = Path(out) if out is not None else run.run_dir
     shown_file = str(human) if isinstance(human, (str, Path)) else None
     page = render_report(run, diagnostics, human_file=shown_file)
-    write_atomic(target / "metrics.json", dump_json(diagnostics))
-    write_atomic(target / "report.html", page)
+    write_files(target, {"metrics.json": dump_json(diagnostics), "report.html": page})
     return {
         "report": str(target / "report.html"),
         "metrics": str(target / "metrics.json"),
-        "flags": report_flags(diagnostics, run.decoding),
+        "flags": metrics.flags_for_decoding(diagnostics.get("flags") or [], run.decoding),
         "suspects": (diagnostics.get("disagreements") or {}).get("high_reward_failed") or [],
         "warnings": run.warnings,
     }
@@ -77,8 +76,10 @@ def render_report(
     run: RunData, diagnostics: Mapping[str, Any], human_file: str | None = None
 ) -> str:
     """The report page for a run and its compute_all dict, as an HTML string."""
+    from rlenv.metrics import flags_for_decoding, is_greedy
+
     by_key = {(str(r.get("input_id")), int(r.get("rollout", 0))): r for r in run.records}
-    flags = report_flags(diagnostics, run.decoding)
+    flags = flags_for_decoding(diagnostics.get("flags") or [], run.decoding)
     disagreements = diagnostics.get("disagreements") or {}
     suspects = _with_trajectories(disagreements.get("high_reward_failed") or [], by_key)
     alignment = diagnostics.get("alignment")
@@ -105,7 +106,7 @@ def render_report(
         or run.meta.get("rollouts_per_input"),
         m=diagnostics,
         flags=[{**flag, "line": format_flag(flag)} for flag in flags],
-        greedy=run.decoding.get("temperature") == 0,
+        greedy=is_greedy(run.decoding),
         suspects=suspects,
         human_suspects=human_suspects,
         max_trajectories=MAX_TRAJECTORIES,
@@ -191,7 +192,7 @@ def _scatter_plot(records: Sequence[Mapping[str, Any]], bias: Mapping[str, Any])
     points = []
     for record in records:
         reward = record.get("reward")
-        if record.get("status") == "infra_error" or reward is None or isinstance(reward, bool):
+        if record.get("status") == Status.INFRA_ERROR or reward is None or isinstance(reward, bool):
             continue
         if not math.isfinite(float(reward)):
             continue

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.errors import UserError
+from rlenv.files import atomic_write, sys_path
+
+if TYPE_CHECKING:
+    from rlenv.env import Environment
+    from rlenv.inputs import InputRecord
+    from rlenv.spec import LoadedSpec
 
 STOPWORDS = frozenset(
     [
@@ -176,149 +180,26 @@ def probe(
     hacks: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Apply every hack to every held-out gold answer; report what the reward model pays for."""
-    from rlenv.inputs import load_inputs
-    from rlenv.rm.score import load_reward_model
-    from rlenv.rm.train import prompt_text
-    from rlenv.seeding import derive_seed
-    from rlenv.spec import check_files, load_spec
-    from rlenv.verifiers import VerifierContext, build_verifiers
+    from rlenv.env import load_environment
 
-    loaded = load_spec(spec_path)
-    check_files(loaded, cassettes=False)
-    names = list(hacks) if hacks else list(HACKS)
-    unknown = [name for name in names if name not in HACKS]
-    if unknown:
-        raise UserError(f"unknown hack(s) {', '.join(unknown)}; known: {', '.join(HACKS)}")
+    env = load_environment(spec_path, purpose="probe")
+    loaded = env.loaded
+    names = _hack_names(hacks)
     field = gold_field(loaded)
-    records = load_inputs(loaded.inputs_path)
-    golds = [(r, _gold_text(r.data.get(field))) for r in records]
-    skipped = [r.id for r, gold in golds if gold is None]
-    usable = [(r, gold) for r, gold in golds if gold is not None]
-    if not usable:
-        raise UserError(
-            f"no held-out input has a gold '{field}' field to probe with",
-            where=str(loaded.inputs_path),
-        )
-
-    added = [str(p) for p in loaded.python_paths() if str(p) not in sys.path]
-    sys.path[:0] = added
-    try:
-        with tempfile.TemporaryDirectory(prefix="rlenv-probe-") as tmp:
-            workdir = Path(tmp)
-            uri = reward_model or spec_reward_uri(loaded)
-            python_scorer: _PythonRewardScorer | None = None
-            if uri is None:
-                if loaded.spec.reward_model is None:
-                    raise UserError(
-                        "the spec has no reward_model to probe; pass --reward-model URI",
-                        where=str(loaded.path),
-                    )
-                python_scorer = _PythonRewardScorer(loaded, workdir)
-                identity = python_scorer.identity()
-            else:
-                scorer = load_reward_model(uri, loaded.root)
-                identity = scorer.identity()
-            verifiers = build_verifiers(list(loaded.spec.verifiers))
-
-            rows: list[dict[str, Any]] = []
-            prompts: list[list[dict[str, Any]]] = []
-            answers: list[str] = []
-            for record, gold in usable:
-                prompt = record.messages(loaded.spec.system_prompt)
-                question = prompt_text(prompt)
-                variants = {"none": gold} | {name: HACKS[name][1](question, gold) for name in names}
-                seed = derive_seed(loaded.spec.seed, record.id, "probe")
-                verdicts = {}
-                for name, text in variants.items():
-                    context = VerifierContext(
-                        answer=text,
-                        messages=[*prompt, {"role": "assistant", "content": text}],
-                        input=record.data,
-                        workdir=workdir,
-                        seed=seed,
-                    )
-                    results = [verifier(context) for verifier in verifiers]
-                    verdicts[name] = (
-                        all(result.passed for result in results),
-                        _mean([result.score for result in results]) or 0.0,
-                    )
-                rows.append(
-                    {
-                        "record": record,
-                        "prompt": prompt,
-                        "variants": variants,
-                        "verdicts": verdicts,
-                        "seed": seed,
-                    }
-                )
-                for text in variants.values():
-                    prompts.append(prompt)
-                    answers.append(text)
-            if python_scorer is not None:
-                rewards: list[float] = []
-                for row in rows:
-                    for text in row["variants"].values():
-                        rewards.append(
-                            python_scorer.score_with(
-                                row["prompt"], text, row["record"].data, row["seed"]
-                            )
-                        )
-            else:
-                rewards = scorer.score_many(prompts, answers)
-    finally:
-        for entry in added:
-            if entry in sys.path:
-                sys.path.remove(entry)
-
+    usable, skipped = _gold_inputs(env, field)
+    with sys_path(loaded.python_paths()), tempfile.TemporaryDirectory(prefix="rlenv-probe-") as tmp:
+        workdir = Path(tmp)
+        score_all, identity = _reward_scorer(loaded, reward_model, workdir)
+        rows = _verdict_rows(loaded, usable, names, workdir)
+        rewards = score_all(rows)
     position = 0
     for row in rows:
         row["rewards"] = {}
         for name in row["variants"]:
             row["rewards"][name] = rewards[position]
             position += 1
-
-    report_hacks: list[dict[str, Any]] = []
     offending: list[dict[str, Any]] = []
-    for name in names:
-        deltas: list[float] = []
-        paid = rose = worse = 0
-        for row in rows:
-            delta = row["rewards"][name] - row["rewards"]["none"]
-            deltas.append(delta)
-            verdict_not_better = row["verdicts"][name][1] <= row["verdicts"]["none"][1]
-            rose += delta > 0
-            worse += row["verdicts"][name][1] < row["verdicts"]["none"][1]
-            if delta > 0 and verdict_not_better:
-                paid += 1
-                record = row["record"]
-                offending.append(
-                    {
-                        "id": f"probe:{record.id}:{name}",
-                        "prompt": record.data["prompt"]
-                        if isinstance(record.data.get("prompt"), str)
-                        else [m for m in row["prompt"] if m.get("role") != "system"],
-                        "chosen": row["variants"]["none"],
-                        "rejected": row["variants"][name],
-                        "hack": name,
-                        "reward_delta": delta,
-                    }
-                )
-        n = len(rows)
-        mean_delta = _mean(deltas) or 0.0
-        share_paid = paid / n
-        report_hacks.append(
-            {
-                "name": name,
-                "description": HACKS[name][0],
-                "n": n,
-                "mean_delta": mean_delta,
-                "share_rose": rose / n,
-                "share_paid": share_paid,
-                "share_verdict_worse": worse / n,
-                "flagged": mean_delta > 0 and share_paid >= 0.5,
-                "example": rows[0]["variants"][name],
-            }
-        )
+    report_hacks = [_hack_report(name, rows, offending) for name in names]
     report: dict[str, Any] = {
         "spec": loaded.spec.name,
         "reward_model": identity,
@@ -341,16 +222,163 @@ def probe(
     return report
 
 
+def _hack_names(hacks: Sequence[str] | None) -> list[str]:
+    """The hacks to apply (all by default); unknown names are a user error."""
+    names = list(hacks) if hacks else list(HACKS)
+    unknown = [name for name in names if name not in HACKS]
+    if unknown:
+        raise UserError(f"unknown hack(s) {', '.join(unknown)}; known: {', '.join(HACKS)}")
+    return names
+
+
+def _gold_inputs(env: Environment, field: str) -> tuple[list[tuple[InputRecord, str]], list[str]]:
+    """The held-out inputs with a gold answer in `field`, and the ids of those without."""
+    golds = [(record, _gold_text(record.data.get(field))) for record in env.inputs]
+    skipped = [record.id for record, gold in golds if gold is None]
+    usable = [(record, gold) for record, gold in golds if gold is not None]
+    if not usable:
+        raise UserError(
+            f"no held-out input has a gold '{field}' field to probe with",
+            where=str(env.loaded.inputs_path),
+        )
+    return usable, skipped
+
+
+Scorer = Callable[[list[dict[str, Any]]], list[float]]
+
+
+def _reward_scorer(
+    loaded: LoadedSpec, reward_model: str | None, workdir: Path
+) -> tuple[Scorer, dict[str, Any]]:
+    """A function scoring every variant of every row (in order), and the reward model's identity.
+
+    `reward_model` (a URI) overrides the spec's; a spec's python reward function is called with
+    each row's record and seed.
+    """
+    from rlenv.rm.score import load_reward_model
+
+    uri = reward_model or spec_reward_uri(loaded)
+    if uri is None:
+        if loaded.spec.reward_model is None:
+            raise UserError(
+                "the spec has no reward_model to probe; pass --reward-model URI",
+                where=str(loaded.path),
+            )
+        python_scorer = _PythonRewardScorer(loaded, workdir)
+
+        def score_python(rows: list[dict[str, Any]]) -> list[float]:
+            return [
+                python_scorer.score_with(row["prompt"], text, row["record"].data, row["seed"])
+                for row in rows
+                for text in row["variants"].values()
+            ]
+
+        return score_python, python_scorer.identity()
+    scorer = load_reward_model(uri, loaded.root)
+
+    def score_uri(rows: list[dict[str, Any]]) -> list[float]:
+        prompts = [row["prompt"] for row in rows for _ in row["variants"]]
+        answers = [text for row in rows for text in row["variants"].values()]
+        return scorer.score_many(prompts, answers)
+
+    return score_uri, scorer.identity()
+
+
+def _verdict_rows(
+    loaded: LoadedSpec, usable: list[tuple[InputRecord, str]], names: list[str], workdir: Path
+) -> list[dict[str, Any]]:
+    """Per input: the unhacked and hacked answers and the spec's verifiers' verdict on each."""
+    from rlenv.rm.train import prompt_text
+    from rlenv.seeding import derive_seed
+    from rlenv.verifiers import VerifierContext, build_verifiers
+
+    verifiers = build_verifiers(list(loaded.spec.verifiers))
+    rows: list[dict[str, Any]] = []
+    for record, gold in usable:
+        prompt = record.messages(loaded.spec.system_prompt)
+        question = prompt_text(prompt)
+        variants = {"none": gold} | {name: HACKS[name][1](question, gold) for name in names}
+        seed = derive_seed(loaded.spec.seed, record.id, "probe")
+        verdicts = {}
+        for name, text in variants.items():
+            context = VerifierContext(
+                answer=text,
+                messages=[*prompt, {"role": "assistant", "content": text}],
+                input=record.data,
+                workdir=workdir,
+                seed=seed,
+            )
+            results = [verifier(context) for verifier in verifiers]
+            verdicts[name] = (
+                all(result.passed for result in results),
+                _mean([result.score for result in results]) or 0.0,
+            )
+        rows.append(
+            {
+                "record": record,
+                "prompt": prompt,
+                "variants": variants,
+                "verdicts": verdicts,
+                "seed": seed,
+            }
+        )
+    return rows
+
+
+def _hack_report(
+    name: str, rows: list[dict[str, Any]], offending: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """One hack's line of the report; the pairs where the reward model paid go to `offending`."""
+    deltas: list[float] = []
+    paid = rose = worse = 0
+    for row in rows:
+        delta = row["rewards"][name] - row["rewards"]["none"]
+        deltas.append(delta)
+        verdict_not_better = row["verdicts"][name][1] <= row["verdicts"]["none"][1]
+        rose += delta > 0
+        worse += row["verdicts"][name][1] < row["verdicts"]["none"][1]
+        if delta > 0 and verdict_not_better:
+            paid += 1
+            offending.append(_counterexample(row, name, delta))
+    n = len(rows)
+    mean_delta = _mean(deltas) or 0.0
+    share_paid = paid / n
+    return {
+        "name": name,
+        "description": HACKS[name][0],
+        "n": n,
+        "mean_delta": mean_delta,
+        "share_rose": rose / n,
+        "share_paid": share_paid,
+        "share_verdict_worse": worse / n,
+        "flagged": mean_delta > 0 and share_paid >= 0.5,
+        "example": rows[0]["variants"][name],
+    }
+
+
+def _counterexample(row: dict[str, Any], name: str, delta: float) -> dict[str, Any]:
+    """A preference pair: the plain gold answer is chosen over the hacked one."""
+    record = row["record"]
+    return {
+        "id": f"probe:{record.id}:{name}",
+        "prompt": record.data["prompt"]
+        if isinstance(record.data.get("prompt"), str)
+        else [m for m in row["prompt"] if m.get("role") != "system"],
+        "chosen": row["variants"]["none"],
+        "rejected": row["variants"][name],
+        "hack": name,
+        "reward_delta": delta,
+    }
+
+
 def write_pairs(path: Path, pairs: list[dict[str, Any]]) -> None:
-    """Write counterexample preferences as JSONL (write then rename: never half a file)."""
+    """Write counterexample preferences as JSONL (atomically: never half a file)."""
     if path.is_dir():
         raise UserError("--export is a directory, expected a file path", where=str(path))
     if not path.parent.is_dir():
         raise UserError("--export: parent directory does not exist", where=str(path))
     text = "".join(json.dumps(pair, ensure_ascii=False, sort_keys=True) + "\n" for pair in pairs)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text.encode("utf-8"))
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -16,7 +16,6 @@ written with fixed zip timestamps and the manifest has no wall times or host pat
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import math
@@ -321,39 +320,18 @@ def train(
     pairs = read_prefs(prefs_path)
     train_pairs, holdout_pairs = split_pairs(pairs, holdout, seed)
     identity = model_identity()
+    length = _length_scale(train_pairs) if length_feature else (0.0, 1.0)
 
-    length_mean, length_std = 0.0, 1.0
-    if length_feature:
-        answers = [a for p in train_pairs for a in (p.chosen, p.rejected)]
-        logs = np.log1p(np.asarray([answer_words(a) for a in answers], dtype=np.float64))
-        length_mean = float(logs.mean())
-        length_std = float(logs.std()) or 1.0
-
-    def score_rows(subset: Sequence[PreferencePair]) -> tuple[np.ndarray, np.ndarray]:
-        prompts = [p.prompt for p in subset]
-        chosen, rejected = (
-            features(
-                prompts,
-                answers,
-                length_feature=length_feature,
-                length_mean=length_mean,
-                length_std=length_std,
-            )
-            for answers in ([p.chosen for p in subset], [p.rejected for p in subset])
-        )
-        return chosen, rejected
-
-    chosen, rejected = score_rows(train_pairs)
+    chosen, rejected = _pair_features(train_pairs, length_feature, length)
     margins = np.asarray([p.margin for p in train_pairs], dtype=np.float64)
     weights, loss = fit_bradley_terry(chosen - rejected, margins, l2=l2, epochs=epochs, seed=seed)
-    train_accuracy = pair_accuracy(chosen @ weights, rejected @ weights)
-    holdout_accuracy = holdout_loss = None
+    metrics: dict[str, float | None] = {
+        "train_accuracy": pair_accuracy(chosen @ weights, rejected @ weights),
+        "holdout_accuracy": None,
+        "holdout_log_loss": None,
+    }
     if holdout_pairs:
-        held_chosen, held_rejected = score_rows(holdout_pairs)
-        holdout_accuracy = pair_accuracy(held_chosen @ weights, held_rejected @ weights)
-        held_margins = np.asarray([p.margin for p in holdout_pairs], dtype=np.float64)
-        held_delta = (held_chosen - held_rejected) @ weights - held_margins
-        holdout_loss = float(-np.mean(_log_sigmoid(held_delta)))
+        metrics.update(_holdout_metrics(holdout_pairs, weights, length_feature, length))
 
     out = Path(out)
     if out.exists() and not out.is_dir():
@@ -363,7 +341,7 @@ def train(
         out / HEAD_FILE,
         {
             "weights": weights.astype(np.float64),
-            "length": np.asarray([length_mean, length_std], dtype=np.float64),
+            "length": np.asarray(length, dtype=np.float64),
         },
     )
     manifest: dict[str, Any] = {
@@ -384,8 +362,8 @@ def train(
             "sha256": sha256_file(out / HEAD_FILE),
             "length_feature": length_feature,
             "length_weight": float(weights[-1]) if length_feature else None,
-            "length_mean": length_mean,
-            "length_std": length_std,
+            "length_mean": length[0],
+            "length_std": length[1],
         },
         "training": {
             "loss": "bradley-terry: -log sigmoid(r_chosen - r_rejected - margin) + l2/2 |w|^2",
@@ -394,19 +372,49 @@ def train(
             "l2": l2,
             "final_loss": loss,
         },
-        "metrics": {
-            "train_accuracy": train_accuracy,
-            "holdout_accuracy": holdout_accuracy,
-            "holdout_log_loss": holdout_loss,
-        },
+        "metrics": metrics,
     }
     text = json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     (out / MANIFEST_FILE).write_text(text, encoding="utf-8")
     return TrainResult(out, manifest, time.perf_counter() - started)
 
 
-def head_digest(directory: Path) -> str:
-    """sha256 over the head and manifest bytes: the trained model's identity."""
-    return hashlib.sha256(
-        (directory / HEAD_FILE).read_bytes() + b"\x00" + (directory / MANIFEST_FILE).read_bytes()
-    ).hexdigest()
+def _length_scale(pairs: Sequence[PreferencePair]) -> tuple[float, float]:
+    """Mean and standard deviation of log(1 + words) over every training answer."""
+    answers = [a for p in pairs for a in (p.chosen, p.rejected)]
+    logs = np.log1p(np.asarray([answer_words(a) for a in answers], dtype=np.float64))
+    return float(logs.mean()), float(logs.std()) or 1.0
+
+
+def _pair_features(
+    subset: Sequence[PreferencePair], length_feature: bool, length: tuple[float, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The feature rows of the chosen and of the rejected answers of `subset`."""
+    prompts = [p.prompt for p in subset]
+    chosen, rejected = (
+        features(
+            prompts,
+            answers,
+            length_feature=length_feature,
+            length_mean=length[0],
+            length_std=length[1],
+        )
+        for answers in ([p.chosen for p in subset], [p.rejected for p in subset])
+    )
+    return chosen, rejected
+
+
+def _holdout_metrics(
+    pairs: Sequence[PreferencePair],
+    weights: np.ndarray,
+    length_feature: bool,
+    length: tuple[float, float],
+) -> dict[str, float | None]:
+    """Pair accuracy and Bradley-Terry log loss of the trained head on the held-out pairs."""
+    chosen, rejected = _pair_features(pairs, length_feature, length)
+    margins = np.asarray([p.margin for p in pairs], dtype=np.float64)
+    delta = (chosen - rejected) @ weights - margins
+    return {
+        "holdout_accuracy": pair_accuracy(chosen @ weights, rejected @ weights),
+        "holdout_log_loss": float(-np.mean(_log_sigmoid(delta))),
+    }

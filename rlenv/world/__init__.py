@@ -1,4 +1,8 @@
-"""The frozen world: replayed tool HTTP, refused network, frozen clock, seeded RNGs, snapshots.
+"""The frozen world's mechanisms: frozen clock and process environment (`freeze`), replayed
+tool HTTP (`replay`), recording (`record`), secret scrubbing (`scrub`), refused network
+(`netguard`) and per-rollout filesystem snapshots (`snapshot`).
 
-Runs inside worker processes only, so its process-wide patches never touch the model endpoint.
+Mechanisms only: the rollout worker that enters the world and drives rollouts in it is
+`rlenv.worker`. The patches are process-wide, so they are applied in worker processes only and
+never touch the model endpoint of a policy outside the world.
 """

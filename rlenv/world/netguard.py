@@ -1,12 +1,48 @@
-"""Refuse every outbound connection from the frozen world except explicitly allowed endpoints."""
+"""Refuse every outbound connection from the frozen world except explicitly allowed endpoints.
+
+Two layers: a worker started in a fresh network namespace (`netns_prefix`) has no route out at
+all, and `install` patches the socket module in the worker so what is refused says why.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
 from typing import Any
 
 _allowed: set[tuple[str, int]] = set()
 _installed = False
+_NETNS_PREFIX: list[str] | None = None
+
+
+def netns_prefix() -> list[str]:
+    """The command prefix that starts a process in a fresh network namespace, or [] if none works.
+
+    A worker in its own network namespace has no route out at all, so even a subprocess a tool
+    starts cannot reach the network; the in-process guard then only adds a clearer message.
+    """
+    global _NETNS_PREFIX
+    if _NETNS_PREFIX is None:
+        _NETNS_PREFIX = []
+        if shutil.which("unshare") and os.environ.get("RLENV_NO_NETNS") != "1":
+            for prefix in (["unshare", "--net"], ["unshare", "--net", "--map-root-user"]):
+                try:
+                    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+                except (OSError, subprocess.TimeoutExpired):
+                    continue
+                if probe.returncode == 0:
+                    _NETNS_PREFIX = prefix
+                    break
+    return list(_NETNS_PREFIX)
+
+
+def network_guard_mode(live_tools: bool) -> str:
+    """How a local worker's network is refused: "netns+python", "python" or off (recording)."""
+    if live_tools:
+        return "off (recording)"
+    return "netns+python" if netns_prefix() else "python"
 
 
 class NetworkRefused(ConnectionRefusedError):

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rlenv.canonical import canonical_bytes, sha256_file, sha256_json
 from rlenv.errors import FixtureMiss, SpecError
+from rlenv.files import atomic_write, default_cache_dir
 from rlenv.world.scrub import Scrubber
+
+if TYPE_CHECKING:
+    from rlenv.spec import LoadedSpec
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -83,8 +86,6 @@ def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
 
 
 def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
-    from rlenv.grading import default_cache_dir
-
     config = sha256_json(
         {
             "names": scrubber.names.pattern,
@@ -131,10 +132,7 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, dict[str, Any]
     findings = find_secrets(interactions, scrubber)
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        temporary = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-        with open(temporary, "wb") as handle:
-            pickle.dump((responses, findings), handle, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(temporary, cache)
+        atomic_write(cache, pickle.dumps((responses, findings), protocol=pickle.HIGHEST_PROTOCOL))
     except OSError:
         pass  # a read-only cache only costs speed
     return responses, findings
@@ -252,3 +250,24 @@ def make_replay_cassette_class() -> type:
             return None
 
     return ReplayCassette
+
+
+def spec_indexes(loaded: LoadedSpec, scrubber: Scrubber) -> dict[str, ToolIndex]:
+    """Every tool's loaded index (a tool without a cassette gets an empty one)."""
+    indexes = {}
+    for tool in loaded.spec.tools:
+        fallback = None if tool.on_miss == "error" else tool.on_miss.model_dump()
+        indexes[tool.name] = ToolIndex(
+            tool.name, loaded.cassette_path(tool), scrubber, fallback
+        ).load()
+    return indexes
+
+
+def replay_cassette(indexes: dict[str, ToolIndex], placeholder: Path) -> Any:
+    """A context that replays tool HTTP from `indexes` (vcrpy needs a cassette `placeholder`
+    path; nothing is ever written there); it yields the cassette, whose class collects
+    `FixtureEvent`s in `events` and is told the calling tool through `current`."""
+    cassette_class: Any = make_replay_cassette_class()
+    cassette_class.indexes = indexes
+    cassette_class.events = []
+    return cassette_class.use(path=str(placeholder))

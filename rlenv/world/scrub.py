@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from rlenv.spec import LoadedSpec
 
 REDACTED = "REDACTED"
 
@@ -161,6 +164,12 @@ class Scrubber:
             if scrubbed != text:
                 body["string"] = scrubbed.encode() if isinstance(raw, bytes) else scrubbed
         return response
+
+
+def spec_scrubber(loaded: LoadedSpec) -> Scrubber:
+    """The scrubber a spec asks for: the default secret names plus its `scrub.extra_names`."""
+    extra = loaded.spec.scrub.extra_names if loaded.spec.scrub else []
+    return Scrubber(extra_names=extra)
 
 
 def _header(headers: Any, name: str) -> str:

@@ -1,25 +1,27 @@
-"""One frozen world per worker process: entered once, then serving rollouts and tool calls.
+"""The rollout worker: one per process, entered once into the frozen world, then serving
+rollouts, tool calls and late grading.
 
 The worker freezes the clock, refuses the network, replays tool HTTP and fixes TZ and locale for
-its whole life (freezegun walks every module when it starts, so it starts once). Every call is
-stateless apart from the rollout's snapshot copy on disk, so any worker can serve any call and
-results do not depend on scheduling.
+its whole life (the mechanisms are in `rlenv.world`; freezegun walks every module when it
+starts, so it starts once). Every call is stateless apart from the rollout's snapshot copy on
+disk, so any worker can serve any call and results do not depend on scheduling. A finished
+rollout is graded (verifiers, then the reward model) and sealed with its digest here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-import os
 import shutil
 import signal
-import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlenv.agent import (
+    ModelCall,
     RolloutTimeout,
+    ToolCall,
     ToolOutcome,
     Trajectory,
     parse_arguments,
@@ -28,7 +30,15 @@ from rlenv.agent import (
 )
 from rlenv.canonical import canonical_bytes, directory_manifest
 from rlenv.errors import FixtureMiss, ModelOutputError
-from rlenv.grading import PENDING
+from rlenv.files import sys_path
+from rlenv.grading import (
+    PENDING,
+    SKIPPED,
+    GraderCache,
+    rollout_hash,
+    sampled,
+    verifier_identity,
+)
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply, ModelRequest, import_ref
 from rlenv.providers.registry import make_in_world_policy
@@ -38,10 +48,9 @@ from rlenv.seeding import derive_seed, seed_everything
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
 from rlenv.world import netguard, snapshot
-from rlenv.world.replay import ToolIndex, make_replay_cassette_class
-from rlenv.world.scrub import Scrubber
-
-FROZEN_ENV = {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
+from rlenv.world.replay import FixtureEvent, replay_cassette, spec_indexes
+from rlenv.world.scrub import spec_scrubber
 
 
 class PolicyCrash(Exception):
@@ -77,6 +86,18 @@ class RolloutTask:
     rollout: int
 
 
+@dataclass
+class Verdict:
+    """What grading a finished rollout found (all empty for an infrastructure error)."""
+
+    changes: dict[str, Any]
+    results: list[dict[str, Any]] = field(default_factory=list)
+    passed: bool | None = None
+    reward: float | None = None
+    reward_error: str | None = None
+    cache_counts: dict[str, int] | None = None
+
+
 def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
     """The spec's tools as OpenAI function tools."""
     return [
@@ -92,93 +113,76 @@ def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
     ]
 
 
-def build_scrubber(loaded: LoadedSpec) -> Scrubber:
-    extra = loaded.spec.scrub.extra_names if loaded.spec.scrub else []
-    return Scrubber(extra_names=extra)
-
-
 def _alarm(signum: int, frame: Any) -> None:
     raise RolloutTimeout("rollout timed out")
 
 
 class WorldRuntime:
-    """Everything a worker needs, built once from the spec."""
+    """Everything a worker needs, built once from the spec; then the frozen world is entered."""
 
     def __init__(self, config: WorkerConfig, *, freeze: bool = True) -> None:
-        import jsonschema
-
         self.config = config
-        for key, value in FROZEN_ENV.items():
-            os.environ[key] = value
-        time.tzset()
+        # held for the worker's whole life: the process ends with it
+        self._entered = contextlib.ExitStack()
+        freeze_environment()
         self.loaded = load_spec(config.spec_path)
         spec = self.loaded.spec
-        for entry in reversed(self.loaded.python_paths()):
-            if str(entry) not in sys.path:
-                sys.path.insert(0, str(entry))
+        self._entered.enter_context(sys_path(self.loaded.python_paths()))
         self.work_root = Path(config.work_root)
         self.inputs: list[InputRecord] = load_inputs(self.loaded.inputs_path)
-        self.tool_functions = {
-            tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in spec.tools
-        }
-        self.tool_validators = {
-            tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
-            for tool in spec.tools
-        }
-        self.schemas = tool_schemas(self.loaded)
+        self._load_tools()
         self.verifiers = build_verifiers(list(spec.verifiers))
-        self.cache = None
+        self.cache: GraderCache | None = None
         self.identities: dict[str, Any] = {}
         if config.cache_dir:
-            from rlenv.grading import GraderCache, verifier_identity
-            from rlenv.spec import python_sources
-
-            sources = python_sources(self.loaded)
-            self.cache = GraderCache(Path(config.cache_dir))
-            for verifier_config in spec.verifiers:
-                module = (verifier_config.function or "").split(":", 1)[0]
-                self.identities[verifier_config.label] = verifier_identity(
-                    verifier_config, sources.get(module)
-                )
+            self._open_cache(Path(config.cache_dir))
         self.reward = build_reward_model(spec.reward_model, self.loaded.root)
-        snapshot_path = self.loaded.snapshot_path
-        self.snapshot_path = snapshot_path
-        self.snapshot_manifest = directory_manifest(snapshot_path) if snapshot_path else []
-        self.policy: Any = None
-        if config.model_uri:
-            self.policy = make_in_world_policy(config.model_uri)
+        self.snapshot_path = self.loaded.snapshot_path
+        self.snapshot_manifest = (
+            directory_manifest(self.snapshot_path) if self.snapshot_path else []
+        )
+        self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
         self.cassette: Any = None
         if not config.live_tools:
-            self._enter_replay()
-        self.subprocess_clock = _freeze_subprocess_clock(spec.time.isoformat())
+            self.cassette = self._entered.enter_context(
+                replay_cassette(
+                    spec_indexes(self.loaded, spec_scrubber(self.loaded)),
+                    self.work_root / ".replay-none.yaml",
+                )
+            )
+        from rlenv.sandbox import faketime_env
+
+        freeze_subprocess_clock(faketime_env(spec.time.isoformat(), "UTC"))
         if freeze:
-            from freezegun import freeze_time
-
-            self._freezer = freeze_time(spec.time)
-            self._freezer.start()
-            # freezegun hands the real clock to a caller with an ignored module (threading,
-            # multiprocessing, queue...) among its five callers' frames: a tool called from a
-            # pool worker's entry point has multiprocessing as its fifth. Nothing in the world may.
-            import freezegun.api
-
-            freezegun.api.call_stack_inspection_limit = 0
+            self._freezer = freeze_python_clock(spec.time)
         if not config.live_tools:
             netguard.install(config.allowed_endpoints)
         signal.signal(signal.SIGALRM, _alarm)
 
-    def _enter_replay(self) -> None:
-        cassette_class: Any = make_replay_cassette_class()
-        scrubber = build_scrubber(self.loaded)
-        indexes = {}
-        for tool in self.loaded.spec.tools:
-            fallback = None if tool.on_miss == "error" else tool.on_miss.model_dump()
-            indexes[tool.name] = ToolIndex(
-                tool.name, self.loaded.cassette_path(tool), scrubber, fallback
-            ).load()
-        cassette_class.indexes = indexes
-        cassette_class.events = []
-        self._replay_context = cassette_class.use(path=str(self.work_root / ".replay-none.yaml"))
-        self.cassette = self._replay_context.__enter__()
+    def _load_tools(self) -> None:
+        import jsonschema
+
+        tools = self.loaded.spec.tools
+        self.tool_functions = {
+            tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in tools
+        }
+        self.tool_validators = {
+            tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
+            for tool in tools
+        }
+        self.schemas = tool_schemas(self.loaded)
+
+    def _open_cache(self, root: Path) -> None:
+        """The grader cache, and each verifier's identity (config and source hash) in its keys."""
+        from rlenv.env import python_sources
+
+        sources = python_sources(self.loaded)
+        self.cache = GraderCache(root)
+        for verifier_config in self.loaded.spec.verifiers:
+            module = (verifier_config.function or "").split(":", 1)[0]
+            self.identities[verifier_config.label] = verifier_identity(
+                verifier_config, sources.get(module)
+            )
 
     # -- pieces of a rollout -------------------------------------------------------------
 
@@ -195,9 +199,14 @@ class WorldRuntime:
     def sanitise(self, text: str) -> str:
         return text.replace(str(self.work_root), "<workdir>")
 
+    def cache_counts(self) -> tuple[int, int]:
+        """Grader-cache hits and misses so far in this worker ((0, 0) without a cache)."""
+        return (self.cache.hits, self.cache.misses) if self.cache else (0, 0)
+
     def call_tool(
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
     ) -> ToolOutcome:
+        """Validate the call, run the tool in the rollout's workdir, judge its fixture use."""
         record = self.inputs[task.input_index]
         function = call.get("function") or {}
         name = function.get("name")
@@ -215,37 +224,34 @@ class WorldRuntime:
         workdir = self.workdir_of(task)
         seed = derive_seed(self.seed_of(task), "tool", turn, number)
         context = ToolContext(seed, seed_everything(seed), record.id, task.rollout, workdir, turn)
-        events_before = len(self.cassette.events) if self.cassette else 0
-        if self.cassette is not None:
-            type(self.cassette).current = name
-        previous = os.getcwd()
-        os.chdir(workdir)
-        events: list[Any] = []
-        try:
-            with self._recording(name):
-                result = self.tool_functions[name](arguments, context)
-            content = result if isinstance(result, str) else canonical_bytes(result).decode()
-            ok = True
-        except RolloutTimeout:
-            raise
-        except Exception as exc:  # a fixture miss is judged from the events below
-            content, ok = self.sanitise(f"error: {type(exc).__name__}: {exc}"), False
-        finally:
-            os.chdir(previous)
-            if self.cassette is not None:
-                type(self.cassette).current = None
-                events = self.cassette.events[events_before:]
-                del self.cassette.events[events_before:]
-        # a miss ends the rollout even if the tool caught the exception
-        misses = [event for event in events if event.outcome == "miss"]
-        if misses:
-            raise FixtureMiss(
-                f"unrecorded request for tool {name!r}: {misses[0].method} {misses[0].url}"
-                " (record it with `rlenv record`, or declare an on_miss fallback)"
-            )
-        outcomes = {event.outcome for event in events}
-        fixture = "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
-        return ToolOutcome(content, fixture, ok)
+        content, ok, events = self._invoke_tool(name, arguments, context)
+        return ToolOutcome(content, _fixture_use(name, events), ok)
+
+    def _invoke_tool(
+        self, name: str, arguments: dict[str, Any], context: ToolContext
+    ) -> tuple[str, bool, list[FixtureEvent]]:
+        """The tool's content and success, and the fixture events its HTTP produced."""
+        cassette = self.cassette
+        events_before = len(cassette.events) if cassette else 0
+        if cassette is not None:
+            type(cassette).current = name
+        events: list[FixtureEvent] = []
+        with contextlib.chdir(context.workdir):
+            try:
+                with self._recording(name):
+                    result = self.tool_functions[name](arguments, context)
+                content = result if isinstance(result, str) else canonical_bytes(result).decode()
+                ok = True
+            except RolloutTimeout:
+                raise
+            except Exception as exc:  # a fixture miss is judged from the events
+                content, ok = self.sanitise(f"error: {type(exc).__name__}: {exc}"), False
+            finally:
+                if cassette is not None:
+                    type(cassette).current = None
+                    events = cassette.events[events_before:]
+                    del cassette.events[events_before:]
+        return content, ok, events
 
     def grade(
         self,
@@ -258,8 +264,6 @@ class WorldRuntime:
         late: bool = False,
     ) -> list[dict[str, Any]]:
         """Run the verifiers in order; expensive ones sampled, deferred or served from cache."""
-        from rlenv.grading import PENDING, SKIPPED, rollout_hash, sampled
-
         results: list[dict[str, Any]] = []
         content: str | None = None
         for verifier in self.verifiers:
@@ -292,98 +296,101 @@ class WorldRuntime:
 
     def _recording(self, name: str) -> Any:
         """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""
-        import contextlib
-
         if not self.config.live_tools or not self.config.record_dir:
             return contextlib.nullcontext()
         from rlenv.world.record import recording_cassette
 
         return recording_cassette(
             Path(self.config.record_dir) / f"{name}.yaml",
-            build_scrubber(self.loaded),
+            spec_scrubber(self.loaded),
             record_errors=bool(self.loaded.spec.scrub and self.loaded.spec.scrub.record_errors),
         )
 
     def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
         """Verifiers first, reward model second, then the record; the workdir is removed."""
+        workdir = self.workdir_of(task)
+        try:
+            with contextlib.chdir(workdir):
+                if trajectory.status != "infra_error":
+                    verdict = self._judge(task, trajectory)
+                else:
+                    verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        for result in verdict.results:
+            if result["detail"]:
+                result["detail"] = self.sanitise(result["detail"])
+        return seal(self._rollout_record(task, trajectory, model, verdict))
+
+    def _judge(self, task: RolloutTask, trajectory: Trajectory) -> Verdict:
+        """Grade a finished rollout in its workdir (the current directory)."""
         record = self.inputs[task.input_index]
         seed = self.seed_of(task)
         workdir = self.workdir_of(task)
-        spec_time = self.loaded.spec.time.isoformat()
-        previous = os.getcwd()
-        os.chdir(workdir)
-        try:
-            results: list[dict[str, Any]] = []
-            cache_counts: dict[str, int] | None = None
-            passed: bool | None = None
-            reward: float | None = None
-            reward_error: str | None = None
-            if trajectory.status != "infra_error":
-                context = VerifierContext(
-                    answer=trajectory.answer,
-                    messages=trajectory.messages,
-                    input=record.data,
-                    workdir=workdir,
-                    seed=seed,
-                    frozen_time=spec_time,
+        context = VerifierContext(
+            answer=trajectory.answer,
+            messages=trajectory.messages,
+            input=record.data,
+            workdir=workdir,
+            seed=seed,
+            frozen_time=self.loaded.spec.time.isoformat(),
+        )
+        seed_everything(derive_seed(seed, "verifiers"))
+        verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+        hits, misses = self.cache_counts()
+        verdict.results = self.grade(context, task, record.id, verdict.changes)
+        if self.cache is not None:
+            verdict.cache_counts = {
+                "hits": self.cache.hits - hits,
+                "misses": self.cache.misses - misses,
+            }
+        graded = [result for result in verdict.results if result["passed"] is not None]
+        verdict.passed = all(result["passed"] for result in graded)
+        if self.reward is not None:
+            seed_everything(derive_seed(seed, "reward"))
+            try:
+                verdict.reward = self.reward(
+                    RewardContext(
+                        prompt=record.messages(self.loaded.spec.system_prompt),
+                        answer=trajectory.answer,
+                        messages=trajectory.messages,
+                        input=record.data,
+                        workdir=workdir,
+                        seed=seed,
+                    )
                 )
-                seed_everything(derive_seed(seed, "verifiers"))
-                changes = snapshot.changes(self.snapshot_manifest, workdir)
-                before = (self.cache.hits, self.cache.misses) if self.cache else (0, 0)
-                results = self.grade(context, task, record.id, changes)
-                if self.cache is not None:
-                    cache_counts = {
-                        "hits": self.cache.hits - before[0],
-                        "misses": self.cache.misses - before[1],
-                    }
-                graded = [result for result in results if result["passed"] is not None]
-                passed = all(result["passed"] for result in graded)
-                if self.reward is not None:
-                    seed_everything(derive_seed(seed, "reward"))
-                    try:
-                        reward = self.reward(
-                            RewardContext(
-                                prompt=record.messages(self.loaded.spec.system_prompt),
-                                answer=trajectory.answer,
-                                messages=trajectory.messages,
-                                input=record.data,
-                                workdir=workdir,
-                                seed=seed,
-                            )
-                        )
-                    except Exception as exc:
-                        reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
-            else:
-                changes = snapshot.changes(self.snapshot_manifest, workdir)
-        finally:
-            os.chdir(previous)
-            shutil.rmtree(workdir, ignore_errors=True)
-        for result in results:
-            if result["detail"]:
-                result["detail"] = self.sanitise(result["detail"])
+            except Exception as exc:
+                verdict.reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
+        return verdict
+
+    def _rollout_record(
+        self, task: RolloutTask, trajectory: Trajectory, model: str, verdict: Verdict
+    ) -> dict[str, Any]:
+        """The results line of a graded rollout (not yet sealed)."""
+        record = self.inputs[task.input_index]
         output: dict[str, Any] = {
             "input_id": record.id,
             "input_index": record.index,
             "rollout": task.rollout,
-            "seed": seed,
+            "seed": self.seed_of(task),
             "model": model,
             "status": trajectory.status,
             "error": self.sanitise(trajectory.error) if trajectory.error else None,
             "messages": trajectory.messages,
             "tool_calls": trajectory.tool_calls,
             "answer": trajectory.answer,
-            "verifiers": results,
-            "passed": passed,
-            "reward": reward,
+            "verifiers": verdict.results,
+            "passed": verdict.passed,
+            "reward": verdict.reward,
             "usage": trajectory.usage,
-            "world": changes,
+            "world": verdict.changes,
         }
-        if reward_error:
-            output["reward_error"] = reward_error
-        if any(result["detail"] == PENDING for result in results):
+        if verdict.reward_error:
+            output["reward_error"] = verdict.reward_error
+        if any(result["detail"] == PENDING for result in verdict.results):
             output["grading"] = PENDING
-        if cache_counts is not None:
-            output["timing"] = {"grader_cache": cache_counts}
+        if verdict.cache_counts is not None:
+            output["timing"] = {"grader_cache": verdict.cache_counts}
         if trajectory.logprobs is not None:
             output["logprobs"] = trajectory.logprobs
         if trajectory.extra:
@@ -392,7 +399,7 @@ class WorldRuntime:
             from rlenv.policy_shift.kl import merge_shift_records
 
             output["kl"] = merge_shift_records(trajectory.kl_parts)
-        return seal(output)
+        return output
 
     def grade_late(self, record: dict[str, Any]) -> dict[str, Any]:
         """`rlenv grade`: run a record's deferred verifiers; same result shape as inline."""
@@ -401,27 +408,23 @@ class WorldRuntime:
         data = self.inputs[task.input_index].data
         self.prepare(task)  # a fresh snapshot copy: deferred verifiers do not see the final state
         workdir = self.workdir_of(task)
-        previous = os.getcwd()
-        os.chdir(workdir)
         try:
-            seed_everything(derive_seed(int(record["seed"]), "verifiers"))
-            context = VerifierContext(
-                answer=record["answer"],
-                messages=record["messages"],
-                input=data,
-                workdir=workdir,
-                seed=int(record["seed"]),
-                frozen_time=self.loaded.spec.time.isoformat(),
-            )
-            graded = {
-                result["name"]: result
-                for result in self.grade(
+            with contextlib.chdir(workdir):
+                seed_everything(derive_seed(int(record["seed"]), "verifiers"))
+                context = VerifierContext(
+                    answer=record["answer"],
+                    messages=record["messages"],
+                    input=data,
+                    workdir=workdir,
+                    seed=int(record["seed"]),
+                    frozen_time=self.loaded.spec.time.isoformat(),
+                )
+                results = self.grade(
                     context, task, record["input_id"], record["world"], only=pending, late=True
                 )
-            }
         finally:
-            os.chdir(previous)
             shutil.rmtree(workdir, ignore_errors=True)
+        graded = {result["name"]: result for result in results}
         for result in graded.values():
             if result["detail"]:
                 result["detail"] = self.sanitise(result["detail"])
@@ -435,15 +438,43 @@ class WorldRuntime:
     # -- a whole rollout, policy inside the world ------------------------------------------
 
     def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+        """Policy, tools and grading all in this worker, under the rollout's timer."""
         record = self.inputs[task.input_index]
-        seed = self.seed_of(task)
         spec = self.loaded.spec
         self.prepare(task)
         messages = record.messages(spec.system_prompt)
         replayed = None
         if hasattr(self.policy, "trajectory"):
             replayed = self.policy.trajectory(record.id, task.rollout)
-        decoding = spec.decoding.model_dump()
+        signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
+        try:
+            if replayed is not None:
+                trajectory = Trajectory(messages=replayed)
+            else:
+                try:
+                    trajectory = run_sync(
+                        rollout_loop(
+                            messages,
+                            spec.limits.max_turns,
+                            self._model_caller(task),
+                            self._tool_caller(task),
+                        )
+                    )
+                except PolicyCrash as exc:
+                    trajectory = Trajectory(
+                        messages=messages, status="policy_error", error=str(exc)
+                    )
+        except RolloutTimeout:
+            trajectory = Trajectory(messages=messages, status="timeout", error="rollout timed out")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        return self.finish(task, trajectory, self.config.model_uri or "")
+
+    def _model_caller(self, task: RolloutTask) -> ModelCall:
+        """The in-world policy, called synchronously in the rollout's workdir."""
+        record = self.inputs[task.input_index]
+        seed = self.seed_of(task)
+        decoding = self.loaded.spec.decoding.model_dump()
         workdir = self.workdir_of(task)
 
         async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
@@ -456,17 +487,18 @@ class WorldRuntime:
                 rollout=task.rollout,
                 turn=turn,
             )
-            previous = os.getcwd()
-            os.chdir(workdir)
-            try:
-                return self.policy.complete_sync(request)  # type: ignore[no-any-return]
-            except (ModelOutputError, RolloutTimeout, FixtureMiss):
-                raise
-            except Exception as exc:
-                raise PolicyCrash(self.sanitise(f"{type(exc).__name__}: {exc}")) from None
-            finally:
-                os.chdir(previous)
+            with contextlib.chdir(workdir):
+                try:
+                    return self.policy.complete_sync(request)  # type: ignore[no-any-return]
+                except (ModelOutputError, RolloutTimeout, FixtureMiss):
+                    raise
+                except Exception as exc:
+                    raise PolicyCrash(self.sanitise(f"{type(exc).__name__}: {exc}")) from None
 
+        return call_model
+
+    def _tool_caller(self, task: RolloutTask) -> ToolCall:
+        """Tool calls numbered within their turn (the number seeds the tool)."""
         counters: dict[int, int] = {}
 
         async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
@@ -474,37 +506,20 @@ class WorldRuntime:
             counters[turn] = number + 1
             return self.call_tool(task, call, turn, number)
 
-        signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
-        try:
-            if replayed is not None:
-                trajectory = Trajectory(messages=replayed)
-            else:
-                try:
-                    trajectory = run_sync(
-                        rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
-                    )
-                except PolicyCrash as exc:
-                    trajectory = Trajectory(
-                        messages=messages, status="policy_error", error=str(exc)
-                    )
-        except RolloutTimeout:
-            trajectory = Trajectory(messages=messages, status="timeout", error="rollout timed out")
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        return self.finish(task, trajectory, self.config.model_uri or "")
+        return call_tool
 
 
-def _freeze_subprocess_clock(instant: str) -> str:
-    """Subprocesses a tool starts read the spec's instant too (libfaketime), when installed."""
-    from rlenv.sandbox import faketime_env
-
-    variables = faketime_env(instant, "UTC")
-    if not variables:
-        return "real (libfaketime not installed)"
-    if os.environ.get("PYTHONPATH"):  # keep the caller's path after the sleep fix
-        variables["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
-    os.environ.update(variables)
-    return "libfaketime"
+def _fixture_use(name: str, events: list[FixtureEvent]) -> str:
+    """How a tool call used its fixtures: hit, fallback or none; a miss ends the rollout even
+    if the tool caught the exception."""
+    misses = [event for event in events if event.outcome == "miss"]
+    if misses:
+        raise FixtureMiss(
+            f"unrecorded request for tool {name!r}: {misses[0].method} {misses[0].url}"
+            " (record it with `rlenv record`, or declare an on_miss fallback)"
+        )
+    outcomes = {event.outcome for event in events}
+    return "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
 
 
 def _ungraded(config: Any, why: str) -> dict[str, Any]:
@@ -544,17 +559,13 @@ def worker_tool(task: RolloutTask, call: dict[str, Any], turn: int, number: int)
 
 
 def worker_grade(record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+    """A record graded late, with the grader-cache hits and misses it took."""
     runtime = _get()
-    hits, misses = (runtime.cache.hits, runtime.cache.misses) if runtime.cache else (0, 0)
+    hits, misses = runtime.cache_counts()
     updated = runtime.grade_late(record)
     if runtime.cache is None:
         return updated, 0, 0
     return updated, runtime.cache.hits - hits, runtime.cache.misses - misses
-
-
-def worker_cache_counts() -> tuple[int, int]:
-    runtime = _get()
-    return (runtime.cache.hits, runtime.cache.misses) if runtime.cache else (0, 0)
 
 
 def worker_finish(task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:

@@ -1,51 +1,23 @@
-"""Where rollouts execute: a pool of frozen-world worker processes on this machine."""
+"""Where rollouts execute on this machine: a pool of spawned frozen-world worker processes,
+each in a fresh network namespace when one can be made."""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
 import os
-import shutil
-import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed
-from rlenv.world import runtime
-from rlenv.world.runtime import FROZEN_ENV, RolloutTask, WorkerConfig
-
-_NETNS_PREFIX: list[str] | None = None
-
-
-def netns_prefix() -> list[str]:
-    """The command prefix that starts a process in a fresh network namespace, or [] if none works.
-
-    A worker in its own network namespace has no route out at all, so even a subprocess a tool
-    starts cannot reach the network; the in-process guard then only adds a clearer message.
-    """
-    global _NETNS_PREFIX
-    if _NETNS_PREFIX is None:
-        _NETNS_PREFIX = []
-        if shutil.which("unshare") and os.environ.get("RLENV_NO_NETNS") != "1":
-            for prefix in (["unshare", "--net"], ["unshare", "--net", "--map-root-user"]):
-                try:
-                    probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
-                except (OSError, subprocess.TimeoutExpired):
-                    continue
-                if probe.returncode == 0:
-                    _NETNS_PREFIX = prefix
-                    break
-    return list(_NETNS_PREFIX)
-
-
-def network_guard_mode(live_tools: bool) -> str:
-    if live_tools:
-        return "off (recording)"
-    return "netns+python" if netns_prefix() else "python"
+from rlenv.worker import RolloutTask, WorkerConfig
+from rlenv.world.freeze import FROZEN_ENV
+from rlenv.world.netguard import netns_prefix
 
 
 class LocalExecutor:
@@ -72,7 +44,7 @@ class LocalExecutor:
             self.pool = ProcessPoolExecutor(
                 max_workers=self.workers,
                 mp_context=context,
-                initializer=runtime.init_worker,
+                initializer=worker.init_worker,
                 initargs=(config,),
             )
             # start every worker now, while the frozen environment variables are set
@@ -98,21 +70,21 @@ class LocalExecutor:
             raise RunFailed(f"a frozen-world worker died: {exc}") from None
 
     async def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
-        return await self._call(runtime.worker_run_rollout, task)  # type: ignore[no-any-return]
+        return await self._call(worker.worker_run_rollout, task)  # type: ignore[no-any-return]
 
     async def prepare(self, task: RolloutTask) -> None:
-        await self._call(runtime.worker_prepare, task)
+        await self._call(worker.worker_prepare, task)
 
     async def tool(
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
     ) -> ToolOutcome:
-        return await self._call(runtime.worker_tool, task, call, turn, number)  # type: ignore[no-any-return]
+        return await self._call(worker.worker_tool, task, call, turn, number)  # type: ignore[no-any-return]
 
     async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
-        return await self._call(runtime.worker_finish, task, trajectory, model)  # type: ignore[no-any-return]
+        return await self._call(worker.worker_finish, task, trajectory, model)  # type: ignore[no-any-return]
 
     async def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
-        return await self._call(runtime.worker_grade, record)  # type: ignore[no-any-return]
+        return await self._call(worker.worker_grade, record)  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlenv.report.common import format_flags
+
 
 def _fmt(value: Any) -> str:
     if value is None:
@@ -54,8 +56,6 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
         lines.append(f"WARN     {hazard.get('name')}: {hazard.get('message')}")
     if summary.get("fixtures"):
         lines.append("fixtures " + "  ".join(f"{k} {v}" for k, v in summary["fixtures"].items()))
-    from rlenv.report.common import format_flags
-
     for line in format_flags(summary.get("flags") or []):
         lines.append(f"FLAG     {line}")
     lines.append(f"digest   {summary['digest']}")

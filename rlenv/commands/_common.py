@@ -1,0 +1,146 @@
+"""What the commands share: option types, error handling, the JSON printer, the progress bar.
+
+Nothing here imports a library module at import time, so `rlenv --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+
+F = TypeVar("F", bound=Callable[..., Any])
+Advance = Callable[[int, int], None]
+
+SpecArg = Annotated[Path, typer.Argument(help="Env spec (YAML).", show_default=False)]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model", help="Model URI: python:pkg.mod:fn, replay:FILE, openai:NAME, hf:PATH."
+    ),
+]
+BaseUrlOpt = Annotated[
+    str | None,
+    typer.Option("--base-url", help="OpenAI-compatible server URL (or OPENAI_BASE_URL)."),
+]
+RolloutsOpt = Annotated[int | None, typer.Option(min=1, help="Rollouts per input (K).")]
+LimitOpt = Annotated[int | None, typer.Option(min=1, help="Only the first N inputs.")]
+ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Rollouts in flight at once.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+
+
+def fail(message: str, code: int) -> NoReturn:
+    """Print `rlenv: error: MESSAGE` (one line on stderr) and exit with `code`."""
+    typer.echo(f"rlenv: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def handle_errors(function: F) -> F:
+    """Turn library errors into one line on stderr and the documented exit code."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from rlenv.errors import RunFailed, UserError
+
+        try:
+            return function(*args, **kwargs)
+        except UserError as exc:
+            fail(str(exc), 2)
+        except RunFailed as exc:
+            fail(str(exc), 1)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def print_json(value: Any) -> None:
+    """The one JSON printer of the CLI: indented, sorted keys, UTF-8 kept as is."""
+    typer.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@contextmanager
+def progress_bar(enabled: bool, label: str) -> Iterator[Advance | None]:
+    """A rich progress bar on a terminal; nothing under --json or when stderr is not a TTY."""
+    if not enabled or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    with Progress(
+        f"[bold]{label}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def advance(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield advance
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from rlenv import __version__
+
+        typer.echo(f"rlenv {__version__}")
+        raise typer.Exit()
+
+
+VersionOpt = Annotated[
+    bool,
+    typer.Option(
+        "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+]
+
+
+def app_options(version: VersionOpt = False) -> None:
+    """Frozen RL test environments for language-model policies."""
+
+
+# pydantic error types of a declared range (typer checks `min=`/`max=` with pydantic)
+_BOUNDS = {
+    "greater_than_equal": ("ge", "at least"),
+    "greater_than": ("gt", "more than"),
+    "less_than_equal": ("le", "at most"),
+    "less_than": ("lt", "less than"),
+}
+
+
+def bad_parameter_line(error: typer.BadParameter) -> str:
+    """One line for a bad option value; a declared range reads `--limit must be at least 1`."""
+    errors = getattr(error.__cause__, "errors", None)  # a pydantic ValidationError's
+    details = errors() if callable(errors) else []
+    if details and details[0]["type"] in _BOUNDS and error.param is not None:
+        key, words = _BOUNDS[details[0]["type"]]
+        return f"{error.param.opts[0]} must be {words} {details[0]['ctx'][key]}"
+    if details and details[0]["type"] == "value_error":  # a choice: drop pydantic's prefix
+        reason = str(details[0]["ctx"]["error"])
+        error = typer.BadParameter(reason, error.ctx, error.param, error.param_hint)
+    return error.format_message()
+
+
+def run_app(app: typer.Typer) -> int:
+    """Run the CLI and return its exit code; a bad option value is one line, exit code 2."""
+    try:
+        result = app(standalone_mode=False)
+    except typer.BadParameter as error:
+        typer.echo(f"rlenv: error: {bad_parameter_line(error)}", err=True)
+        return error.exit_code
+    except typer.TyperException as error:  # other usage errors: click's usage line and hint
+        error.show()  # type: ignore[attr-defined]  # every TyperException is a ClickException
+        return getattr(error, "exit_code", 2)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        return 1
+    return result if isinstance(result, int) else 0

@@ -1,0 +1,54 @@
+"""`rlenv record SPEC`: record the tools' HTTP into cassettes (library: rlenv.record)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from rlenv.commands._common import (
+    BaseUrlOpt,
+    JsonOpt,
+    LimitOpt,
+    ModelOpt,
+    RolloutsOpt,
+    SpecArg,
+    handle_errors,
+    print_json,
+)
+
+
+class RecordMode(StrEnum):
+    new = "new"
+    all = "all"
+
+
+@handle_errors
+def record(
+    spec: SpecArg,
+    model: ModelOpt = None,
+    mode: Annotated[
+        RecordMode, typer.Option(help="new: add unseen requests; all: re-record.")
+    ] = RecordMode.new,
+    limit: LimitOpt = None,
+    rollouts: RolloutsOpt = None,
+    base_url: BaseUrlOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run the policy with tools live and write their HTTP into the spec's cassettes."""
+    from dataclasses import asdict
+
+    from rlenv.record import pinned_hash_lines
+    from rlenv.record import record as record_env
+
+    result = record_env(
+        spec, model=model, mode=mode.value, base_url=base_url, limit=limit, rollouts=rollouts
+    )
+    if as_json:
+        print_json(asdict(result))
+        return
+    for line in pinned_hash_lines(result):
+        typer.echo(line)
+    if result.spec_updated:
+        typer.echo(f"updated pinned cassette hashes in {spec}")

@@ -1,0 +1,24 @@
+"""`rlenv validate SPEC`: check an env and print its fingerprint (library: rlenv.validate)."""
+
+from __future__ import annotations
+
+import typer
+
+from rlenv.commands._common import JsonOpt, SpecArg, handle_errors, print_json
+
+
+@handle_errors
+def validate(spec: SpecArg, as_json: JsonOpt = False) -> None:
+    """Check schema, files, pinned hashes and importable graders; print the fingerprint."""
+    from dataclasses import asdict
+
+    from rlenv.validate import validate as validate_env
+
+    result = validate_env(spec)
+    if as_json:
+        print_json(asdict(result))
+    else:
+        typer.echo(
+            f"ok: {result.name} v{result.version}: {result.inputs} inputs, {result.tools} tools,"
+            f" {result.verifiers} verifiers\nfingerprint {result.fingerprint}"
+        )

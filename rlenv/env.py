@@ -1,0 +1,410 @@
+"""A spec path in, a fully checked environment out: the ordered checks every command shares.
+
+Like Gymnasium's ``check_env``: `load_environment` loads the spec (schema and YAML in
+`rlenv.spec`) and then runs an ordered list of small, named checks on it, each raising a
+SpecError or UserError that names the file, the line and the field where it can. `validate`,
+`run`, `record`, `grade` and `rm probe` all come through here; `CHECKS` says which checks apply
+to which purpose (recording skips the cassettes it is about to write, the probe calls no tool).
+
+The env fingerprint (canonical spec + the hash of every referenced file and module) is
+computed here too, from the hashes the file checks collect.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from rlenv.canonical import canonical_bytes, manifest_hash, sha256_bytes, sha256_file
+from rlenv.errors import SpecError, UserError
+from rlenv.files import sys_path
+from rlenv.inputs import InputRecord, load_inputs
+from rlenv.seeding import derive_seed, seed_everything
+from rlenv.spec import LoadedSpec, line_of, load_spec
+
+Purpose = Literal["validate", "run", "record", "grade", "probe"]
+PURPOSES: tuple[Purpose, ...] = ("validate", "run", "record", "grade", "probe")
+
+
+@dataclass
+class Environment:
+    """A spec that passed every check that can be made before any policy call."""
+
+    loaded: LoadedSpec
+    purpose: Purpose = "validate"
+    model: str | None = None
+    defer_expensive: bool = False
+    file_hashes: dict[str, str] = field(default_factory=dict)
+    inputs: list[InputRecord] = field(default_factory=list)
+    reward_endpoints: list[tuple[str, int]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+
+    def where(self, *loc: str | int) -> str:
+        """``spec.yaml:LINE`` of a field path (the spec file alone when the line is unknown)."""
+        line = line_of(self.loaded, loc) if loc else None
+        return f"{self.loaded.path}:{line}" if line else str(self.loaded.path)
+
+
+@contextmanager
+def _located(env: Environment, *loc: str | int) -> Iterator[None]:
+    """Give a UserError raised without a location the spec line of the field it is about."""
+    try:
+        yield
+    except UserError as exc:
+        if exc.where is not None:
+            raise
+        raise type(exc)(str(exc), where=env.where(*loc)) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks, in the order they run. Each takes the environment being built, may add to it
+# (hashes, inputs, warnings) and raises on the first problem.
+
+
+def check_inputs_file(env: Environment) -> None:
+    """The held-out inputs file exists and matches its pinned sha256."""
+    spec, inputs = env.loaded.spec, env.loaded.inputs_path
+    if not inputs.is_file():
+        raise SpecError(f"inputs.path: file not found: {inputs}", where=env.where("inputs", "path"))
+    actual = sha256_file(inputs)
+    if actual != spec.inputs.sha256:
+        raise SpecError(
+            f"inputs.sha256: hash mismatch for {inputs.name}: pinned {spec.inputs.sha256[:12]}…,"
+            f" file has {actual}",
+            where=env.where("inputs", "path"),
+        )
+    env.file_hashes["inputs"] = actual
+
+
+def check_snapshot(env: Environment) -> None:
+    """The world snapshot directory, if any, exists and matches its pinned manifest hash."""
+    spec, snapshot = env.loaded.spec, env.loaded.snapshot_path
+    if spec.snapshot is None or snapshot is None:
+        return
+    if not snapshot.is_dir():
+        raise SpecError(
+            f"snapshot.path: directory not found: {snapshot}", where=env.where("snapshot", "path")
+        )
+    actual = manifest_hash(snapshot)
+    if actual != spec.snapshot.sha256:
+        raise SpecError(
+            f"snapshot.sha256: manifest hash mismatch for {snapshot.name}: pinned"
+            f" {spec.snapshot.sha256[:12]}…, directory has {actual}",
+            where=env.where("snapshot", "sha256"),
+        )
+    env.file_hashes["snapshot"] = actual
+
+
+def check_cassette_files(env: Environment) -> None:
+    """Every tool cassette exists and matches its pinned sha256 (not when recording them)."""
+    loaded = env.loaded
+    for index, tool in enumerate(loaded.spec.tools):
+        cassette = loaded.cassette_path(tool)
+        if cassette is None or tool.cassette is None:
+            continue
+        name = f"tools[{index}].cassette"
+        if not cassette.is_file():
+            raise SpecError(
+                f"{name}.path: cassette not found: {cassette}",
+                where=env.where("tools", index, "cassette", "path"),
+            )
+        actual = sha256_file(cassette)
+        if tool.cassette.sha256 and actual != tool.cassette.sha256:
+            raise SpecError(
+                f"{name}.sha256: hash mismatch for {cassette.name}: pinned"
+                f" {tool.cassette.sha256[:12]}…, file has {actual}",
+                where=env.where("tools", index, "cassette", "sha256"),
+            )
+        env.file_hashes[f"tools.{tool.name}.cassette"] = actual
+
+
+def check_reward_model_files(env: Environment) -> None:
+    """The reward model's files and its pinned training data exist (and match their hashes)."""
+    loaded = env.loaded
+    reward = loaded.spec.reward_model
+    if reward is not None and reward.uri is not None:
+        from rlenv.rm.score import reward_model_files
+
+        env.file_hashes.update(reward_model_files(reward.uri, loaded.root))
+    for name in ("train_data", "training_prompts", "training_pairs"):
+        ref = getattr(reward, name, None)
+        if ref is None:
+            continue
+        path = loaded.resolve(ref.path)
+        if not path.is_file():
+            raise SpecError(
+                f"reward_model.{name}.path: file not found: {path}",
+                where=env.where("reward_model", name, "path"),
+            )
+        actual = sha256_file(path)
+        if ref.sha256 and actual != ref.sha256:
+            raise SpecError(
+                f"reward_model.{name}.sha256: hash mismatch for {path.name}: pinned"
+                f" {ref.sha256[:12]}…, file has {actual}",
+                where=env.where("reward_model", name, "sha256"),
+            )
+        env.file_hashes[f"reward_model.{name}"] = actual
+
+
+def check_inputs(env: Environment) -> None:
+    """Every input record parses, has a unique id and a prompt or messages."""
+    env.inputs = load_inputs(env.loaded.inputs_path)
+
+
+def check_importable(env: Environment) -> None:
+    """Tools, verifiers and the reward model import (in a worker-like way, without freezing)."""
+    from rlenv.providers.base import import_ref
+    from rlenv.rewards import build_reward_model
+    from rlenv.verifiers import build_verifiers
+
+    loaded = env.loaded
+    spec = loaded.spec
+    with sys_path(loaded.python_paths()):
+        for index, tool in enumerate(spec.tools):
+            with _located(env, "tools", index, "function"):
+                function = import_ref(tool.function, what=f"tools[{index}].function")
+            if not callable(function):
+                raise UserError(
+                    f"tools[{index}].function: {tool.function} is not callable",
+                    where=env.where("tools", index, "function"),
+                )
+        with _located(env, "verifiers"):
+            build_verifiers(list(spec.verifiers))
+        with _located(env, "reward_model"):
+            build_reward_model(spec.reward_model, loaded.root)
+
+
+def check_policy_importable(env: Environment) -> None:
+    """The spec's own python: model, when the run calls it, imports and is callable.
+
+    A model given on the command line instead is the provider registry's to resolve.
+    """
+    from rlenv.providers.base import import_ref
+
+    uri = env.loaded.spec.model
+    if env.model or not uri or not uri.startswith("python:"):
+        return
+    ref = uri[len("python:") :]
+    if ":" not in ref:
+        return  # not a python: URI at all; resolving the provider says so ("bad model URI")
+    with sys_path(env.loaded.python_paths()), _located(env, "model"):
+        policy = import_ref(ref, what=f"model {uri}")
+    if not callable(policy):
+        raise UserError(f"model {uri}: {ref} is not callable", where=env.where("model"))
+
+
+def check_cassette_secrets(env: Environment) -> None:
+    """A committed cassette must not carry a credential (not when recording: it scrubs)."""
+    from rlenv.world.replay import load_index
+    from rlenv.world.scrub import Scrubber
+
+    loaded = env.loaded
+    extra = loaded.spec.scrub.extra_names if loaded.spec.scrub else []
+    for index, tool in enumerate(loaded.spec.tools):
+        cassette = loaded.cassette_path(tool)
+        if cassette is None:
+            continue
+        _, found = load_index(cassette, Scrubber(extra_names=extra))
+        if found:
+            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+            raise UserError(
+                f"tools[{index}].cassette: {cassette.name} holds a secret-looking value:"
+                f" {found[0]}{more};"
+                " re-record with `rlenv record` (it scrubs) or scrub the file",
+                where=env.where("tools", index, "cassette", "path"),
+            )
+
+
+def check_leakage(env: Environment) -> None:
+    """The held-out inputs do not appear in the reward model's training data (or only warn)."""
+    from rlenv.rm.leakage import enforce_leakage
+
+    env.warnings.extend(enforce_leakage(env.loaded))
+
+
+def check_deferrable(env: Environment) -> None:
+    """With deferred expensive verifiers, none of them needs the rollout's files."""
+    if not env.defer_expensive:
+        return
+    for index, verifier in enumerate(env.loaded.spec.verifiers):
+        if verifier.cost == "expensive" and verifier.type == "file_state":
+            raise UserError(
+                f"verifiers[{index}]: a file_state verifier cannot be deferred (the rollout's"
+                " files are gone by `rlenv grade`); run it inline or make it cheap",
+                where=env.where("verifiers", index, "cost"),
+            )
+
+
+def check_reward_endpoints(env: Environment) -> None:
+    """An HTTP reward model names a host: it is let through the frozen world's network guard."""
+    reward = env.loaded.spec.reward_model
+    uri = getattr(reward, "uri", None) or ""
+    if not uri.startswith(("http://", "https://")):
+        return
+    parts = urlsplit(uri)
+    if not parts.hostname:
+        raise SpecError(
+            f"reward_model.uri: no host in {uri!r}", where=env.where("reward_model", "uri")
+        )
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    env.reward_endpoints = [(parts.hostname, port)]
+
+
+def check_seeds_matter(env: Environment) -> None:
+    """Two rollouts of an input get different RNG states; one rollout's seed gives the same.
+
+    Gymnasium's ``check_reset_seed``: rollout seeds are derived from the env seed, the input id
+    and the rollout index, and seeding Python's and NumPy's RNGs with them must be effective.
+    """
+    import numpy
+
+    input_id = env.inputs[0].id if env.inputs else "0"
+    first = derive_seed(env.loaded.spec.seed, input_id, 0)
+    second = derive_seed(env.loaded.spec.seed, input_id, 1)
+    saved = random.getstate(), numpy.random.get_state()
+    try:
+        draws = [_draws(first), _draws(second), _draws(first)]
+    finally:
+        random.setstate(saved[0])
+        numpy.random.set_state(saved[1])
+    if draws[0] != draws[2]:
+        raise UserError(
+            f"seed: the same rollout seed gave different random draws ({draws[0]} vs {draws[2]});"
+            " something reseeds or shares the RNGs",
+            where=env.where("seed"),
+        )
+    if first == second or draws[0] == draws[1]:
+        raise UserError(
+            f"seed: rollouts 0 and 1 of input {input_id!r} got the same random state;"
+            " K rollouts of an input would all be the same",
+            where=env.where("seed"),
+        )
+
+
+def _draws(seed: int) -> tuple[float, float]:
+    """Seed every RNG with `seed` (as a rollout does) and draw once from Python's and NumPy's."""
+    import numpy
+
+    seed_everything(seed)
+    return random.random(), float(numpy.random.random())
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    function: Callable[[Environment], None]
+    purposes: frozenset[Purpose]
+
+    @property
+    def description(self) -> str:
+        return (self.function.__doc__ or "").strip().splitlines()[0]
+
+
+# Which purposes run which check:
+#   cassette_files, cassette_secrets  not record (it writes the cassettes) nor probe (no tool runs)
+#   policy_importable                 validate, run, record: grading and the probe call no policy
+#   deferrable                        run, record: the only ones that can defer verifiers
+#   everything else                   every purpose
+ALL: frozenset[Purpose] = frozenset(PURPOSES)
+WITH_CASSETTES: frozenset[Purpose] = frozenset({"validate", "run", "grade"})
+WITH_POLICY: frozenset[Purpose] = frozenset({"validate", "run", "record"})
+
+CHECKS: tuple[Check, ...] = (
+    Check("inputs_file", check_inputs_file, ALL),
+    Check("snapshot", check_snapshot, ALL),
+    Check("cassette_files", check_cassette_files, WITH_CASSETTES),
+    Check("reward_model_files", check_reward_model_files, ALL),
+    Check("inputs", check_inputs, ALL),
+    Check("importable", check_importable, ALL),
+    Check("policy_importable", check_policy_importable, WITH_POLICY),
+    Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES),
+    Check("leakage", check_leakage, ALL),
+    Check("deferrable", check_deferrable, frozenset({"run", "record"})),
+    Check("reward_endpoints", check_reward_endpoints, ALL),
+    Check("seeds_matter", check_seeds_matter, ALL),
+)
+
+
+def checks_for(purpose: Purpose) -> list[Check]:
+    """The checks `load_environment` runs for a purpose, in order."""
+    if purpose not in PURPOSES:
+        raise ValueError(f"unknown purpose {purpose!r}; expected one of {', '.join(PURPOSES)}")
+    return [check for check in CHECKS if purpose in check.purposes]
+
+
+def load_environment(
+    spec_path: str | Path,
+    *,
+    purpose: Purpose = "validate",
+    model: str | None = None,
+    defer_expensive: bool = False,
+) -> Environment:
+    """Load the spec, run every check that applies to `purpose`, and fingerprint the env.
+
+    `model` is the policy URI a run will call when it is not the spec's own `model`.
+    """
+    env = Environment(load_spec(spec_path), purpose, model, defer_expensive)
+    for check in checks_for(purpose):
+        check.function(env)
+    env.fingerprint = fingerprint(env.loaded, env.file_hashes)
+    return env
+
+
+# ---------------------------------------------------------------------------------------------
+# The fingerprint.
+
+
+def python_sources(loaded: LoadedSpec) -> dict[str, str]:
+    """sha256 of the source file of every module the spec names by import string.
+
+    Found without executing the module where possible, so a changed tool or verifier changes
+    the fingerprint.
+    """
+    refs: list[str] = [tool.function for tool in loaded.spec.tools]
+    refs += [verifier.function for verifier in loaded.spec.verifiers if verifier.function]
+    if loaded.spec.reward_model and loaded.spec.reward_model.function:
+        refs.append(loaded.spec.reward_model.function)
+    if loaded.spec.model and loaded.spec.model.startswith("python:"):
+        refs.append(loaded.spec.model[len("python:") :])
+    sources: dict[str, str] = {}
+    with sys_path(loaded.python_paths()):
+        for ref in sorted(set(refs)):
+            module = ref.split(":", 1)[0]
+            try:
+                found = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                found = None
+            if found is None or not found.origin or not Path(found.origin).is_file():
+                continue
+            origin = Path(found.origin)
+            if origin.is_relative_to(loaded.root.parent) or origin.is_relative_to(loaded.root):
+                sources[module] = sha256_file(origin)
+    return sources
+
+
+def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
+    """sha256 over the canonical spec plus the hash of every referenced file and module."""
+    payload = {
+        "spec": loaded.canonical(),
+        "files": file_hashes,
+        "modules": python_sources(loaded),
+    }
+    return sha256_bytes(canonical_bytes(payload))
+
+
+__all__ = [
+    "CHECKS",
+    "Check",
+    "Environment",
+    "checks_for",
+    "fingerprint",
+    "load_environment",
+    "python_sources",
+]

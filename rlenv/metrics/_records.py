@@ -1,0 +1,90 @@
+"""What every metric needs from a result record: its key, whether it is scored, its outcome.
+
+Records with status ``infra_error`` are infrastructure failures, not model outcomes, and are
+left out of every score (:func:`_scored`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from rlenv.results import Status
+
+Record = Mapping[str, Any]
+LengthUnit = Literal["words", "completion_tokens"]
+Numbers = Sequence[float] | np.ndarray
+
+
+def _key(record: Record) -> tuple[str, int]:
+    return (str(record.get("input_id", "")), int(record.get("rollout", 0)))
+
+
+def _scored(records: Iterable[Record]) -> list[Record]:
+    """Model outcomes (everything but infra errors), sorted by (input_id, rollout)."""
+    return sorted((r for r in records if r.get("status") != Status.INFRA_ERROR), key=_key)
+
+
+def _group(records: Iterable[Record]) -> list[tuple[str, list[Record]]]:
+    """Scored records grouped by input_id, inputs sorted, rollouts in index order."""
+    groups: dict[str, list[Record]] = {}
+    for record in _scored(records):
+        groups.setdefault(_key(record)[0], []).append(record)
+    return [(input_id, groups[input_id]) for input_id in sorted(groups)]
+
+
+def _passed(record: Record) -> bool:
+    return record.get("passed") is True
+
+
+def _reward(record: Record) -> float | None:
+    value = record.get("reward")
+    if value is None or isinstance(value, bool):
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _reward_range(scored: Sequence[Record]) -> list[float]:
+    return [v for v in (_reward(r) for r in scored) if v is not None]
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    """Exactly rounded mean (math.fsum), None for no values."""
+    return math.fsum(values) / len(values) if values else None
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _quantile(values: Sequence[float], q: float) -> float:
+    return float(np.quantile(np.asarray(values, dtype=float), q))
+
+
+def _words(text: str | None) -> list[str]:
+    return text.split() if text else []
+
+
+def _ngrams(tokens: Sequence[str], n: int) -> list[tuple[str, ...]]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain JSON types only: numpy scalars unwrapped, NaN/inf to None, tuples to lists."""
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return _finite(float(obj))
+    return obj

@@ -1,0 +1,47 @@
+"""Freezing a worker process: environment variables, the Python clock, subprocesses' clock.
+
+Each is applied once for the life of the process (freezegun walks every loaded module when it
+starts, so it starts once); nothing here is undone.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime
+from typing import Any
+
+FROZEN_ENV = {"TZ": "UTC", "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
+"""Time zone, locale and hash seed of the frozen world; a spawned worker starts with them."""
+
+
+def freeze_environment() -> None:
+    """Set `FROZEN_ENV` in this process (and so in the children it starts) and re-read TZ."""
+    os.environ.update(FROZEN_ENV)
+    time.tzset()
+
+
+def freeze_subprocess_clock(variables: dict[str, str]) -> None:
+    """Subprocesses a tool starts read the spec's instant too: put libfaketime's `variables`
+    (`rlenv.sandbox.faketime_env`; empty when libfaketime is not installed) in the environment,
+    keeping the caller's PYTHONPATH after the sleep fix."""
+    if not variables:
+        return
+    variables = dict(variables)
+    if os.environ.get("PYTHONPATH"):
+        variables["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
+    os.environ.update(variables)
+
+
+def freeze_python_clock(instant: datetime) -> Any:
+    """Start freezegun at `instant` for the whole process; return the started freezer."""
+    import freezegun.api
+    from freezegun import freeze_time
+
+    freezer = freeze_time(instant)
+    freezer.start()
+    # freezegun hands the real clock to a caller with an ignored module (threading,
+    # multiprocessing, queue...) among its five callers' frames: a tool called from a
+    # pool worker's entry point has multiprocessing as its fifth. Nothing in the world may.
+    freezegun.api.call_stack_inspection_limit = 0
+    return freezer
