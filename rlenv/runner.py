@@ -108,6 +108,10 @@ def _refuse_secrets(loaded: LoadedSpec, index: int, cassette: Path) -> None:
     from rlenv.world.runtime import build_scrubber
 
     _, found = load_index(cassette, build_scrubber(loaded))
+    # issue 13: findings the spec allow-lists (scrub.allow) are accepted
+    from rlenv.world.secrets import unallowed
+
+    found = unallowed(found, cassette.name, loaded.spec.scrub.allow if loaded.spec.scrub else [])
     if found:
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
         raise UserError(

@@ -92,7 +92,7 @@ def secret_of(form: str) -> str:
     return ENV_SECRETS.get(form) or literal(form)
 
 
-TOOL = '''
+TOOL = """
 import base64, os
 from urllib.parse import quote
 import httpx
@@ -123,7 +123,7 @@ def policy(messages, tools, ctx):
     return "done"
 
 FORMS = {
-'''
+"""
 
 
 def tool_code() -> str:
@@ -258,6 +258,7 @@ def test_scrubbed_forms_replay(recorded: dict[str, Any], form: str) -> None:
 
 # ---- validate: secrets planted straight into a cassette ------------------------------------
 
+
 def _interaction(
     uri: str = "http://api.test/a",
     *,
@@ -288,14 +289,12 @@ PLANTED: dict[str, dict[str, Any]] = {
     ),
     "private_token_header": _interaction(headers={"PRIVATE-TOKEN": ["glpat-abcDEF123456"]}),
     "x_service_auth_header": _interaction(headers={"X-Service-Auth": ["svc-abcDEF123456"]}),
-    "keyword_in_xml": _interaction(
-        response_body="<r><password>Tr0ub4dor&3horse</password></r>"
-    ),
+    "keyword_in_xml": _interaction(response_body="<r><password>Tr0ub4dor&3horse</password></r>"),
     "multipart_password": _interaction(
         method="POST",
         headers={"Content-Type": ["multipart/form-data; boundary=xyz"]},
         body=(
-            "--xyz\r\nContent-Disposition: form-data; name=\"password\"\r\n\r\n"
+            '--xyz\r\nContent-Disposition: form-data; name="password"\r\n\r\n'
             "hunter2hunter2\r\n--xyz--\r\n"
         ),
     ),
@@ -359,6 +358,7 @@ def test_allow_list_refuses_raw_values(env_builder: EnvBuilder) -> None:
 
 # ---- run.json never stores a secret from --base-url ------------------------------------------
 
+
 def test_run_json_strips_base_url_secrets(env_builder: EnvBuilder, chat: Any) -> None:
     server = chat()
     spec = env_builder.write("")
@@ -366,8 +366,18 @@ def test_run_json_strips_base_url_secrets(env_builder: EnvBuilder, chat: Any) ->
     base = server.base_url.replace("http://", f"http://user:{password}@") + f"?api-key={key}"
     out = env_builder.root.parent / "run"
     result = cli(
-        "run", str(spec), "--model", "openai:m", "--base-url", base, "--out", str(out), "--limit",
-        "1", "--rollouts", "1",
+        "run",
+        str(spec),
+        "--model",
+        "openai:m",
+        "--base-url",
+        base,
+        "--out",
+        str(out),
+        "--limit",
+        "1",
+        "--rollouts",
+        "1",
     )
     assert result.returncode == 0, result.stderr
     for name in ("run.json", "summary.json"):
