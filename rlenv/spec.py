@@ -5,8 +5,8 @@ Every error names the file, the line where it can, the field path and what was e
 
 from __future__ import annotations
 
-import re
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -14,7 +14,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlenv.canonical import canonical_bytes, manifest_hash, sha256_bytes, sha256_file
+from rlenv.canonical import (
+    canonical_bytes,
+    manifest_hash,
+    sha256_bytes,
+    sha256_file,
+    unsafe_entries,
+)
 from rlenv.errors import SpecError
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -398,6 +404,10 @@ def check_files(loaded: LoadedSpec, *, cassettes: bool = True) -> dict[str, str]
             raise SpecError(
                 f"snapshot.path: directory not found: {snapshot}", where=str(loaded.path)
             )
+        unsafe = unsafe_entries(snapshot)  # issue 13: links outside, FIFOs, sockets, devices
+        if unsafe:
+            more = f" (and {len(unsafe) - 1} more)" if len(unsafe) > 1 else ""
+            raise SpecError(f"snapshot.path: {unsafe[0]}{more}", where=str(loaded.path))
         actual = manifest_hash(snapshot)
         if actual != spec.snapshot.sha256:
             raise SpecError(

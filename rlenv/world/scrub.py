@@ -9,9 +9,9 @@ import gzip
 import json
 import os
 import re
+import zlib
 from collections.abc import Iterable
 from typing import Any
-import zlib
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rlenv.world.secrets import ValueRedactor, secrets_in_play

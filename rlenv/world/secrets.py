@@ -140,12 +140,6 @@ class ValueRedactor:
 
 # ---- detect-secrets scan of a cassette -------------------------------------------------------
 
-DETECTORS = (
-    ("KeywordDetector", {}),
-    ("Base64HighEntropyString", {"limit": 4.5}),
-    ("HexHighEntropyString", {"limit": 3.0}),
-)
-
 
 @dataclass(frozen=True)
 class Finding:
