@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +46,64 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def directory_manifest(root: Path) -> list[tuple[str, str]]:
-    """Sorted (relative posix path, sha256) of every regular file below root.
+def _entries(root: Path) -> list[tuple[str, str, str]]:
+    """(relative posix path, kind, full path) of every entry below root, links not followed."""
+    found: list[tuple[str, str, str]] = []
+    for current, dirs, files in os.walk(root, followlinks=False):
+        for name in dirs + files:
+            full = os.path.join(current, name)
+            mode = os.lstat(full).st_mode
+            kind = (
+                "link"
+                if stat.S_ISLNK(mode)
+                else "dir"
+                if stat.S_ISDIR(mode)
+                else "file"
+                if stat.S_ISREG(mode)
+                else "FIFO"
+                if stat.S_ISFIFO(mode)
+                else "socket"
+                if stat.S_ISSOCK(mode)
+                else "device file"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "special file"
+            )
+            found.append((Path(full).relative_to(root).as_posix(), kind, full))
+    return found
 
-    Sorted explicitly so directory listing order never leaks into a hash.
+
+def directory_manifest(root: Path) -> list[tuple[str, str]]:
+    """Sorted (relative posix path, sha256) of every regular file and symlink below root.
+
+    A symlink is hashed by its target (`symlink:` + target), never followed; FIFOs, sockets and
+    devices carry no content and are left out (`unsafe_entries` names them). Sorted explicitly
+    so directory listing order never leaks into a hash.
     """
     entries: list[tuple[str, str]] = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            entries.append((path.relative_to(root).as_posix(), sha256_file(path)))
+    for name, kind, full in _entries(root):
+        if kind == "file":
+            entries.append((name, sha256_file(Path(full))))
+        elif kind == "link":
+            entries.append((name, sha256_bytes(b"symlink:" + os.fsencode(os.readlink(full)))))
     entries.sort()
     return entries
+
+
+def unsafe_entries(root: Path) -> list[str]:
+    """What makes a snapshot not what its hash says: symlinks leading outside it, FIFOs,
+    sockets and device files (one line each, naming the entry)."""
+    base = os.path.realpath(root)
+    problems: list[str] = []
+    for name, kind, full in sorted(_entries(root)):
+        if kind == "link":
+            target = os.path.realpath(full)
+            if target != base and not target.startswith(base + os.sep):
+                problems.append(
+                    f"symlink {name} points outside the snapshot (-> {os.readlink(full)})"
+                )
+        elif kind not in ("file", "dir"):
+            problems.append(f"{name} is a {kind}")
+    return problems
 
 
 def manifest_hash(root: Path) -> str:

@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from rlenv.canonical import canonical_bytes, manifest_hash, sha256_bytes, sha256_file
+from rlenv.canonical import (
+    canonical_bytes,
+    manifest_hash,
+    sha256_bytes,
+    sha256_file,
+    unsafe_entries,
+)
 from rlenv.errors import SpecError, UserError
 from rlenv.files import sys_path
 from rlenv.inputs import InputRecord, load_inputs
@@ -92,6 +98,10 @@ def check_snapshot(env: Environment) -> None:
         raise SpecError(
             f"snapshot.path: directory not found: {snapshot}", where=env.where("snapshot", "path")
         )
+    unsafe = unsafe_entries(snapshot)  # links leading outside, FIFOs, sockets, devices
+    if unsafe:
+        more = f" (and {len(unsafe) - 1} more)" if len(unsafe) > 1 else ""
+        raise SpecError(f"snapshot.path: {unsafe[0]}{more}", where=env.where("snapshot", "path"))
     actual = manifest_hash(snapshot)
     if actual != spec.snapshot.sha256:
         raise SpecError(
@@ -203,15 +213,17 @@ def check_policy_importable(env: Environment) -> None:
 def check_cassette_secrets(env: Environment) -> None:
     """A committed cassette must not carry a credential (not when recording: it scrubs)."""
     from rlenv.world.replay import load_index
-    from rlenv.world.scrub import Scrubber
+    from rlenv.world.scrub import spec_scrubber
+    from rlenv.world.secrets import unallowed
 
     loaded = env.loaded
-    extra = loaded.spec.scrub.extra_names if loaded.spec.scrub else []
+    allow = loaded.spec.scrub.allow if loaded.spec.scrub else []
     for index, tool in enumerate(loaded.spec.tools):
         cassette = loaded.cassette_path(tool)
         if cassette is None:
             continue
-        _, found = load_index(cassette, Scrubber(extra_names=extra))
+        _, found = load_index(cassette, spec_scrubber(loaded))
+        found = unallowed(found, cassette.name, allow)  # findings the spec allow-lists pass
         if found:
             more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
             raise UserError(

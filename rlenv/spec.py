@@ -6,6 +6,7 @@ Every error names the file, the line where it can, the field path and what was e
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -164,6 +165,20 @@ class Scrub(Strict):
 
     extra_names: list[str] = Field(default_factory=list)
     record_errors: bool = False
+    # cassette findings `validate` accepts: `sha256:HEX` of the flagged value (as the refusal
+    # prints it) or `CASSETTE#interaction N`; never the value itself
+    allow: list[str] = Field(default_factory=list)
+
+    @field_validator("allow")
+    @classmethod
+    def _no_raw_values(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            if not re.fullmatch(r"sha256:[0-9a-f]{64}|[^#\s]+#interaction \d+", entry):
+                raise ValueError(
+                    f"entry {entry[:4]}… is neither sha256:<64 hex> nor CASSETTE#interaction N"
+                    " (the allow-list never holds a secret itself)"
+                )
+        return value
 
 
 class Limits(Strict):

@@ -21,8 +21,9 @@ import json
 import logging
 import os
 import random
+import re
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from rlenv.errors import InfraError, ModelOutputError, UserError
 from rlenv.providers.base import ModelReply, ModelRequest
@@ -52,6 +53,19 @@ def _strip_credentials(url: str) -> str:
     if parts.port is not None:
         netloc = f"{netloc}:{parts.port}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+_SECRET_QUERY = re.compile(r"(?i)(key|token|secret|sig|pass|auth|cred|code|session)")
+
+
+def public_url(url: str) -> str:
+    """A base URL fit for run.json: no userinfo, secret-named query values replaced."""
+    parts = urlsplit(_strip_credentials(url))
+    pairs = [
+        (name, "REDACTED" if _SECRET_QUERY.search(name) else value)
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(pairs), ""))
 
 
 def normalise_base_url(url: str) -> str:
@@ -166,7 +180,7 @@ class OpenAIProvider:
     def identity(self) -> dict[str, Any]:
         return {
             "uri": self.uri,
-            "base_url": self.base_url,
+            "base_url": public_url(self.base_url),  # run.json/summary.json: no secret
             "model": self.model_name,
         }
 

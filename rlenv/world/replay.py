@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,9 @@ def normalise_url(uri: str) -> str:
     return urlunsplit((scheme, netloc, parts.path or "/", query, ""))
 
 
+_MULTIPART_START = re.compile(rb"^--([^\r\n]{1,200})\r?\n")
+
+
 def canonical_body(body: bytes | str | None) -> bytes:
     """JSON bodies compare by content (key order, spacing ignored); form bodies by sorted pairs."""
     if body is None:
@@ -48,6 +52,12 @@ def canonical_body(body: bytes | str | None) -> bytes:
         return b"json:" + canonical_bytes(json.loads(raw))
     except (ValueError, TypeError):
         pass
+    multipart = _MULTIPART_START.match(raw)
+    if multipart:  # the boundary is random per request: compare the parts
+        boundary = multipart.group(1)
+        parts = [part.strip(b"\r\n") for part in raw.split(b"--" + boundary)]
+        cleaned = [part.decode("utf-8", "replace") for part in parts if part not in (b"", b"--")]
+        return b"multipart:" + canonical_bytes(cleaned)
     text = raw.decode("utf-8", "replace")
     if "=" in text and " " not in text and "\n" not in text:
         pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=False)
@@ -91,7 +101,7 @@ def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
             "names": scrubber.names.pattern,
             "headers": sorted(scrubber.headers),
             "extra": sorted(scrubber.extra),
-            "format": 1,
+            "format": 2,
         }
     )
     return default_cache_dir() / "cassette-index" / f"{cassette_sha}-{config[:16]}.pickle"

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import contextlib
+import gzip
 import json
+import os
 import re
+import zlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -11,14 +17,18 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 if TYPE_CHECKING:
     from rlenv.spec import LoadedSpec
 
+from rlenv.world.secrets import ValueRedactor, secrets_in_play
+
 REDACTED = "REDACTED"
 
 DEFAULT_SECRET_NAMES = (
     # names only: bare "key", "session" or "sig" are too often ordinary request fields, and a
     # scrubbed field no longer tells two recorded requests apart
-    r"(?i)^(.*[_-])?(api[_-]?key|apikey|token|access[_-]?token|refresh[_-]?token|id[_-]?token"
-    r"|secret|client[_-]?secret|password|passwd|authorization|sessionid|session[_-]?token"
-    r"|signature|credential|credentials|private[_-]?key)$"
+    # (camelCase names are matched with their humps split: authToken -> auth_Token)
+    r"(?i)^(.*[_ .-])?(api[_ -]?key|apikey|token|access[_-]?token|refresh[_-]?token|id[_-]?token"
+    r"|auth[_-]?token|secret|client[_-]?secret|secret[_-]?access[_-]?key|access[_-]?key"
+    r"|password|passwd|passphrase|authorization|sessionid|session[_-]?token|jwt|bearer"
+    r"|signature|credential|credentials|private[_-]?key|private[_-]?token|subscription[_-]?key)$"
 )
 DEFAULT_SECRET_HEADERS = (
     "authorization",
@@ -31,6 +41,8 @@ DEFAULT_SECRET_HEADERS = (
     "x-access-token",
     "openai-organization",
     "x-goog-api-key",
+    "private-token",
+    "x-amz-security-token",
 )
 
 
@@ -42,31 +54,53 @@ class Scrubber:
         names: str = DEFAULT_SECRET_NAMES,
         headers: Iterable[str] = DEFAULT_SECRET_HEADERS,
         extra_names: Iterable[str] = (),
+        known: Iterable[str] | None = None,
     ) -> None:
         self.names = re.compile(names)
         self.extra = {name.lower() for name in extra_names}
         self.headers = {name.lower() for name in headers} | self.extra
-        # secret values seen in requests, so a response that echoes one is scrubbed too
-        self.seen: set[str] = set()
+        # secrets searched by value everywhere: those in play (secret-named environment
+        # variables, credentials and query values of URLs in the environment) and every value
+        # a name rule hid, so a later request or response that carries one is scrubbed too
+        self.values = ValueRedactor(
+            secrets_in_play(os.environ) if known is None else known, REDACTED
+        )
+
+    @property
+    def seen(self) -> set[str]:
+        return self.values.secrets
 
     def _hide(self, value: str) -> str:
-        for part in (value, *value.replace(";", " ").replace("=", " ").split()):
-            if len(part) >= 8:
-                self.seen.add(part)
+        parts = {value, *value.replace(";", " ").replace("=", " ").replace(",", " ").split()}
+        for part in list(parts):  # a Basic credential: its user:password and password too
+            try:
+                decoded = base64.b64decode(part, validate=True).decode()
+            except (binascii.Error, ValueError):
+                continue
+            if ":" in decoded:
+                parts |= {decoded, decoded.split(":", 1)[1]}
+        self.values.add(part for part in parts if part.lower() not in _NOT_SECRET)
         return REDACTED
 
     def redact_seen(self, text: str) -> str:
-        for secret in sorted(self.seen, key=len, reverse=True):
-            text = text.replace(secret, REDACTED)
-        return text
+        return self.values.text(text)
 
     def is_secret_name(self, name: str) -> bool:
-        return bool(self.names.match(name)) or name.lower() in self.extra
+        humps = _HUMPS.sub("_", name)
+        return (
+            bool(self.names.match(name))
+            or bool(self.names.match(humps))
+            or name.lower() in self.extra
+        )
 
     def is_secret_header(self, name: str) -> bool:
         lowered = name.lower()
-        return lowered in self.headers or (
-            lowered.startswith("x-") and self.is_secret_name(lowered[2:])
+        return (
+            lowered in self.headers
+            or self.is_secret_name(lowered)
+            or (lowered.startswith("x-") and self.is_secret_name(lowered[2:]))
+            or (lowered.startswith("x-") and lowered.endswith("-auth"))
+            or lowered.endswith("-subscription-key")
         )
 
     def url(self, uri: str) -> str:
@@ -86,7 +120,9 @@ class Scrubber:
             )
         else:
             query = parts.query
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+        path = self.redact_seen(parts.path)
+        query = self.redact_seen(query)
+        return urlunsplit((parts.scheme, netloc, path, query, parts.fragment))
 
     def json_value(self, value: Any) -> Any:
         if isinstance(value, dict):
@@ -105,10 +141,27 @@ class Scrubber:
         return value
 
     def body(self, body: bytes | str | None, content_type: str = "") -> bytes | str | None:
-        if not body:
+        """Name rules (JSON, form, multipart fields), then every known secret by value."""
+        named = self._named_body(body, content_type)
+        return self.values.any(named)
+
+    def _named_body(self, body: bytes | str | None, content_type: str) -> bytes | str | None:
+        if not body or not isinstance(body, bytes | str):
             return body
         text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        if isinstance(body, bytes) and text.encode() != body:
+            return body  # binary (gzip, images): searched by value only
         stripped = text.lstrip()
+        if "multipart/" in content_type or _MULTIPART.match(text):
+            scrubbed = _MULTIPART_FIELD.sub(
+                lambda m: (
+                    m.group(1) + self._hide(m.group(3)) + m.group(4)
+                    if self.is_secret_name(m.group(2))
+                    else m.group(0)
+                ),
+                text,
+            )
+            return scrubbed.encode() if isinstance(body, bytes) else scrubbed
         if "json" in content_type or stripped[:1] in ("{", "["):
             try:
                 data = json.loads(text)
@@ -132,11 +185,17 @@ class Scrubber:
         """vcrpy before_record_request hook: scrub URL, headers and body in place."""
         request.uri = self.url(request.uri)
         for name in list(request.headers):
+            value = request.headers[name]
             if self.is_secret_header(name):
-                value = request.headers[name]
                 for item in value if isinstance(value, list) else [value]:
                     self._hide(str(item))
                 request.headers[name] = REDACTED
+        for name in list(request.headers):
+            value = request.headers[name]
+            if isinstance(value, list):
+                request.headers[name] = [self.redact_seen(str(item)) for item in value]
+            else:
+                request.headers[name] = self.redact_seen(str(value))
         content_type = _header(request.headers, "content-type")
         request.body = self.body(request.body, content_type)
         return request
@@ -146,14 +205,20 @@ class Scrubber:
         headers = response.get("headers") or {}
         for name in list(headers):
             if self.is_secret_header(name):
+                for item in headers[name]:
+                    self._hide(str(item))
                 headers[name] = [REDACTED]
-            else:
-                headers[name] = [self.redact_seen(str(item)) for item in headers[name]]
+        for name in list(headers):
+            headers[name] = [self.redact_seen(str(item)) for item in headers[name]]
         body = response.get("body") or {}
         raw = body.get("string")
         if raw:
+            raw = self.values.any(raw)
+            body["string"] = raw
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-            scrubbed = self.redact_seen(text)
+            if isinstance(raw, bytes) and text.encode() != raw:
+                return response  # binary (gzip): searched by value only
+            scrubbed = text
             try:  # secret-named JSON fields in a response (e.g. an issued token)
                 data = json.loads(scrubbed)
                 hidden = self.json_value(data)
@@ -172,6 +237,16 @@ def spec_scrubber(loaded: LoadedSpec) -> Scrubber:
     return Scrubber(extra_names=extra)
 
 
+_NOT_SECRET = {"httponly", "secure", "samesite", "bearer", "basic", "max-age", "expires"}
+_HUMPS = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_MULTIPART = re.compile(r"^--[^\r\n]{1,200}\r?\n")
+_MULTIPART_FIELD = re.compile(
+    r'(Content-Disposition:[^\r\n]*\bname="([^"]*)"[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n)'
+    r"(.*?)(\r?\n--)",
+    re.IGNORECASE | re.DOTALL,
+)
+
+
 def _header(headers: Any, name: str) -> str:
     for key in headers:
         if key.lower() == name:
@@ -183,7 +258,7 @@ def _header(headers: Any, name: str) -> str:
 TOKEN_PATTERNS = re.compile(
     r"(sk-[A-Za-z0-9_-]{16,}|sk_live_[A-Za-z0-9]{16,}|ghp_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"
     r"|AKIA[0-9A-Z]{16}|xox[abpr]-[A-Za-z0-9-]{10,}|AIza[0-9A-Za-z_-]{30,}"
-    r"|Bearer\s+[A-Za-z0-9._~+/-]{12,}=*|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
+    r"|Bearer\s+[A-Za-z0-9._~+/-]{12,}=*|Basic\s+[A-Za-z0-9+/]{12,}=*|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,})"
 )
 
 
@@ -216,7 +291,14 @@ def find_secrets(interactions: list[tuple[Any, dict[str, Any]]], scrubber: Scrub
         ):
             if not body:
                 continue
+            if isinstance(body, bytes) and body[:2] == b"\x1f\x8b":
+                with contextlib.suppress(OSError, EOFError, zlib.error):
+                    body = gzip.decompress(body)
             text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
+            if not text.lstrip().startswith(("{", "[")):
+                hidden = Scrubber(known=())._named_body(text, "")
+                if hidden != text:
+                    found.append(f"{where}: {label} has a secret-named field")
             try:
                 data = json.loads(text)
             except ValueError:
@@ -232,4 +314,7 @@ def find_secrets(interactions: list[tuple[Any, dict[str, Any]]], scrubber: Scrub
                 found.append(
                     f"{where}: {label} contains a token-like value {_mask(token.group(0))}"
                 )
+    from rlenv.world.secrets import scan
+
+    found += [finding.message() for finding in scan(interactions, REDACTED)]
     return found

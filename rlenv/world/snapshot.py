@@ -6,11 +6,16 @@ import os
 import shutil
 from pathlib import Path
 
-from rlenv.canonical import directory_manifest
+from rlenv.canonical import directory_manifest, unsafe_entries
+from rlenv.errors import UserError
 
 
 def fresh_copy(snapshot: Path | None, destination: Path) -> Path:
     """Copy the snapshot (or create an empty dir) at destination, replacing any leftover."""
+    if snapshot is not None:
+        unsafe = unsafe_entries(snapshot)  # never follow a link outside, never read a device
+        if unsafe:
+            raise UserError(f"snapshot.path: {unsafe[0]}", where=str(snapshot))
     if destination.exists():
         shutil.rmtree(destination)
     if snapshot is None:
