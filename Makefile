@@ -43,6 +43,7 @@ lint: venv
 	$(BIN)/ruff check rlenv tests envs bench
 	$(BIN)/ruff format --check rlenv tests envs bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: venv
 	$(BIN)/ruff format rlenv tests envs bench

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv import __version__
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.canonical import canonical_bytes
 from rlenv.clock import monotonic, wall_now
@@ -26,6 +25,7 @@ from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_refer
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import ResultsWriter, RunDigest, iter_results, read_results
 from rlenv.seeding import derive_seed
+from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig, tool_schemas
 
 DEFAULT_CONCURRENCY = 4

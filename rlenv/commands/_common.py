@@ -90,7 +90,7 @@ def progress_bar(enabled: bool, label: str) -> Iterator[Advance | None]:
 
 def _print_version(value: bool) -> None:
     if value:
-        from rlenv import __version__
+        from rlenv.version import __version__
 
         typer.echo(f"rlenv {__version__}")
         raise typer.Exit()

@@ -38,9 +38,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlenv import __version__, worker
+from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
+from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig
 from rlenv.world.freeze import FROZEN_ENV
 

@@ -200,7 +200,7 @@ class OpenAIProvider:
     def _new_client(self) -> Any:
         import httpx
 
-        from rlenv import __version__
+        from rlenv.version import __version__
 
         headers = {"User-Agent": f"rlenv/{__version__}"}
         auth = None

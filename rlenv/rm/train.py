@@ -308,8 +308,8 @@ def train(
     """Train on a preference file and write DIR/head.npz + DIR/manifest.json."""
     import time
 
-    from rlenv import __version__
     from rlenv.rm.embed import model_identity
+    from rlenv.version import __version__
 
     started = time.perf_counter()
     if epochs < 1:
