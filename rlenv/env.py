@@ -74,19 +74,38 @@ def _located(env: Environment, *loc: str | int) -> Iterator[None]:
 # (hashes, inputs, warnings) and raises on the first problem.
 
 
+def _pinned_file(
+    path: Path,
+    pinned: str | None,
+    field: str,
+    *,
+    where: str,
+    where_hash: str,
+    missing: str = "file",
+) -> str:
+    """The sha256 of a file the spec references; refuse it when missing or not as pinned."""
+    if not path.is_file():
+        raise SpecError(f"{field}.path: {missing} not found: {path}", where=where)
+    actual = sha256_file(path)
+    if pinned and actual != pinned:
+        raise SpecError(
+            f"{field}.sha256: hash mismatch for {path.name}: pinned {pinned[:12]}…,"
+            f" file has {actual}",
+            where=where_hash,
+        )
+    return actual
+
+
 def check_inputs_file(env: Environment) -> None:
     """The held-out inputs file exists and matches its pinned sha256."""
-    spec, inputs = env.loaded.spec, env.loaded.inputs_path
-    if not inputs.is_file():
-        raise SpecError(f"inputs.path: file not found: {inputs}", where=env.where("inputs", "path"))
-    actual = sha256_file(inputs)
-    if actual != spec.inputs.sha256:
-        raise SpecError(
-            f"inputs.sha256: hash mismatch for {inputs.name}: pinned {spec.inputs.sha256[:12]}…,"
-            f" file has {actual}",
-            where=env.where("inputs", "path"),
-        )
-    env.file_hashes["inputs"] = actual
+    where = env.where("inputs", "path")
+    env.file_hashes["inputs"] = _pinned_file(
+        env.loaded.inputs_path,
+        env.loaded.spec.inputs.sha256,
+        "inputs",
+        where=where,
+        where_hash=where,
+    )
 
 
 def check_snapshot(env: Environment) -> None:
@@ -119,20 +138,14 @@ def check_cassette_files(env: Environment) -> None:
         cassette = loaded.cassette_path(tool)
         if cassette is None or tool.cassette is None:
             continue
-        name = f"tools[{index}].cassette"
-        if not cassette.is_file():
-            raise SpecError(
-                f"{name}.path: cassette not found: {cassette}",
-                where=env.where("tools", index, "cassette", "path"),
-            )
-        actual = sha256_file(cassette)
-        if tool.cassette.sha256 and actual != tool.cassette.sha256:
-            raise SpecError(
-                f"{name}.sha256: hash mismatch for {cassette.name}: pinned"
-                f" {tool.cassette.sha256[:12]}…, file has {actual}",
-                where=env.where("tools", index, "cassette", "sha256"),
-            )
-        env.file_hashes[f"tools.{tool.name}.cassette"] = actual
+        env.file_hashes[f"tools.{tool.name}.cassette"] = _pinned_file(
+            cassette,
+            tool.cassette.sha256,
+            f"tools[{index}].cassette",
+            where=env.where("tools", index, "cassette", "path"),
+            where_hash=env.where("tools", index, "cassette", "sha256"),
+            missing="cassette",
+        )
 
 
 def check_reward_model_files(env: Environment) -> None:
@@ -147,20 +160,13 @@ def check_reward_model_files(env: Environment) -> None:
         ref = getattr(reward, name, None)
         if ref is None:
             continue
-        path = loaded.resolve(ref.path)
-        if not path.is_file():
-            raise SpecError(
-                f"reward_model.{name}.path: file not found: {path}",
-                where=env.where("reward_model", name, "path"),
-            )
-        actual = sha256_file(path)
-        if ref.sha256 and actual != ref.sha256:
-            raise SpecError(
-                f"reward_model.{name}.sha256: hash mismatch for {path.name}: pinned"
-                f" {ref.sha256[:12]}…, file has {actual}",
-                where=env.where("reward_model", name, "sha256"),
-            )
-        env.file_hashes[f"reward_model.{name}"] = actual
+        env.file_hashes[f"reward_model.{name}"] = _pinned_file(
+            loaded.resolve(ref.path),
+            ref.sha256,
+            f"reward_model.{name}",
+            where=env.where("reward_model", name, "path"),
+            where_hash=env.where("reward_model", name, "sha256"),
+        )
 
 
 def check_inputs(env: Environment) -> None:

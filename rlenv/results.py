@@ -1,4 +1,4 @@
-"""Run records: the typed record and its statuses, streamed canonical JSON lines, the run
+"""Run records: the typed record and its statuses, streamed sorted-key JSON lines, the run
 digest, and the first divergence between two runs.
 
 :class:`RolloutRecord` and :class:`Status` are the contract between the worker that writes a
@@ -148,7 +148,10 @@ def encode_line(record: dict[str, Any]) -> bytes:
 
 
 class ResultsWriter:
-    """Appends one canonical JSON line per finished rollout and flushes it at once."""
+    """Appends one sorted-key compact JSON line per finished rollout and flushes it at once.
+
+    Only the digests are canonical (RFC 8785); the line itself need not be byte-canonical.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
