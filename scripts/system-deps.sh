@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install the Debian packages the test suite needs, idempotently:
-#   bubblewrap  process isolation for code-executing verifiers (rlenv/sandbox.py)
+#   bubblewrap  process isolation for code-executing verifiers (rlenv/sandbox/)
 #   faketime    libfaketime, the frozen clock inside that sandbox and for tool subprocesses
 #   chromium    headless rendering of report.html in the report tests
-# Does nothing (and needs no root) when both are already present.
+# Does nothing (and needs no root) when all three are already present. Exits non-zero when one
+# is missing and cannot be installed, or is still missing (or bubblewrap cannot start a
+# sandbox) afterwards: `make test` and CI fail instead of skipping the tests that need them.
 set -euo pipefail
 
 have_faketime_lib() {
@@ -15,13 +17,26 @@ have_faketime_lib() {
   return 1
 }
 
-missing=()
-command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-have_faketime_lib || missing+=(faketime)
-[ -x /usr/bin/chromium ] || missing+=(chromium)
+find_missing() {
+  missing=()
+  command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+  have_faketime_lib || missing+=(faketime)
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+}
 
+# present is not enough: bubblewrap must be able to start a sandbox here (namespaces allowed)
+check_sandbox() {
+  if ! bwrap --ro-bind / / --unshare-net --unshare-pid --dev /dev --proc /proc true 2>/dev/null; then
+    echo "system-deps: bubblewrap is installed but cannot start a sandbox here" \
+         "(namespaces not permitted: run with --privileged or enable user namespaces)" >&2
+    exit 1
+  fi
+}
+
+find_missing
 if [ "${#missing[@]}" -eq 0 ]; then
-  echo "system-deps: bubblewrap, libfaketime and chromium already present"
+  check_sandbox
+  echo "system-deps: bubblewrap (working), libfaketime and chromium already present"
   exit 0
 fi
 
@@ -44,3 +59,11 @@ export DEBIAN_FRONTEND=noninteractive
 echo "system-deps: installing ${missing[*]}"
 "${SUDO[@]}" apt-get update -qq
 "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+find_missing
+if [ "${#missing[@]}" -ne 0 ]; then
+  echo "system-deps: still missing after install: ${missing[*]}" >&2
+  exit 1
+fi
+check_sandbox
+echo "system-deps: bubblewrap (working), libfaketime and chromium installed"

@@ -95,7 +95,8 @@ class ChatServer(ThreadingHTTPServer):
         self.answer: AnswerRule = answer or default_answer
         self.received: list[Any] = []
         #: one entry per request, aligned with `received`:
-        #: {"fault", "time" (monotonic), "sha256" (of the raw body), "authorization" (header)}
+        #: {"fault", "time" (monotonic), "sha256" (of the raw body), "authorization" (header),
+        #:  "peer" (the client's address: one per TCP connection, so reuse is countable)}
         self.log: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         self.stopping = threading.Event()
@@ -105,7 +106,13 @@ class ChatServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         return f"http://{host}:{port}"
 
-    def admit(self, body: Any, digest: str, authorization: str | None = None) -> str:
+    def admit(
+        self,
+        body: Any,
+        digest: str,
+        authorization: str | None = None,
+        peer: tuple[str, int] | None = None,
+    ) -> str:
         """Record a request and choose its fault (atomically, so the plan is consumed in order)."""
         with self.lock:
             fault = None
@@ -124,6 +131,7 @@ class ChatServer(ThreadingHTTPServer):
                     "time": time.monotonic(),
                     "sha256": digest,
                     "authorization": authorization,
+                    "peer": peer,
                 }
             )
             return fault
@@ -264,7 +272,10 @@ class ChatHandler(BaseHTTPRequestHandler):
             body = None
         server = self.server
         fault = server.admit(
-            body if body is not None else raw, digest, self.headers.get("Authorization")
+            body if body is not None else raw,
+            digest,
+            self.headers.get("Authorization"),
+            self.client_address[:2],
         )
         headers = {"X-Received-Body-Sha256": digest}
         if server.latency_s:

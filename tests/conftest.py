@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +21,58 @@ ROOT = Path(__file__).resolve().parents[1]
 # grader and cassette-index caches of the suite live in a temp dir, never in ~/.cache
 os.environ.setdefault("RLENV_CACHE_DIR", tempfile.mkdtemp(prefix="rlenv-test-cache-"))
 RLENV = Path(sys.executable).parent / "rlenv"
+
+
+def readme_figures(pattern: str) -> tuple[str, ...]:
+    """The groups of `pattern` in README.md, whitespace collapsed (so a figure may wrap): the
+    figures a test compares with the output of the command that prints them."""
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    found = re.search(pattern, text)
+    assert found, f"README.md no longer matches {pattern!r}: update the test with the README"
+    return found.groups()
+
+
+def as_written(value: float, figure: str) -> str:
+    """`value` rounded the way the README writes `figure` (as many decimals)."""
+    decimals = len(figure.partition(".")[2])
+    return f"{value:.{decimals}f}"
+
+
+def in_ci() -> bool:
+    """True under CI (`CI` set and not "0"/"false"): CI promises every system dependency."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def require(available: bool, what: str) -> None:
+    """Skip the calling test when a system dependency is missing here, but fail it under CI,
+    where scripts/system-deps.sh must have installed it: a missing sandbox never turns green."""
+    if available:
+        return
+    message = f"{what} is missing here (scripts/system-deps.sh installs it)"
+    if in_ci():
+        pytest.fail(f"{message}; CI is set, so this is a failure, not a skip", pytrace=False)
+    pytest.skip(message)
+
+
+def require_tool(name: str) -> None:
+    """`require` for a command on PATH (bwrap, unshare, faketime...)."""
+    require(shutil.which(name) is not None, name)
+
+
+def needs(available: bool, what: str) -> pytest.MarkDecorator:
+    """Marker form of `require`: `@needs(probe_mechanism() != "rlimits", "bubblewrap")`."""
+    return pytest.mark.system_dep(available=available, what=what)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "system_dep(available, what): skip when missing, fail under CI (see `needs`)"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("system_dep"):
+        require(mark.kwargs["available"], mark.kwargs["what"])
 
 
 def cli(

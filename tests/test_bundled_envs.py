@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, cli
+from tests.conftest import ROOT, as_written, cli, readme_figures
 
 SEARCH = ROOT / "envs" / "search.yaml"
 
@@ -38,3 +38,13 @@ def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
     assert padded["pass_rate"]["value"] == 0.0
     assert padded["reward"]["mean"] > baseline["reward"]["mean"], "the RM pays for padding"
     assert "high_suspect_rate" in {flag["name"] for flag in padded["flags"]}
+    # the README's figures for these runs
+    baseline_figure, null_figure = readme_figures(
+        r"Baseline policy \(`search_env\.policies:baseline`\) scores (\d\.\d+),"
+        r" `:null` scores (\d+), `:padded` \(a length-and-keyword hacker\) passes `mentions`"
+        r" but never `exact`"
+    )
+    assert as_written(baseline["pass_rate"]["value"], baseline_figure) == baseline_figure
+    assert as_written(null["pass_rate"]["value"], null_figure) == null_figure
+    rates = {name: row["rate"] for name, row in padded["verifiers"].items()}
+    assert rates["mentions"] > 0 and rates["exact"] == 0

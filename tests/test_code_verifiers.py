@@ -3,21 +3,37 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from rlenv.sandbox import probe_mechanism
-from tests.conftest import EnvBuilder, cli, read_jsonl
+from tests.conftest import EnvBuilder, cli, needs, read_jsonl
 
 ANSWERS = {
     "good": "def add(a, b):\n    return a + b\n",
     "wrong": "def add(a, b):\n    return a - b\n",
+    # the escapes are correct solutions that also peek at the gold or connect out: they pass
+    # unless the sandbox stops the peek or the connection (see the control run below)
     "peek": "import pathlib\nGOLD = pathlib.Path({gold!r}).read_text()\n"
     "def add(a, b):\n    return a + b\n",
-    "net": "import socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+    "net": "import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=1).close()\n"
     "def add(a, b):\n    return a + b\n",
     "loop": "while True:\n    pass\n",
+}
+TESTS = "from solution import add\nassert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
+# why each escape must fail inside the sandbox: the file is absent from its view (not merely
+# unreadable), the loopback server is in another network namespace
+ISOLATION_ERRORS = {
+    "peek": ("FileNotFoundError",),
+    "net": ("Network is unreachable", "ConnectionRefusedError"),
 }
 
 POLICY = """
@@ -28,15 +44,70 @@ def policy(messages, tools, ctx):
 """
 
 
-@pytest.mark.skipif(probe_mechanism() == "rlimits", reason="no bubblewrap or unshare here")
-def test_python_tests_verifier_in_the_sandbox(env_builder: EnvBuilder, tmp_path: Path) -> None:
-    gold = tmp_path / "gold.txt"
-    gold.write_text("the hidden answer")
-    answers = {key: value.format(gold=str(gold)) for key, value in ANSWERS.items()}
-    tests = "from solution import add\nassert add(2, 3) == 5\nassert add(-1, 1) == 0\n"
+@pytest.fixture
+def gold() -> Iterator[Path]:
+    """A gold answer any host uid can read (world-readable dir under /tmp, not pytest's 0700
+    tmp_path), so only the sandbox's isolation can keep the code from it."""
+    folder = Path(tempfile.mkdtemp(prefix="rlenv-gold-"))
+    folder.chmod(0o755)
+    answer = folder / "gold.txt"
+    answer.write_text("the hidden answer")
+    answer.chmod(0o644)
+    yield answer
+    shutil.rmtree(folder)
+
+
+@pytest.fixture
+def server() -> Iterator[socket.socket]:
+    """A listening loopback server on the host (port 9 was simply closed: any run failed)."""
+    listening = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listening.bind(("127.0.0.1", 0))
+    listening.listen(8)
+    yield listening
+    listening.close()
+
+
+def control_run(code: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """The same solution and tests on the host, outside any sandbox."""
+    folder.mkdir()
+    (folder / "solution.py").write_text(code)
+    (folder / "test_solution.py").write_text(TESTS)
+    return subprocess.run(
+        [sys.executable, "-s", "test_solution.py"],
+        cwd=folder,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def accepted(server: socket.socket) -> int:
+    """How many connections are waiting on the server (accepted and closed here)."""
+    server.setblocking(False)
+    count = 0
+    while True:
+        try:
+            connection, _ = server.accept()
+        except BlockingIOError:
+            return count
+        connection.close()
+        count += 1
+
+
+@needs(probe_mechanism() != "rlimits", "a namespace sandbox (bubblewrap or unshare)")
+def test_python_tests_verifier_in_the_sandbox(
+    env_builder: EnvBuilder, tmp_path: Path, gold: Path, server: socket.socket
+) -> None:
+    port = server.getsockname()[1]
+    answers = {key: value.format(gold=str(gold), port=port) for key, value in ANSWERS.items()}
+    for escape in ("peek", "net"):  # control: outside the sandbox each escape works and passes
+        control = control_run(answers[escape], tmp_path / f"control-{escape}")
+        assert control.returncode == 0, (escape, control.stderr)
+    assert accepted(server) == 1, "the control run reached the loopback server"
     spec = env_builder.write(
         POLICY.format(answers=json.dumps(answers)),
-        inputs=[{"id": key, "prompt": key, "tests": tests} for key in answers],
+        inputs=[{"id": key, "prompt": key, "tests": TESTS} for key in answers],
         verifiers=[
             {
                 "name": "unit",
@@ -56,5 +127,9 @@ def test_python_tests_verifier_in_the_sandbox(env_builder: EnvBuilder, tmp_path:
     for escape in ("wrong", "peek", "net", "loop"):
         assert records[escape]["passed"] is False, (escape, records[escape]["verifiers"])
         assert records[escape]["status"] == "ok"  # a verifier failure, not a crash
+    for escape, errors in ISOLATION_ERRORS.items():  # ... and they failed because of isolation
+        detail = records[escape]["verifiers"][0]["detail"] or ""
+        assert any(error in detail for error in errors), (escape, detail)
+    assert accepted(server) == 0, "nothing from inside the sandbox reached the server"
     again = cli("run", str(spec), "--out", str(tmp_path / "again"), "--json")
     assert json.loads(again.stdout)["digest"] == summary["digest"]

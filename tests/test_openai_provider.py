@@ -242,9 +242,14 @@ def test_transient_faults_are_retried(chat: Callable[..., ChatServer], plan: lis
     assert len({entry["sha256"] for entry in server.log}) == 1, "a retry resends the same body"
 
 
+# A hang never answers (until the server stops); the timeout is generous so that an answering
+# server always beats it, even on a loaded machine: the timeout, not a race, decides.
+HANG_TIMEOUT_S = 2.0
+
+
 def test_hang_times_out_and_is_retried(chat: Callable[..., ChatServer]) -> None:
-    server = chat(faults=["hang"], hang_s=30)
-    reply = complete(provider_for(server, request_timeout=0.3), request())
+    server = chat(faults=["hang"], hang_s=600)
+    reply = complete(provider_for(server, request_timeout=HANG_TIMEOUT_S), request())
     assert reply.message["content"] == "echo: hello there"
     assert [entry["fault"] for entry in server.log] == ["hang", "ok"]
 
@@ -288,9 +293,9 @@ def test_persistent_500_is_an_infra_error(chat: Callable[..., ChatServer]) -> No
 
 
 def test_persistent_hang_is_an_infra_error(chat: Callable[..., ChatServer]) -> None:
-    server = chat(default_fault="hang")
+    server = chat(default_fault="hang", hang_s=600)
     with pytest.raises(InfraError, match="openai: timeout after 2 attempts: ReadTimeout"):
-        complete(provider_for(server, max_retries=1, request_timeout=0.2), request())
+        complete(provider_for(server, max_retries=1, request_timeout=HANG_TIMEOUT_S), request())
 
 
 def test_rejected_request_is_infra_error_without_retry(chat: Callable[..., ChatServer]) -> None:
@@ -332,21 +337,40 @@ def test_unreachable_endpoint_is_an_infra_error() -> None:
         complete(provider, request())
 
 
-def test_64_concurrent_requests_share_one_client(chat: Callable[..., ChatServer]) -> None:
+def test_64_concurrent_requests_share_one_client(
+    chat: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
     server = chat(latency_s=0.05)
+    created: list[httpx.AsyncClient] = []
+
+    class CountedClient(httpx.AsyncClient):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            created.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(httpx, "AsyncClient", CountedClient)
     provider = provider_for(server, request_timeout=60.0, max_retries=0)  # no hidden retries
 
-    async def go() -> list[ModelReply]:
+    async def wave(seeds: range) -> list[ModelReply]:
+        return await asyncio.gather(*(provider.complete(request(seed=seed)) for seed in seeds))
+
+    async def go() -> tuple[list[ModelReply], list[ModelReply]]:
         try:
-            return await asyncio.gather(
-                *(provider.complete(request(seed=seed)) for seed in range(64))
-            )
+            return await wave(range(64)), await wave(range(64, 128))
         finally:
             await provider.aclose()
 
-    replies = asyncio.run(go())
-    assert [reply.extra["sent"]["seed"] for reply in replies] == list(range(64))
-    assert sorted(body["seed"] for body in server.received) == list(range(64))
+    first, second = asyncio.run(go())
+    assert [reply.extra["sent"]["seed"] for reply in first] == list(range(64))
+    assert [reply.extra["sent"]["seed"] for reply in second] == list(range(64, 128))
+    assert sorted(body["seed"] for body in server.received) == list(range(128))
+    assert len(created) == 1, f"{len(created)} HTTP clients for 128 requests, not one shared"
+    assert created[0].is_closed, "aclose closes the shared client"
+    first_peers = {entry["peer"] for entry in server.log[:64]}
+    all_peers = {entry["peer"] for entry in server.log}
+    assert len(first_peers) <= 64 and all_peers == first_peers, (
+        "the second wave reuses the shared client's pooled connections"
+    )
 
 
 # -- through the real CLI ------------------------------------------------------------------

@@ -40,13 +40,15 @@ def policy(messages, tools, ctx):
 """
 
 
-def _interaction(method: str, uri: str, body: str | None, response: dict) -> dict:
+def _interaction(
+    method: str, uri: str, body: str | None, response: dict, content_type: str = "application/json"
+) -> dict:
     return {
         "request": {
             "method": method,
             "uri": uri,
             "body": body,
-            "headers": {"Content-Type": ["application/json"]} if body else {},
+            "headers": {"Content-Type": [content_type]} if body else {},
         },
         "response": {
             "status": {"code": 200, "message": "OK"},
@@ -184,14 +186,89 @@ def test_corrupt_cassette_is_a_user_error(env_builder: EnvBuilder, tmp_path: Pat
     assert "lookup.yaml: cassette cannot be read" in result.stderr
 
 
-def test_index_lookup_matches_vcrpy_semantics() -> None:
-    from rlenv.world.replay import request_key
+JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
+API = "http://api.example.test"
+# (method, uri, body, content type): what a cassette holds ...
+RECORDED = [
+    ("GET", f"{API}/v1/items?b=2&a=1", None, JSON),
+    ("POST", f"{API}/v1/lookup", '{"term": "apple", "lang": "en"}', JSON),
+    ("POST", f"{API}/v1/lookup", '{"term": "pear", "lang": "en"}', JSON),
+    ("POST", "http://api.example.test:8080/v1/lookup", '{"term": "apple", "lang": "en"}', JSON),
+    ("POST", "https://api.example.test/v1/form", "term=apple&lang=en", FORM),
+    ("PUT", f"{API}/v1/lookup", '{"term": "apple", "lang": "en"}', JSON),
+    ("POST", f"{API}/v1/list", '{"y": [1, 2], "x": 1}', JSON),
+    ("GET", API, None, JSON),
+]
+# ... and requests a tool makes: equal to a recorded one up to normalisation, or not
+PROBES = [
+    ("GET", "http://API.example.test:80/v1/items?a=1&b=2", None, JSON),
+    ("GET", f"{API}/v1/items?a=1", None, JSON),
+    ("GET", f"{API}/v1/items?a=1&b=3", None, JSON),
+    ("GET", f"{API}/v1/Items?a=1&b=2", None, JSON),
+    ("POST", f"{API}/v1/lookup", '{"lang":"en","term":"apple"}', JSON),
+    ("POST", f"{API}/v1/lookup", '{"term": "pear", "lang": "en"}', JSON),
+    ("POST", f"{API}/v1/lookup", '{"term": "plum", "lang": "en"}', JSON),
+    ("POST", f"{API}/v1/lookup", '{"term": "apple"}', JSON),
+    ("POST", "http://api.example.test:8080/v1/lookup", '{"lang": "en", "term": "apple"}', JSON),
+    ("POST", "http://api.example.test:8081/v1/lookup", '{"term": "apple", "lang": "en"}', JSON),
+    ("POST", "https://api.example.test:443/v1/form", "lang=en&term=apple", FORM),
+    ("POST", f"{API}/v1/form", "term=apple&lang=en", FORM),
+    ("POST", "https://api.example.test/v1/form", "term=apple&lang=fr", FORM),
+    ("PUT", f"{API}/v1/lookup", '{"lang": "en", "term": "apple"}', JSON),
+    ("DELETE", f"{API}/v1/lookup", '{"term": "apple", "lang": "en"}', JSON),
+    ("POST", f"{API}/v1/list", '{"x":1,"y":[1,2]}', JSON),
+    ("POST", f"{API}/v1/list", '{"x": 1, "y": [2, 1]}', JSON),
+    ("GET", f"{API}/", None, JSON),
+    ("GET", "https://api.example.test/", None, JSON),
+]
+# vcrpy's default matchers plus its body matcher (parses JSON and form bodies by content type)
+VCR_MATCH_ON = ("method", "scheme", "host", "port", "path", "query", "body")
+
+
+def test_index_lookup_matches_vcrpy_semantics(tmp_path: Path) -> None:
+    from vcr.config import VCR
+    from vcr.matchers import requests_match
+    from vcr.request import Request
+
+    from rlenv.world.replay import ToolIndex, load_interactions, request_key
+    from rlenv.world.scrub import Scrubber
 
     a = request_key("POST", "http://Host.test:80/a?b=2&a=1", '{"x": 1, "y": [1, 2]}')
     b = request_key("post", "http://host.test/a?a=1&b=2", '{"y":[1,2],"x":1}')
     assert a == b
     assert a != request_key("POST", "http://host.test/a?a=1&b=2", '{"y":[2,1],"x":1}')
     assert a != request_key("PUT", "http://host.test/a?a=1&b=2", '{"y":[1,2],"x":1}')
+
+    cassette = tmp_path / "cassette.yaml"
+    interactions = [
+        _interaction(method, uri, body, {"recorded": number}, kind)
+        for number, (method, uri, body, kind) in enumerate(RECORDED)
+    ]
+    cassette.write_text(yaml.safe_dump({"version": 1, "interactions": interactions}))
+    index = ToolIndex("lookup", cassette, Scrubber()).load()
+    recorded = [request for request, _ in load_interactions(cassette)]
+    matchers = [VCR().matchers[name] for name in VCR_MATCH_ON]
+
+    def by_index(request: Request) -> int | None:
+        response = index.responses.get(index.key_for(request))
+        return None if response is None else json.loads(response["body"]["string"])["recorded"]
+
+    def by_vcrpy(request: Request) -> int | None:
+        matching = (
+            n for n, other in enumerate(recorded) if requests_match(request, other, matchers)
+        )
+        return next(matching, None)
+
+    probes = [
+        Request(method, uri, body, {"Content-Type": kind} if body else {})
+        for method, uri, body, kind in PROBES
+    ]
+    ours = [(probe, by_index(request)) for probe, request in zip(PROBES, probes, strict=True)]
+    vcrpys = [(probe, by_vcrpy(request)) for probe, request in zip(PROBES, probes, strict=True)]
+    assert ours == vcrpys, "the index hits and misses exactly where vcrpy's matchers do"
+    # not vacuous: every recorded interaction is hit by some probe, and some probes miss
+    assert {hit for _, hit in vcrpys} == {*range(len(RECORDED)), None}
 
 
 def test_requests_that_differ_only_in_scrubbed_fields_are_refused(env_builder: EnvBuilder) -> None:

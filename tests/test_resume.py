@@ -7,18 +7,37 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import RLENV, EnvBuilder, cli, read_jsonl
 
-SLOW_POLICY = """
-import time
+GATED_POLICY = """
+import fcntl, pathlib, threading
+GATE = pathlib.Path({gate!r})
+
+def admit():
+    # the test's kill points, without racing the clock: while GATE/budget exists, only that
+    # many policy calls (one per rollout) go through; the next ones block until the kill
+    budget = GATE / "budget"
+    if not budget.exists():
+        return
+    with open(GATE / "lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        calls = GATE / "calls"
+        done = int(calls.read_text()) if calls.exists() else 0
+        if done < int(budget.read_text()):
+            calls.write_text(str(done + 1))
+            return
+    threading.Event().wait()
+
 def policy(messages, tools, ctx):
-    time.sleep(0.03)  # real time passes; the frozen clock does not
+    admit()
     return messages[-1]["content"].split()[-1] if ctx.rng.random() < 0.7 else "nope"
 """
+DEADLINE_S = 120.0  # generous: a loaded machine is slow, never wrong
 
 
 def _inputs(count: int) -> list[dict]:
@@ -34,15 +53,19 @@ def _start(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
     )
 
 
-def _wait_for_lines(path: Path, count: int, process: subprocess.Popen, limit: float = 120) -> None:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if path.exists() and path.read_bytes().count(b"\n") >= count:
-            return
+def _lines(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def _wait_until(ready: Callable[[], bool], process: subprocess.Popen, what: str) -> None:
+    """Poll for an event (a file appearing, a line count) up to a generous deadline."""
+    deadline = time.monotonic() + DEADLINE_S
+    while not ready():
         if process.poll() is not None:
-            pytest.fail("run finished before the kill point")
+            pytest.fail(f"run finished before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not within {DEADLINE_S} s")
         time.sleep(0.01)
-    pytest.fail("kill point not reached")
 
 
 def _kill(process: subprocess.Popen) -> None:
@@ -51,11 +74,18 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 @pytest.fixture
-def slow_env(env_builder: EnvBuilder) -> Path:
-    return env_builder.write(SLOW_POLICY, inputs=_inputs(30), rollouts=2)
+def gate(tmp_path: Path) -> Path:
+    path = tmp_path / "gate"
+    path.mkdir()
+    return path
 
 
-def test_kill_at_several_points_then_resume(slow_env: Path, tmp_path: Path) -> None:
+@pytest.fixture
+def slow_env(env_builder: EnvBuilder, gate: Path) -> Path:
+    return env_builder.write(GATED_POLICY.format(gate=str(gate)), inputs=_inputs(30), rollouts=2)
+
+
+def test_kill_at_several_points_then_resume(slow_env: Path, gate: Path, tmp_path: Path) -> None:
     reference = cli("run", str(slow_env), "--out", str(tmp_path / "whole"), "--json")
     assert reference.returncode == 0, reference.stderr
     expected = json.loads(reference.stdout)["digest"]
@@ -63,14 +93,17 @@ def test_kill_at_several_points_then_resume(slow_env: Path, tmp_path: Path) -> N
     results = out / "results.jsonl"
     points = [0, 7, 25, 48]
     for point in points:
+        # this run may complete exactly the rollouts up to the kill point, then it blocks
+        (gate / "calls").write_text("0")
+        (gate / "budget").write_text(str(point - _lines(results)))
         process = _start(slow_env, out, *(["--resume"] if results.exists() else []))
         if point == 0:
-            deadline = time.monotonic() + 60
-            while not (out / "run.json").exists() and time.monotonic() < deadline:
-                time.sleep(0.01)
+            _wait_until((out / "run.json").exists, process, "run.json appeared")
         else:
-            _wait_for_lines(results, point, process)
+            _wait_until(lambda n=point: _lines(results) >= n, process, f"{point} results lines")
         _kill(process)
+        assert _lines(results) == point, "the kill landed exactly at the point"
+    (gate / "budget").unlink()  # the resumed run goes through to the end
     # a torn last line, as if the kill landed mid-write
     with open(results, "ab") as handle:
         handle.write(b'{"input_id":"i0')

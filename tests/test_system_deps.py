@@ -1,0 +1,29 @@
+"""The system dependencies scripts/system-deps.sh promises are here and work: bubblewrap as the
+verifier sandbox, libfaketime, chromium. Elsewhere these skip; under CI (CI=true) they fail, so a
+missing sandbox cannot turn the suite's isolation tests into silent skips."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlenv.sandbox import faketime_library, probe_mechanism
+from rlenv.world.netguard import netns_prefix
+from tests.conftest import require, require_tool
+
+
+def test_bubblewrap_is_the_sandbox() -> None:
+    require_tool("bwrap")
+    require(probe_mechanism() == "bwrap", "a working bubblewrap sandbox (bwrap is on PATH)")
+
+
+def test_workers_get_a_network_namespace() -> None:
+    require_tool("unshare")
+    require(netns_prefix() != [], "a working `unshare --net` for the rollout workers")
+
+
+def test_libfaketime_is_installed() -> None:
+    require(faketime_library() is not None, "libfaketime")
+
+
+def test_chromium_is_installed() -> None:
+    require(Path("/usr/bin/chromium").exists(), "/usr/bin/chromium")
