@@ -65,8 +65,8 @@ ATTACKS: dict[str, str] = {
     "atexit.register(forge)\n" + WRONG,
     # (b) patch the runner's serialisation or bookkeeping
     "patch_json_dumps": "import json\n_d = json.dumps\n"
-    "json.dumps = lambda o, **k: _d({'passed': 2, 'failed': 0, 'failures': [], 'output': ''}, **k)\n"
-    + WRONG,
+    "json.dumps = lambda o, **k: _d({'passed': 2, 'failed': 0, 'failures': [], "
+    "'output': ''}, **k)\n" + WRONG,
     "patch_json_encoder": "import json\n_e = json.JSONEncoder.encode\n"
     "json.JSONEncoder.encode = lambda s, o: _e(s, {'passed': 2, 'failed': 0, 'failures': [], "
     "'output': ''} if isinstance(o, dict) and 'passed' in o else o)\n"
@@ -218,8 +218,7 @@ def test_attack_does_not_pass_python_tests(name: str, style: str, tmp_path: Path
 CASES = [{"stdin": "1 2\n", "expected_stdout": "3\n"}, {"stdin": "5 5\n", "expected_stdout": "10"}]
 PROGRAM_ATTACKS = {
     "echo_input": "import sys\nprint(sys.stdin.read())\n",
-    "read_expected_files": "import glob\nfor p in glob.glob('**', recursive=True):\n"
-    "    print(p)\n",
+    "read_expected_files": "import glob\nfor p in glob.glob('**', recursive=True):\n    print(p)\n",
     "exit_zero_silently": "import os\nos._exit(0)\n",
     "print_both_answers": "print(3)\nprint(10)\n",
     "close_stdout": "import os\nos.close(1)\n",
@@ -256,3 +255,54 @@ def test_code_verifier_cannot_write_what_file_state_checks(kind: str, tmp_path: 
     assert not (workdir / "result.txt").exists()
     assert (workdir / "notes.txt").read_text() == "policy wrote this"
     assert sorted(p.name for p in workdir.iterdir()) == ["notes.txt"]
+
+
+def test_refuses_without_a_namespace_sandbox(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fail closed: rlimits only is a verifier error unless RLENV_ALLOW_WEAK_SANDBOX=1."""
+    monkeypatch.setattr("rlenv.verifiers.code.probe_mechanism", lambda: "rlimits")
+    monkeypatch.delenv("RLENV_ALLOW_WEAK_SANDBOX", raising=False)
+    config = Verifier.model_validate({"type": "program_cases", "expected_field": "tests"})
+    context = _context(tmp_path, "print(3)\n", [CASES[0]])
+    with pytest.raises(RuntimeError, match="RLENV_ALLOW_WEAK_SANDBOX"):
+        sandboxed_check(config)(context)
+    monkeypatch.setenv("RLENV_ALLOW_WEAK_SANDBOX", "1")
+    _, _, detail = sandboxed_check(config)(context)  # it runs (here as root it may not
+    assert detail is not None and "refusing" not in detail  # reach the interpreter)
+
+
+def test_values_cross_as_plain_json_only(tmp_path: Path) -> None:
+    """Lists, dicts, exceptions and module constants work; a test passing an object cannot."""
+    code = textwrap.dedent(
+        """
+        LIMIT = 10
+        def pairs(d):
+            return sorted([k, v] for k, v in d.items())
+        def check(x):
+            if x < 0:
+                raise ValueError('negative')
+            return x
+        """
+    )
+    tests = textwrap.dedent(
+        """
+        import unittest
+        import solution
+        from solution import pairs, check, LIMIT
+
+        class T(unittest.TestCase):
+            def test_pairs(self):
+                self.assertEqual(pairs({'b': 2, 'a': [1, None]}), [['a', [1, None]], ['b', 2]])
+            def test_raises(self):
+                with self.assertRaises(ValueError):
+                    check(-1)
+            def test_const(self):
+                self.assertEqual(LIMIT, 10)
+        """
+    )
+    assert run_python_tests(code, tests, tmp_path, LIMITS)["passed"] is True
+    objects = "from solution import check\ndef test_obj():\n    check(object())\n"
+    verdict = run_python_tests(code, objects, tmp_path, LIMITS)
+    assert verdict["passed"] is False
+    assert "not JSON of plain types" in verdict["detail"]

@@ -114,8 +114,12 @@ def main() -> None:
         if request.get("op") == "load":
             module, reply = _load(request.get("id"))
         elif module is None:
-            reply = {"id": request.get("id"), "ok": False, "error_type": "ImportError",
-                     "error": "solution not loaded"}
+            reply = {
+                "id": request.get("id"),
+                "ok": False,
+                "error_type": "ImportError",
+                "error": "solution not loaded",
+            }
         else:
             reply = _call(module, request)
         try:

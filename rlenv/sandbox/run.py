@@ -79,9 +79,7 @@ def run_sandboxed(
             st = workdir.stat()
             original_owner = (st.st_uid, st.st_gid)
             process.chown_tree(workdir, SANDBOX_UID, SANDBOX_UID)
-        outcome = _supervise(
-            command, stdin, limits.wall_seconds, output_limit, notes, interact
-        )
+        outcome = _supervise(command, stdin, limits.wall_seconds, output_limit, notes, interact)
     finally:
         command.close()
         if original_owner is not None:

@@ -90,13 +90,9 @@ def sandboxed_check(config: Verifier) -> Check:
             else:
                 copy.mkdir()
             if config.type == "python_tests":
-                outcome = run_python_tests(
-                    code, str(material), copy, limits, mechanism=mechanism
-                )
+                outcome = run_python_tests(code, str(material), copy, limits, mechanism=mechanism)
             else:
-                outcome = run_program_cases(
-                    code, list(material), copy, limits, mechanism=mechanism
-                )
+                outcome = run_program_cases(code, list(material), copy, limits, mechanism=mechanism)
         return bool(outcome["passed"]), float(outcome["score"]), outcome.get("detail")
 
     return check
