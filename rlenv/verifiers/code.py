@@ -135,6 +135,9 @@ class _Unsupported(Exception):
 
 _PLAIN = (type(None), bool, int, float, str)
 _MAX_LINE = 8 * 1024 * 1024
+_STOPPED = "the solution's process stopped answering"
+"""One message for a dead, killed or silent harness: which limit struck first is racy, so the
+verdict names it once, from the sandbox's result (deterministic details, stable digests)."""
 
 
 def plain_value(value: Any, depth: int = 0) -> bool:
@@ -169,8 +172,8 @@ class _Channel:
         try:
             os.write(self.write_fd, json.dumps({**message, "id": message_id}).encode() + b"\n")
             reply = json.loads(self._line())
-        except (OSError, ValueError) as exc:
-            self.broken = f"the solution's process stopped answering ({type(exc).__name__})"
+        except (OSError, ValueError):
+            self.broken = _STOPPED
             raise SolutionError(self.broken) from None
         except SolutionError as exc:
             self.broken = str(exc)
@@ -184,13 +187,13 @@ class _Channel:
         while b"\n" not in self.buffer:
             remaining = self.deadline - time.monotonic()
             if remaining <= 0:
-                raise SolutionError("killed by the wall-clock limit")
+                raise SolutionError(_STOPPED)
             ready, _, _ = select.select([self.read_fd], [], [], remaining)
             if not ready:
-                raise SolutionError("killed by the wall-clock limit")
+                raise SolutionError(_STOPPED)
             chunk = os.read(self.read_fd, 65536)
             if not chunk:
-                raise SolutionError("the solution's process ended before answering")
+                raise SolutionError(_STOPPED)
             self.buffer += chunk
             if len(self.buffer) > _MAX_LINE:
                 raise SolutionError("reply too long")
@@ -347,7 +350,7 @@ def run_python_tests(
             load_problem.append(str(exc))
             return
         if reply.get("ok") is not True or type(reply.get("names")) is not dict:
-            load_problem.append(f"{reply.get('error_type')}: {str(reply.get('error'))[:300]}")
+            load_problem.append(str(reply.get("error"))[:300])
             return
         _run_tests_here(tests, _proxy_module(channel, reply["names"]), tally)
 
