@@ -185,7 +185,7 @@ def test_forged_report_is_not_believed(workdir: Path) -> None:
     )
     verdict = run_python_tests(code, TEST_STYLES["functions"], workdir, LIMITS)
     assert verdict["passed"] is False
-    assert "did not report" in verdict["detail"]
+    assert "did not load" in verdict["detail"]
     exits = run_python_tests("import sys\nsys.exit(0)\n", TEST_STYLES["asserts"], workdir, LIMITS)
     assert exits["passed"] is False
     assert "SystemExit" in exits["detail"]
@@ -344,7 +344,8 @@ def test_escape_bounded_fork_bomb(workdir: Path, marker: str) -> None:
         workdir,
         MECHANISM,
     )
-    forks = int(verdict["detail"].split("forks ")[1].split()[0])
+    # the test's assertion message carries the count the attack returned
+    forks = int(verdict["detail"].split("AssertionError: ")[1].split(";")[0])
     assert 0 < forks < LIMITS.max_processes
 
 

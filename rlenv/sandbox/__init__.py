@@ -55,8 +55,9 @@ from rlenv.sandbox.mechanism import probe_mechanism
 from rlenv.sandbox.run import run_sandboxed
 
 HARNESS = Path(__file__).with_name("harness.py")
-"""The test runner of ``rlenv.verifiers.code.run_python_tests``: copied into the workdir and
-run there by path, standard library only."""
+"""The in-sandbox half of ``rlenv.verifiers.code.run_python_tests``: copied into the workdir and
+run there by path (standard library only); it imports the model's code and answers calls with
+plain JSON values. The tests themselves run in the trusted caller."""
 
 __all__ = [
     "HARNESS",

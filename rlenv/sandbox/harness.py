@@ -1,12 +1,17 @@
-"""The test runner of ``run_python_tests``: copied into the workdir as ``_rlenv_runner.py``
-and run by path inside the sandbox, next to ``solution.py`` and ``test_solution.py``.
+"""The in-sandbox half of ``run_python_tests``: copied into the workdir as ``_rlenv_runner.py``
+and run there by path. It imports ``solution.py`` and answers the trusted parent's requests,
+one JSON line each, on a private copy of the stdin/stdout pipe:
 
-Imports solution.py through the tests, runs plain module-level asserts, test_* functions and
-unittest.TestCase classes, and prints one result line. The line carries a nonce that the
-runner reads from stdin only after every test ran, so output printed by the solution cannot
-pass for it; exiting early leaves no line at all and counts as a failure.
+- ``{"id": ID, "op": "load"}`` -> ``{"id": ID, "ok": true, "names": {NAME: {"kind":
+  "function"} | {"kind": "value", "value": V}}}`` (the module's public names);
+- ``{"id": ID, "op": "call", "name": N, "args": [...], "kwargs": {...}}`` -> ``{"id": ID,
+  "ok": true, "value": V}`` or ``{"id": ID, "ok": false, "error_type": T, "error": MSG}``.
 
-Runs under the sandboxed interpreter: standard library only.
+Values cross only as JSON of plain types (None, bool, int, float, str, list, dict with str
+keys), checked by exact type here and again in the parent. The tests and the expected values
+never come here: the parent runs the tests and decides the verdict; this process can only
+answer calls. File descriptors 0 and 1 are redirected away, so what the solution prints does
+not reach the pipe. Runs under the sandboxed interpreter: standard library only.
 """
 
 from __future__ import annotations
@@ -16,128 +21,113 @@ import json
 import os
 import sys
 import traceback
-import types
-import unittest
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-MAX_FAILURES = 20
-"""Failure lines kept in the report."""
+MAX_DEPTH = 50
+PLAIN = (type(None), bool, int, float, str)
 
 
 class _Capped(io.TextIOBase):
     def __init__(self, limit: int = 4096) -> None:
-        self.parts: list[str] = []
         self.size, self.limit = 0, limit
 
     def writable(self) -> bool:
         return True
 
     def write(self, s: str) -> int:
-        if self.size < self.limit:
-            self.parts.append(s[: self.limit - self.size])
         self.size += len(s)
         return len(s)
 
-    def text(self) -> str:
-        return "".join(self.parts)
+
+def plain(value: Any, depth: int = 0) -> bool:
+    """True when ``value`` is JSON of plain types, by exact type (no subclasses)."""
+    if depth > MAX_DEPTH:
+        return False
+    kind = type(value)
+    if kind in PLAIN:
+        return True
+    if kind is list:
+        return all(plain(item, depth + 1) for item in value)
+    if kind is tuple:
+        return all(plain(item, depth + 1) for item in value)
+    if kind is dict:
+        return all(type(k) is str and plain(v, depth + 1) for k, v in value.items())
+    return False
 
 
-def _short(exc: BaseException) -> str:
-    line = traceback.format_exception_only(type(exc), exc)[-1].strip()
-    return line[:300]
+def _error(message_id: Any, exc: BaseException) -> dict[str, Any]:
+    text = traceback.format_exception_only(type(exc), exc)[-1].strip()[:300]
+    return {"id": message_id, "ok": False, "error_type": type(exc).__name__, "error": text}
 
 
-def _load_tests() -> tuple[types.ModuleType, BaseException | None]:
-    """Execute test_solution.py as module ``test_solution``; (module, error while loading)."""
-    module = types.ModuleType("test_solution")
-    module.__file__ = os.path.join(os.getcwd(), "test_solution.py")
-    sys.modules["test_solution"] = module
-    with open("test_solution.py", encoding="utf-8") as handle:
-        source = handle.read()
+def _load(message_id: Any) -> tuple[Any, dict[str, Any]]:
     try:
-        exec(compile(source, "test_solution.py", "exec"), module.__dict__)
+        import solution  # noqa: PLC0415 - the model's module, found in the workdir
     except BaseException as exc:
-        return module, exc
-    return module, None
+        return None, _error(message_id, exc)
+    names: dict[str, Any] = {}
+    for name, value in list(vars(solution).items()):
+        if name.startswith("_"):
+            continue
+        if callable(value):
+            names[name] = {"kind": "function"}
+        elif plain(value):
+            names[name] = {"kind": "value", "value": value}
+    return solution, {"id": message_id, "ok": True, "names": names}
 
 
-class Tally:
-    """Counts and failure lines so far (kept when the runner itself is interrupted)."""
-
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failed = 0
-        self.failures: list[str] = []
-
-
-def _run_functions(functions: list[tuple[str, Any]], tally: Tally) -> None:
-    for name, function in functions:
-        try:
-            function()
-            tally.passed += 1
-        except BaseException as exc:
-            tally.failed += 1
-            tally.failures.append(name + ": " + _short(exc))
-
-
-def _run_suite(suite: unittest.TestSuite, tally: Tally) -> None:
-    result = unittest.TestResult()
-    suite.run(result)
-    bad = result.failures + result.errors
-    skipped = len(result.skipped) + len(result.unexpectedSuccesses)
-    tally.failed += len(bad) + skipped
-    tally.passed += result.testsRun - len(bad) - skipped
-    for case, text in bad:
-        last = text.strip().splitlines()[-1][:300]
-        tally.failures.append(case.id().split(".")[-1] + ": " + last)
-
-
-def run_tests(tally: Tally) -> None:
-    """Run the tests of test_solution.py, counting into ``tally``."""
-    module, load_error = _load_tests()
-    functions = [
-        (name, obj)
-        for name, obj in list(vars(module).items())
-        if name.startswith("test")
-        and isinstance(obj, types.FunctionType)
-        and obj.__module__ == "test_solution"
-    ]
-    suite = unittest.defaultTestLoader.loadTestsFromModule(module)
-    if load_error is not None:
-        tally.failed = max(1, len(functions) + suite.countTestCases())
-        tally.failures.append("loading tests: " + _short(load_error))
-    elif not functions and suite.countTestCases() == 0:
-        tally.passed = 1  # plain asserts at module level, all held
-    else:
-        _run_functions(functions, tally)
-        if suite.countTestCases():
-            _run_suite(suite, tally)
+def _call(module: Any, request: dict[str, Any]) -> dict[str, Any]:
+    message_id = request.get("id")
+    try:
+        function = getattr(module, request["name"])
+        value = function(*request.get("args", []), **request.get("kwargs", {}))
+    except BaseException as exc:
+        return _error(message_id, exc)
+    if not plain(value):
+        return {
+            "id": message_id,
+            "ok": False,
+            "error_type": "TypeError",
+            "error": f"returned a {type(value).__name__}, not JSON of plain types",
+        }
+    return {"id": message_id, "ok": True, "value": value}
 
 
 def main() -> None:
-    real_stdout = sys.stdout
-    captured = _Capped()
-    sys.stdout = sys.stderr = captured
+    requests = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    replies = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(2, 1)
+    sys.stdin = io.StringIO("")
+    sys.stdout = sys.stderr = _Capped()
     sys.path.insert(0, os.getcwd())
-    tally = Tally()
-    try:
-        run_tests(tally)
-    except BaseException as exc:
-        tally.failed = max(tally.failed, 1)
-        tally.failures.append("runner: " + _short(exc))
-    sys.stdout, sys.stderr = real_stdout, sys.__stderr__
-    nonce = sys.stdin.read().strip()
-    report = {
-        "passed": tally.passed,
-        "failed": tally.failed,
-        "failures": tally.failures[:MAX_FAILURES],
-        "output": captured.text(),
-    }
-    real_stdout.write("\n" + nonce + " " + json.dumps(report, sort_keys=True) + "\n")
-    real_stdout.flush()
+    module = None
+    for line in requests:
+        try:
+            request = json.loads(line)
+        except ValueError:
+            continue
+        if request.get("op") == "load":
+            module, reply = _load(request.get("id"))
+        elif module is None:
+            reply = {
+                "id": request.get("id"),
+                "ok": False,
+                "error_type": "ImportError",
+                "error": "solution not loaded",
+            }
+        else:
+            reply = _call(module, request)
+        try:
+            text = json.dumps(reply)
+        except (TypeError, ValueError) as exc:
+            text = json.dumps(_error(request.get("id"), exc))
+        replies.write(text + "\n")
+        replies.flush()
 
 
 if __name__ == "__main__":

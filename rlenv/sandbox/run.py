@@ -9,6 +9,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,7 @@ def run_sandboxed(
     env: dict[str, str] | None = None,
     mechanism: str | None = None,
     output_limit: int = OUTPUT_LIMIT,
+    interact: Callable[[int, int, float], None] | None = None,
 ) -> SandboxResult:
     """Run ``argv`` isolated: no network, read-only system, writable only in ``workdir``
     (its cwd, HOME and TMPDIR), ``hidden`` paths invisible, limits enforced, env cleared.
@@ -77,7 +79,7 @@ def run_sandboxed(
             st = workdir.stat()
             original_owner = (st.st_uid, st.st_gid)
             process.chown_tree(workdir, SANDBOX_UID, SANDBOX_UID)
-        outcome = _supervise(command, stdin, limits.wall_seconds, output_limit, notes)
+        outcome = _supervise(command, stdin, limits.wall_seconds, output_limit, notes, interact)
     finally:
         command.close()
         if original_owner is not None:
@@ -208,7 +210,12 @@ class _Outcome:
 
 
 def _supervise(
-    command: Launch, stdin: bytes | None, wall_seconds: float, output_limit: int, notes: list[str]
+    command: Launch,
+    stdin: bytes | None,
+    wall_seconds: float,
+    output_limit: int,
+    notes: list[str],
+    interact: Callable[[int, int, float], None] | None = None,
 ) -> _Outcome:
     """Start the command, pump its pipes, wait for it (and its namespace) to end."""
     out, err = bytearray(), bytearray()
@@ -218,7 +225,7 @@ def _supervise(
     try:
         proc = subprocess.Popen(
             command.command,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdin=subprocess.PIPE if stdin is not None or interact else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={"PATH": _HOST_PATH},
@@ -226,18 +233,36 @@ def _supervise(
             start_new_session=True,
             pass_fds=command.pass_fds,
         )
+        drain_out = threading.Thread(
+            target=process.drain, args=(proc.stdout, out, output_limit, overflow)
+        )
         threads = [
-            threading.Thread(target=process.drain, args=(proc.stdout, out, output_limit, overflow)),
             threading.Thread(target=process.drain, args=(proc.stderr, err, output_limit, overflow)),
         ]
-        if stdin is not None:
-            threads.append(threading.Thread(target=process.feed, args=(proc.stdin, stdin)))
+        if interact is None:
+            threads.append(drain_out)
+            if stdin is not None:
+                threads.append(threading.Thread(target=process.feed, args=(proc.stdin, stdin)))
         for thread in threads:
             thread.daemon = True
             thread.start()
         if command.info_read is not None:
             command.close_info_write()
             inits = process.bwrap_init_pidfd(command.info_read)
+        if interact is not None:
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                interact(proc.stdin.fileno(), proc.stdout.fileno(), started + wall_seconds)
+            except BaseException:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                raise
+            finally:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+                drain_out.daemon = True
+                drain_out.start()
+                threads.append(drain_out)
         returncode, timed_out, cpu_used = _wait_for_end(proc, wall_seconds, inits)
         wall = time.monotonic() - started
         for thread in threads:
