@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlenv.check import read_verified
 from rlenv.env import load_environment
 from rlenv.errors import UserError
 from rlenv.executors.local import LocalExecutor
 from rlenv.files import atomic_write
-from rlenv.check import read_verified
 from rlenv.results import encode_line, order_key
 from rlenv.runner import _cache_dir, _pretty, build_summary
 from rlenv.worker import WorkerConfig

@@ -158,8 +158,11 @@ def test_intact_run_checks_clean(clean_run: Path) -> None:
 
 def test_reordered_lines_change_nothing(clean_run: Path, tmp_path: Path) -> None:
     """Lines are written in completion order; reordering them changes no number or digest."""
-    run = _attacked(clean_run, tmp_path, lambda r: (r / "results.jsonl").write_text(
-        "".join(reversed(_lines(r)))))
+    run = _attacked(
+        clean_run,
+        tmp_path,
+        lambda r: (r / "results.jsonl").write_text("".join(reversed(_lines(r)))),
+    )
     assert cli("check", str(run)).returncode == 0
     result = cli("report", str(run), "--json")
     assert result.returncode == 0, result.stderr
