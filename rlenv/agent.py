@@ -21,6 +21,12 @@ class RolloutTimeout(Exception):
     """The rollout ran past the spec's per-rollout timeout."""
 
 
+class ToolCrash(Exception):
+    """A tool tried to end its process (SystemExit, KeyboardInterrupt or another
+    BaseException): the rollout ends as ``tool_error``. A tool raising an ordinary Exception is
+    answered to the model as an ``error: ...`` tool message instead (a tool's way to say no)."""
+
+
 @dataclass
 class ToolOutcome:
     content: str
@@ -125,6 +131,8 @@ async def rollout_loop(
         trajectory.status, trajectory.error = "model_error", str(exc)
     except FixtureMiss as exc:
         trajectory.status, trajectory.error = "fixture_miss", str(exc)
+    except ToolCrash as exc:
+        trajectory.status, trajectory.error = "tool_error", str(exc)
     except RolloutTimeout as exc:
         trajectory.status, trajectory.error = "timeout", str(exc) or "rollout timed out"
     return trajectory

@@ -10,7 +10,19 @@ import sys
 
 import typer
 
-from rlenv.commands import compare, grade, init, probe, record, report, rm, run, validate, verify
+from rlenv.commands import (
+    check,
+    compare,
+    grade,
+    init,
+    probe,
+    record,
+    report,
+    rm,
+    run,
+    validate,
+    verify,
+)
 from rlenv.commands._common import app_options, run_app
 
 app = typer.Typer(
@@ -31,6 +43,7 @@ app.command("init")(init.init)
 app.command("report")(report.report)
 app.command("compare")(compare.compare)
 app.command("probe")(probe.probe)
+app.command("check")(check.check)
 
 rm_app = typer.Typer(
     name="rm",

@@ -29,3 +29,8 @@ class ModelOutputError(Exception):
 
 class FixtureMiss(Exception):
     """A tool made a request that was never recorded and no fallback was declared."""
+
+
+class VerifierCrash(Exception):
+    """A verifier tried to end its process (SystemExit, KeyboardInterrupt or another
+    BaseException): the rollout's status is ``verifier_error`` and it does not pass."""

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlenv.check import read_verified
 from rlenv.env import load_environment
 from rlenv.errors import UserError
 from rlenv.executors.local import LocalExecutor
 from rlenv.files import atomic_write
-from rlenv.results import encode_line, order_key, read_results
+from rlenv.results import encode_line, order_key
 from rlenv.runner import _cache_dir, _pretty, build_summary
 from rlenv.worker import WorkerConfig
 
@@ -53,7 +54,11 @@ def grade(
             f" {meta['env']['fingerprint'][:12]}…); late grades would mix environments",
             where=str(run_path),
         )
-    records = read_results(results_path)
+    records = read_verified(
+        results_path,
+        rollouts_per_input=meta.get("rollouts_per_input"),
+        inputs=len(prepared.inputs[: meta["limit"]] if meta.get("limit") else prepared.inputs),
+    )
     model = meta["model"]["uri"]
     others = sorted({str(record.get("model")) for record in records} - {model})
     if others:
@@ -86,7 +91,7 @@ def grade(
         records = [by_key.get((r["input_id"], r["rollout"]), r) for r in records]
         records.sort(key=order_key)
         atomic_write(results_path, b"".join(encode_line(record) + b"\n" for record in records))
-    summary = build_summary(prepared, meta, records, model)
+    summary = build_summary(prepared, meta, records, model, str(results_path))
     atomic_write(run_path / "summary.json", _pretty(summary))
     return GradeResult(len(pending), hits, misses, summary)
 

@@ -35,7 +35,17 @@ class Status(StrEnum):
     FIXTURE_MISS = "fixture_miss"
     """A tool made a request that was never recorded, and the spec declares no fallback."""
     POLICY_ERROR = "policy_error"
-    """A python policy (run inside the frozen world) raised."""
+    """A python policy (run inside the frozen world) raised, exited (``sys.exit``), was
+    interrupted (``KeyboardInterrupt``), or its worker died (``os._exit``)."""
+    TOOL_ERROR = "tool_error"
+    """A tool tried to end its process (``SystemExit``, ``KeyboardInterrupt``, any other
+    ``BaseException``). A tool raising an ``Exception`` is answered to the model instead."""
+    VERIFIER_ERROR = "verifier_error"
+    """A verifier tried to end its process; the rollout does not pass. A verifier raising an
+    ``Exception`` only fails that verifier (``detail``: ``verifier error: ...``)."""
+    REWARD_ERROR = "reward_error"
+    """The reward model tried to end its process; ``reward`` is null. A reward model raising an
+    ``Exception`` only sets ``reward_error`` and keeps the status."""
 
 
 class VerifierResult(TypedDict):

@@ -110,6 +110,7 @@ def run(
         "decoding": spec.decoding.model_dump(),
         "rollouts_per_input": rollouts_per_input,
         "limit": limit,
+        "inputs": len(inputs),
         "reference": reference,
         "spec": str(prepared.loaded.path),
         # probed now, while this process is small (the probes fork it)
@@ -137,7 +138,8 @@ def run(
         )
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
-    summary = build_summary(prepared, meta, iter_results(run_dir / "results.jsonl"), model_uri)
+    results = run_dir / "results.jsonl"
+    summary = build_summary(prepared, meta, iter_results(results), model_uri, str(results))
     atomic_write(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)
 
@@ -424,17 +426,32 @@ def _tally(records: Iterable[dict[str, Any]]) -> _Totals:
 
 
 def build_summary(
-    prepared: Environment, meta: dict[str, Any], records: Iterable[dict[str, Any]], model_uri: str
+    prepared: Environment,
+    meta: dict[str, Any],
+    records: Iterable[dict[str, Any]],
+    model_uri: str,
+    where: str = "results.jsonl",
 ) -> dict[str, Any]:
     """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest.
 
     `records` is consumed once (a generator over results.jsonl is fine): totals are summed on
     the way and only a compact form of each record is kept for the metrics, so a 100k-rollout
-    run is summarised in little memory.
+    run is summarised in little memory. Each record's digest is recomputed from its content on
+    the way, and a duplicate or missing (input, rollout) is refused: TamperedRun naming
+    ``where:LINE`` (line = position in `records`, as in results.jsonl).
     """
     from rlenv import metrics
+    from rlenv.check import verified_records
 
-    totals = _tally(records)
+    expected_inputs = len(prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs)
+    totals = _tally(
+        verified_records(
+            enumerate(records, start=1),
+            where,
+            rollouts_per_input=meta["rollouts_per_input"],
+            inputs=expected_inputs,
+        )
+    )
     diagnostics = metrics.compute_all(totals.compact)
     n_records = len(totals.compact)
     n_inputs = len({record["input_id"] for record in totals.compact})
@@ -447,10 +464,7 @@ def build_summary(
         "rollouts_per_input": meta["rollouts_per_input"],
         "inputs": n_inputs,
         "rollouts": n_records,
-        "expected_rollouts": len(
-            prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
-        )
-        * meta["rollouts_per_input"],
+        "expected_rollouts": expected_inputs * meta["rollouts_per_input"],
         "counts": diagnostics["counts"]["by_status"],
         "pass_rate": diagnostics["pass_rate"],
         "pass_at_k": diagnostics["pass_k"]["pass@k"],

@@ -22,6 +22,7 @@ from rlenv.agent import (
     ModelCall,
     RolloutTimeout,
     ToolCall,
+    ToolCrash,
     ToolOutcome,
     Trajectory,
     parse_arguments,
@@ -29,7 +30,7 @@ from rlenv.agent import (
     run_sync,
 )
 from rlenv.canonical import canonical_bytes, directory_manifest
-from rlenv.errors import FixtureMiss, ModelOutputError
+from rlenv.errors import FixtureMiss, ModelOutputError, VerifierCrash
 from rlenv.files import sys_path
 from rlenv.grading import (
     PENDING,
@@ -96,6 +97,8 @@ class Verdict:
     reward: float | None = None
     reward_error: str | None = None
     cache_counts: dict[str, int] | None = None
+    status: str | None = None  # verifier_error / reward_error: env code tried to end the process
+    error: str | None = None
 
 
 def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
@@ -246,6 +249,8 @@ class WorldRuntime:
                 raise
             except Exception as exc:  # a fixture miss is judged from the events
                 content, ok = self.sanitise(f"error: {type(exc).__name__}: {exc}"), False
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
+                raise ToolCrash(self.sanitise(f"tool {name}: {_describe(exc)}")) from None
             finally:
                 if cassette is not None:
                     type(cassette).current = None
@@ -338,7 +343,11 @@ class WorldRuntime:
         seed_everything(derive_seed(seed, "verifiers"))
         verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
         hits, misses = self.cache_counts()
-        verdict.results = self.grade(context, task, record.id, verdict.changes)
+        try:
+            verdict.results = self.grade(context, task, record.id, verdict.changes)
+        except VerifierCrash as exc:
+            verdict.passed, verdict.status, verdict.error = False, "verifier_error", str(exc)
+            return verdict
         if self.cache is not None:
             verdict.cache_counts = {
                 "hits": self.cache.hits - hits,
@@ -361,6 +370,9 @@ class WorldRuntime:
                 )
             except Exception as exc:
                 verdict.reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
+                verdict.reward_error = self.sanitise(_describe(exc))
+                verdict.status, verdict.error = "reward_error", f"reward model: {_describe(exc)}"
         return verdict
 
     def _rollout_record(
@@ -374,8 +386,8 @@ class WorldRuntime:
             "rollout": task.rollout,
             "seed": self.seed_of(task),
             "model": model,
-            "status": trajectory.status,
-            "error": self.sanitise(trajectory.error) if trajectory.error else None,
+            "status": verdict.status or trajectory.status,
+            "error": self.sanitise(error) if (error := verdict.error or trajectory.error) else None,
             "messages": trajectory.messages,
             "tool_calls": trajectory.tool_calls,
             "answer": trajectory.answer,
@@ -422,6 +434,11 @@ class WorldRuntime:
                 results = self.grade(
                     context, task, record["input_id"], record["world"], only=pending, late=True
                 )
+        except VerifierCrash as exc:
+            crashed = dict(record, status="verifier_error", error=self.sanitise(str(exc)))
+            crashed["passed"] = False
+            crashed.pop("grading", None)
+            return seal(crashed)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
         graded = {result["name"]: result for result in results}
@@ -490,10 +507,10 @@ class WorldRuntime:
             with contextlib.chdir(workdir):
                 try:
                     return self.policy.complete_sync(request)  # type: ignore[no-any-return]
-                except (ModelOutputError, RolloutTimeout, FixtureMiss):
+                except (ModelOutputError, RolloutTimeout, FixtureMiss, ToolCrash):
                     raise
-                except Exception as exc:
-                    raise PolicyCrash(self.sanitise(f"{type(exc).__name__}: {exc}")) from None
+                except BaseException as exc:  # SystemExit, KeyboardInterrupt too
+                    raise PolicyCrash(self.sanitise(_describe(exc))) from None
 
         return call_model
 
@@ -507,6 +524,11 @@ class WorldRuntime:
             return self.call_tool(task, call, turn, number)
 
         return call_tool
+
+
+def _describe(exc: BaseException) -> str:
+    """``SystemExit: 0``: the exception's type and message, for a record's error."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _fixture_use(name: str, events: list[FixtureEvent]) -> str:

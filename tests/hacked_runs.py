@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from rlenv.results import ResultsWriter
+from rlenv.results import ResultsWriter, seal
 from rlenv.runner import build_summary
 from rlenv.seeding import derive_seed
 
@@ -181,7 +181,7 @@ def write_run(
     (run_dir / "run.json").write_text(
         json.dumps({**meta, "rlenv_version": "0.1.0"}, indent=2, sort_keys=True) + "\n"
     )
-    records = build_records(kind, model)
+    records = [seal(record) for record in build_records(kind, model)]
     writer = ResultsWriter(run_dir / "results.jsonl")
     for record in records:
         writer.write(record)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rlenv.results import seal
 from tests.conftest import EnvBuilder, cli, read_jsonl
 
 CODE = """
@@ -106,6 +107,7 @@ def test_grade_refuses_mixed_models_and_changed_env(env, tmp_path: Path) -> None
     lines = results.read_text().splitlines()
     record = json.loads(lines[0])
     record["model"] = "python:someone.else:policy"
+    record = seal(record)  # a self-consistent record of another model (an edit is refused)
     results.write_text("\n".join([json.dumps(record)] + lines[1:]) + "\n")
     mixed = cli("grade", str(tmp_path / "d"))
     assert mixed.returncode == 2 and "rollouts of another model" in mixed.stderr

@@ -76,7 +76,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory; UserError (one line) when it holds no results.jsonl."""
-    from rlenv.results import read_results
+    from rlenv.check import expected_inputs, read_verified
 
     path = Path(run_dir)
     results = path / "results.jsonl"
@@ -84,11 +84,17 @@ def load_run(run_dir: str | Path) -> RunData:
         raise UserError(f"{path}: not a directory (expected a run directory)")
     if not results.is_file():
         raise UserError(f"{path}: no results.jsonl, not a run directory")
+    meta, summary = _read_json(path / "run.json"), _read_json(path / "summary.json")
+    per_input = meta.get("rollouts_per_input")
     try:
-        records = read_results(results)
+        records = read_verified(
+            results,
+            rollouts_per_input=per_input if isinstance(per_input, int) else None,
+            inputs=expected_inputs(meta, summary),
+        )
     except (OSError, ValueError) as exc:
         raise UserError(f"{results}: unreadable: {exc}") from None
-    run = RunData(path, _read_json(path / "run.json"), _read_json(path / "summary.json"), records)
+    run = RunData(path, meta, summary, records)
     written = run.summary.get("digest")
     if written and records and written != run.digest:
         run.warnings.append(

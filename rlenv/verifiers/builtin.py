@@ -12,7 +12,7 @@ import string
 from collections.abc import Callable, Sequence
 
 from rlenv.canonical import sha256_file
-from rlenv.errors import UserError
+from rlenv.errors import UserError, VerifierCrash
 from rlenv.providers.base import import_ref
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value
@@ -230,6 +230,10 @@ class BuiltVerifier:
             passed, score, detail = self.check(context)
         except Exception as exc:  # a verifier that crashes fails the rollout, not the run
             passed, score, detail = False, 0.0, f"verifier error: {type(exc).__name__}: {exc}"
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt: status verifier_error
+            raise VerifierCrash(
+                f"verifier {self.config.label}: {type(exc).__name__}: {exc}"
+            ) from None
         return VerifierResult(self.config.label, self.config.type, passed, score, detail)
 
 

@@ -1,0 +1,238 @@
+"""A digest that is earned: read a run's records while recomputing each one's digest from its
+content, and refuse duplicates and gaps; `rlenv check RUN_DIR` on top (README: "Checking a run").
+
+Every reader of results.jsonl that turns records into numbers (the summary, `rlenv grade`,
+`rlenv report`, `rlenv compare`) goes through :func:`verified_records`, so a flipped verdict,
+an edited answer, a duplicated or a deleted line is an error naming the file and line, never a
+changed pass rate.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlenv.canonical import canonical_bytes
+from rlenv.errors import UserError
+from rlenv.results import RunDigest, order_key, record_digest
+
+
+class TamperedRun(UserError):
+    """A run directory whose records or summary do not match what they claim (exit 2 for the
+    commands that read a run, exit 1 for `rlenv check`)."""
+
+
+def numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, record) of results.jsonl, stopping at a torn last line (a crash
+    mid-write; `--resume` cuts it off). A malformed line elsewhere is an error."""
+    if not path.exists():
+        return
+    with open(path, "rb") as handle:
+        lines = handle.readlines()
+    for number, line in enumerate(lines, start=1):
+        if not line.endswith(b"\n"):
+            return
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            if number == len(lines):
+                return
+            raise TamperedRun("not a JSON record", where=f"{path}:{number}") from None
+        if not isinstance(record, dict):
+            raise TamperedRun("not a JSON object", where=f"{path}:{number}")
+        yield number, record
+
+
+def verified_records(
+    records: Iterable[tuple[int, dict[str, Any]]],
+    where: str,
+    *,
+    rollouts_per_input: int | None = None,
+    inputs: int | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The records, each checked as it passes: its stored digest is recomputed from its
+    content, and no (input, rollout) comes twice. When the iteration ends, every input has
+    rollouts 0..K-1 (K = ``rollouts_per_input``) and, given ``inputs``, every input index
+    0..inputs-1 is there. TamperedRun names ``where:LINE`` (or ``where`` for a gap)."""
+    seen: dict[tuple[str, int], int] = {}
+    rollouts: dict[str, set[int]] = {}
+    indices: dict[int, str] = {}
+    for number, record in records:
+        at = f"{where}:{number}"
+        try:
+            input_id = str(record["input_id"])
+            rollout = int(record["rollout"])
+            index = int(record.get("input_index", 0))
+        except (KeyError, TypeError, ValueError):
+            raise TamperedRun("not a rollout record", where=at) from None
+        stored = record.get("digest")
+        if not stored:
+            raise TamperedRun("record has no digest", where=at)
+        if stored != record_digest(record):
+            raise TamperedRun(
+                f"record ({input_id!r}, rollout {rollout}) does not match its digest"
+                " (its content changed after it was written)",
+                where=at,
+            )
+        key = (input_id, rollout)
+        if key in seen:
+            raise TamperedRun(
+                f"duplicate record ({input_id!r}, rollout {rollout}), first on line {seen[key]}",
+                where=at,
+            )
+        seen[key] = number
+        if rollouts_per_input is not None and not 0 <= rollout < rollouts_per_input:
+            raise TamperedRun(
+                f"rollout {rollout} of {input_id!r} is outside the run's"
+                f" {rollouts_per_input} rollouts per input",
+                where=at,
+            )
+        if inputs is not None and not 0 <= index < inputs:
+            raise TamperedRun(
+                f"input index {index} of {input_id!r} is outside the run's {inputs} inputs",
+                where=at,
+            )
+        if indices.setdefault(index, input_id) != input_id:
+            raise TamperedRun(
+                f"input index {index} belongs to {indices[index]!r}, not {input_id!r}", where=at
+            )
+        rollouts.setdefault(input_id, set()).add(rollout)
+        yield record
+    if rollouts_per_input is not None:
+        for input_id, found in rollouts.items():
+            missing = sorted(set(range(rollouts_per_input)) - found)
+            if missing:
+                raise TamperedRun(
+                    f"input {input_id!r} is missing rollout {missing[0]}"
+                    f" ({len(missing)} of {rollouts_per_input} missing)",
+                    where=where,
+                )
+    if inputs is not None:
+        absent = sorted(set(range(inputs)) - set(indices))
+        if absent:
+            raise TamperedRun(
+                f"input index {absent[0]} is missing ({len(absent)} of {inputs} inputs missing)",
+                where=where,
+            )
+
+
+def read_verified(
+    path: Path, *, rollouts_per_input: int | None = None, inputs: int | None = None
+) -> list[dict[str, Any]]:
+    """results.jsonl as a list, through :func:`verified_records`."""
+    return list(
+        verified_records(
+            numbered_records(path),
+            str(path),
+            rollouts_per_input=rollouts_per_input,
+            inputs=inputs,
+        )
+    )
+
+
+def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | None:
+    """How many inputs the run covers: run.json's ``inputs`` (written since rlenv 0.2), else
+    summary.json's expected rollouts over the rollouts per input."""
+    if isinstance(meta.get("inputs"), int):
+        return int(meta["inputs"])
+    expected, per_input = summary.get("expected_rollouts"), meta.get("rollouts_per_input")
+    if isinstance(expected, int) and isinstance(per_input, int) and per_input > 0:
+        return expected // per_input
+    return None
+
+
+SUMMARY_FIELDS = ("rollouts", "inputs", "counts", "pass_rate", "pass_at_k", "pass_hat_k")
+
+
+@dataclass
+class CheckResult:
+    """What `rlenv check` found: ``problems`` is empty when the run is intact."""
+
+    run_dir: str
+    records: int = 0
+    digest: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "ok": self.ok,
+            "records": self.records,
+            "digest": self.digest,
+            "problems": self.problems,
+        }
+
+
+def check_run(run_dir: str | Path) -> CheckResult:
+    """Verify a run directory: run.json present, every record matches its digest, no duplicate
+    and no gap, and summary.json's digest and numbers equal the ones recomputed from the
+    records. Bad input (not a run directory) is a UserError; tampering is a problem listed."""
+    from rlenv import metrics
+
+    path = Path(run_dir)
+    result = CheckResult(str(path))
+    results = path / "results.jsonl"
+    if not path.is_dir() or not results.is_file():
+        raise UserError("not a run directory (no results.jsonl)", where=str(path))
+    meta = _json_object(path / "run.json", result)
+    summary = _json_object(path / "summary.json", result)
+    if meta is None or summary is None:
+        return result
+    per_input = meta.get("rollouts_per_input")
+    try:
+        records = read_verified(
+            results,
+            rollouts_per_input=per_input if isinstance(per_input, int) else None,
+            inputs=expected_inputs(meta, summary),
+        )
+    except TamperedRun as exc:
+        result.problems.append(str(exc))
+        return result
+    digest = RunDigest()
+    for record in records:
+        digest.add(record)
+    result.records, result.digest = len(records), digest.hexdigest()
+    if summary.get("digest") != result.digest:
+        result.problems.append(
+            f"{path / 'summary.json'}: digest {str(summary.get('digest'))[:12]} is not the"
+            f" records' digest {result.digest[:12]}"
+        )
+    records.sort(key=order_key)
+    diagnostics = metrics.compute_all(records)
+    recomputed = {
+        "rollouts": len(records),
+        "inputs": len({record["input_id"] for record in records}),
+        "counts": diagnostics["counts"]["by_status"],
+        "pass_rate": diagnostics["pass_rate"],
+        "pass_at_k": diagnostics["pass_k"]["pass@k"],
+        "pass_hat_k": diagnostics["pass_k"]["pass^k"],
+    }
+    for key in SUMMARY_FIELDS:
+        if canonical_bytes(summary.get(key)) != canonical_bytes(recomputed[key]):
+            result.problems.append(
+                f"{path / 'summary.json'}: {key} does not match the records"
+                f" ({json.dumps(summary.get(key))[:60]} vs {json.dumps(recomputed[key])[:60]})"
+            )
+    return result
+
+
+def _json_object(path: Path, result: CheckResult) -> dict[str, Any] | None:
+    if not path.is_file():
+        result.problems.append(f"{path}: missing")
+        return None
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        result.problems.append(f"{path}: not readable JSON: {exc}")
+        return None
+    if not isinstance(value, dict):
+        result.problems.append(f"{path}: not a JSON object")
+        return None
+    return value
