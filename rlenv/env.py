@@ -12,6 +12,7 @@ computed here too, from the hashes the file checks collect.
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import random
 from collections.abc import Callable, Iterator
@@ -404,7 +405,69 @@ def python_sources(loaded: LoadedSpec) -> dict[str, str]:
             origin = Path(found.origin)
             if origin.is_relative_to(loaded.root.parent) or origin.is_relative_to(loaded.root):
                 sources[module] = sha256_file(origin)
+                for name, path in _imported_helpers(module, origin, loaded.python_paths()):
+                    sources.setdefault(name, sha256_file(path))
     return sources
+
+
+def _imported_helpers(module: str, origin: Path, roots: list[Path]) -> Iterator[tuple[str, Path]]:
+    """Every module under `roots` that `module` imports, transitively (read, never executed).
+
+    Imports are found by walking each file's syntax tree (anywhere in it, so imports inside
+    functions count too); a name is kept when it resolves to a .py file under one of the spec's
+    python paths, with each enclosing package's __init__.py. Installed packages are not env code.
+    """
+    seen: set[str] = {module}
+    queue: list[tuple[str, Path]] = [(module, origin)]
+    while queue:
+        name, path = queue.pop()
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for candidate in _import_names(tree, package):
+            parts = candidate.split(".")
+            for depth in range(1, len(parts) + 1):
+                dotted = ".".join(parts[:depth])
+                if dotted in seen:
+                    continue
+                found = _module_file(dotted, roots)
+                if found is None:
+                    continue
+                seen.add(dotted)
+                queue.append((dotted, found))
+                yield dotted, found
+
+
+def _import_names(tree: ast.AST, package: str) -> Iterator[str]:
+    """Absolute names of what a module imports (`from a import b` yields a and a.b)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".") if package else []
+                up = node.level - 1
+                if up > len(anchor):
+                    continue
+                anchor = anchor[: len(anchor) - up] if up else anchor
+                base = ".".join([*anchor, *([base] if base else [])])
+            if not base:
+                continue
+            yield base
+            yield from (f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+
+
+def _module_file(dotted: str, roots: list[Path]) -> Path | None:
+    """The .py file of a dotted module name under one of `roots` (a package's __init__.py)."""
+    relative = Path(*dotted.split("."))
+    for root in roots:
+        for path in (root / relative.with_suffix(".py"), root / relative / "__init__.py"):
+            if path.is_file():
+                return path
+    return None
 
 
 def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:

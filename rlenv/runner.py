@@ -9,6 +9,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,29 +120,79 @@ def run(
         "deferred_expensive": defer_expensive,
         "executor": executor,
     }
-    done = _open_run_dir(run_dir, meta, resume)
-    tasks = _pending_tasks(inputs, rollouts_per_input, done)
-    total = len(inputs) * rollouts_per_input
-    work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
-    try:
-        config = _worker_config(prepared, provider, work_root, record_dir, meta, grader_cache)
-        _run_tasks(
-            prepared,
-            provider,
-            tasks,
-            config,
-            run_dir / "results.jsonl",
-            kind=executor,
-            address=address,
-            concurrency=1 if record_dir is not None else concurrency,
-            advance=lambda finished: progress(len(done) + finished, total) if progress else None,
-        )
-    finally:
-        shutil.rmtree(work_root, ignore_errors=True)
-    results = run_dir / "results.jsonl"
-    summary = build_summary(prepared, meta, iter_results(results), model_uri, str(results))
-    atomic_write(run_dir / "summary.json", _pretty(summary))
+    with _run_dir_lock(run_dir, resume):
+        done = _open_run_dir(run_dir, meta, resume)
+        tasks = _pending_tasks(inputs, rollouts_per_input, done)
+        total = len(inputs) * rollouts_per_input
+        work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
+        try:
+            config = _worker_config(prepared, provider, work_root, record_dir, meta, grader_cache)
+            _run_tasks(
+                prepared,
+                provider,
+                tasks,
+                config,
+                run_dir / "results.jsonl",
+                kind=executor,
+                address=address,
+                concurrency=1 if record_dir is not None else concurrency,
+                advance=lambda n: progress(len(done) + n, total) if progress else None,
+            )
+        finally:
+            shutil.rmtree(work_root, ignore_errors=True)
+        results = run_dir / "results.jsonl"
+        summary = build_summary(prepared, meta, iter_results(results), model_uri, str(results))
+        atomic_write(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)
+
+
+LOCK_NAME = ".rlenv.lock"
+# run.json fields that do not change results: where the spec file lives, where rollouts ran and
+# which isolation mechanisms the machine offers (the digest is the same under all of them)
+_RESUME_FREE = frozenset({"spec", "executor", "world"})
+
+
+@contextmanager
+def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
+    """Hold RUN_DIR/.rlenv.lock for the whole run: one writer per run directory.
+
+    A second `run` or `--resume` on the directory while it is held is a user error, and it
+    changes nothing there (the lock is an flock: it dies with its holder, even on SIGKILL).
+    """
+    from filelock import FileLock, Timeout
+
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"--out {run_dir} exists and is not a directory")
+    if resume and not (run_dir / "run.json").is_file():
+        raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(run_dir / LOCK_NAME, timeout=0, preserve_lock_file=True)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise UserError(
+            f"--out {run_dir} is in use by another rlenv run (it holds {LOCK_NAME});"
+            " wait for it to finish or choose another directory"
+        ) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _first_difference(earlier: Any, now: Any, path: str = "") -> str | None:
+    """The dotted name of the first field (in sorted order) where two JSON values differ."""
+    if isinstance(earlier, dict) and isinstance(now, dict):
+        for key in sorted(set(earlier) | set(now)):
+            if not path and key in _RESUME_FREE:
+                continue
+            found = _first_difference(earlier.get(key), now.get(key), f"{path}{key}.")
+            if found:
+                return found
+        return None
+    if canonical_bytes(earlier) != canonical_bytes(now):
+        return path.rstrip(".") or "run.json"
+    return None
 
 
 def _check_options(
@@ -272,15 +323,21 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
     if resume:
         if not meta_path.is_file():
             raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
-        earlier = json.loads(meta_path.read_text())
-        for key in ("env", "model", "decoding", "rollouts_per_input"):
-            if canonical_bytes(earlier.get(key)) != canonical_bytes(meta.get(key)):
-                raise UserError(
-                    f"--resume: {run_dir} was started with a different {key}; use another --out"
-                )
+        try:
+            earlier = json.loads(meta_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"--resume: {meta_path} is not readable JSON: {exc}") from None
+        now = json.loads(canonical_bytes({**meta, "rlenv_version": __version__}))
+        changed = _first_difference(earlier, now)
+        if changed:
+            raise UserError(
+                f"--resume: {run_dir} was started with a different {changed}"
+                f" ({_short(earlier, changed)} then, {_short(now, changed)} now);"
+                " results would mix settings: use another --out"
+            )
         records = read_results(results, repair=True)
         return {(str(record["input_id"]), int(record["rollout"])) for record in records}
-    if run_dir.exists() and any(run_dir.iterdir()):
+    if run_dir.exists() and any(entry.name != LOCK_NAME for entry in run_dir.iterdir()):
         raise UserError(
             f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
             " directory"
@@ -288,6 +345,15 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
     run_dir.mkdir(parents=True, exist_ok=True)
     atomic_write(meta_path, _pretty({**meta, "rlenv_version": __version__}))
     return set()
+
+
+def _short(document: Any, dotted: str) -> str:
+    """A field's value for a message (JSON, cut to 40 characters)."""
+    value = document
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 async def _execute(

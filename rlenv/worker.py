@@ -69,6 +69,7 @@ class WorkerConfig:
     expensive_fraction: float = 1.0
     defer_expensive: bool = False
     cache_dir: str | None = None  # grader cache for expensive verifiers; None: off
+    parent_pid: int | None = None  # the orchestrator: a worker dies with it
 
 
 @dataclass
@@ -555,7 +556,25 @@ _runtime: WorldRuntime | None = None
 
 def init_worker(config: WorkerConfig) -> None:
     global _runtime
+    if config.parent_pid is not None:
+        from rlenv.world.reaper import bind_to_parent
+
+        bind_to_parent(config.parent_pid)
     _runtime = WorldRuntime(config)
+
+
+def _cleaned(function: Any) -> Any:
+    """A worker entry point after which nothing the call started is left running."""
+    import functools
+
+    from rlenv.world.reaper import no_leftovers
+
+    @functools.wraps(function)
+    def call(*args: Any) -> Any:
+        with no_leftovers():
+            return function(*args)
+
+    return call
 
 
 def _get() -> WorldRuntime:
@@ -563,14 +582,17 @@ def _get() -> WorldRuntime:
     return _runtime
 
 
+@_cleaned
 def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
     return _get().run_rollout(task)
 
 
+@_cleaned
 def worker_prepare(task: RolloutTask) -> None:
     _get().prepare(task)
 
 
+@_cleaned
 def worker_tool(task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
     runtime = _get()
     signal.setitimer(signal.ITIMER_REAL, runtime.loaded.spec.limits.timeout_s)
@@ -580,6 +602,7 @@ def worker_tool(task: RolloutTask, call: dict[str, Any], turn: int, number: int)
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+@_cleaned
 def worker_grade(record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
     """A record graded late, with the grader-cache hits and misses it took."""
     runtime = _get()
@@ -590,5 +613,6 @@ def worker_grade(record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
     return updated, runtime.cache.hits - hits, runtime.cache.misses - misses
 
 
+@_cleaned
 def worker_finish(task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
     return _get().finish(task, trajectory, model)

@@ -199,6 +199,8 @@ def test_resume_refuses_a_different_model(tmp_path: Path) -> None:
         "--out",
         str(out),
         "--resume",
+        "--limit",
+        "1",
         "--model",
         "python:file_edit_env.policies:null",
     )

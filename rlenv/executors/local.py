@@ -4,6 +4,7 @@ each in a fresh network namespace when one can be made."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import multiprocessing
 import os
 import sys
@@ -25,6 +26,7 @@ class LocalExecutor:
 
     def __init__(self, config: WorkerConfig, workers: int) -> None:
         self.workers = max(1, workers)
+        config = dataclasses.replace(config, parent_pid=os.getpid())  # workers die with us
         saved = {key: os.environ.get(key) for key in FROZEN_ENV}
         os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreters (hash seed!)
         context = multiprocessing.get_context("spawn")

@@ -1,0 +1,104 @@
+"""Nothing a worker or a rollout starts outlives it.
+
+A worker asks the kernel for SIGKILL when its parent (the orchestrator) dies, and watches its
+parent pid as a second guard (the parent-death signal follows the thread that spawned it). It is
+also a child subreaper: a process that a tool detaches (`start_new_session=True`, a double fork)
+is re-parented to the worker instead of init, so after every call the worker can find and kill
+every process the call started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import threading
+from collections.abc import Iterator
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _prctl(option: int, value: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, value, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def bind_to_parent(parent: int) -> None:
+    """Die with the orchestrator: parent-death signal, subreaper, and a parent-pid watch."""
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            threading.Event().wait(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="rlenv-parent-watch", daemon=True).start()
+
+
+def kill_tree(pids: set[int]) -> None:
+    """SIGSTOP then SIGKILL each process and its descendants (stopped ones cannot fork)."""
+    found: dict[int, psutil.Process] = {}
+    pending = set(pids)
+    while pending:
+        pid = pending.pop()
+        if pid in found:
+            continue
+        try:
+            process = psutil.Process(pid)
+            process.send_signal(signal.SIGSTOP)
+            found[pid] = process
+            pending.update(child.pid for child in process.children(recursive=True))
+        except psutil.Error:
+            continue
+    for process in found.values():
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(list(found.values()), timeout=5)
+
+
+def reap_zombies() -> None:
+    """Collect the exit status of any finished child (orphans re-parented to this subreaper)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+@contextlib.contextmanager
+def no_leftovers() -> Iterator[None]:
+    """Around one worker call: every process that appeared under this one during it is killed."""
+    before = _direct_children()
+    try:
+        yield
+    finally:
+        started = _direct_children() - before
+        if started:
+            kill_tree(started)  # with their descendants
+        reap_zombies()
+
+
+def _direct_children() -> set[int]:
+    """This process's children: cheap from /proc/self/task/*/children (a subreaper's orphans
+    become direct children, so the direct ones and their trees are everything); psutil's full
+    process scan where that file is missing."""
+    found: set[int] = set()
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as handle:
+                found.update(int(pid) for pid in handle.read().split())
+    except OSError:
+        return {child.pid for child in psutil.Process().children()}
+    return found
