@@ -435,11 +435,10 @@ def build_summary(
     from rlenv import metrics
 
     totals = _tally(records)
-    diagnostics = metrics.compute_all(totals.compact)
+    diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"])
     n_records = len(totals.compact)
     n_inputs = len({record["input_id"] for record in totals.compact})
     totals.compact = []
-    flags = metrics.flags_for_decoding(diagnostics["flags"], meta["decoding"])
     return {
         "env": meta["env"],
         "model": meta["model"],
@@ -467,7 +466,7 @@ def build_summary(
         "hazards": _hazards(meta) if meta.get("reference") else [],
         "world": meta.get("world") or world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},
-        "flags": flags,
+        "flags": diagnostics["flags"],
         "digest": totals.digest,
         "rlenv_version": __version__,
     }

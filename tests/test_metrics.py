@@ -563,11 +563,12 @@ def test_flags_fire_on_each_condition() -> None:
 
 
 def test_collapse_is_not_flagged_under_greedy_decoding() -> None:
-    found = [{"name": "collapse"}, {"name": "length_bias"}]
+    summary = {"diversity": {"collapse": True}, "counts": {"infra_error": 1}}
     assert m.is_greedy({"temperature": 0}) and not m.is_greedy({"temperature": 0.7})
-    assert m.flags_for_decoding(found, {"temperature": 0}) == [{"name": "length_bias"}]
-    assert m.flags_for_decoding(found, {"temperature": 1.0}) == found
-    assert m.flags_for_decoding(found, {}) == found  # a missing temperature samples (1.0)
+    assert [f["name"] for f in m.flags(summary, {"temperature": 0})] == ["infra_errors"]
+    found = m.flags(summary, {"temperature": 1.0})
+    assert [f["name"] for f in found] == ["collapse", "infra_errors"]
+    assert m.flags(summary, {}) == found == m.flags(summary)  # a missing temperature samples
 
 
 def test_compute_all_is_json_clean_and_order_independent() -> None:

@@ -194,8 +194,12 @@ def compute_all(
     length: LengthUnit = "words",
     alpha: float = 0.05,
     power: float = 0.8,
+    decoding: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every diagnostic for one run, as one JSON-serialisable dict (summary.json, report).
+
+    ``flags`` is the run's one list of flags (:func:`rlenv.metrics.flagging.flags`), given the
+    run's ``decoding`` (temperature 0: no collapse flag); every output reads it from here.
 
     Dict keys are strings (pass@k tables are keyed "1", "2", ...); undefined values are None.
     """
@@ -230,6 +234,6 @@ def compute_all(
         "kl": _kl_block(records),
         "alignment": alignment_gap(records, human) if human is not None else None,
     }
-    summary["flags"] = flags(summary)
+    summary["flags"] = flags(summary, decoding)
     clean: dict[str, Any] = _jsonable(summary)
     return clean
