@@ -460,7 +460,14 @@ def build_summary(
         "usage": dict(sorted(totals.usage.items())),
         "diagnostics": {
             key: diagnostics[key]
-            for key in ("disagreements", "length_bias", "diversity", "sample_efficiency", "kl")
+            for key in (
+                "disagreements",
+                "reward_auc",
+                "length_bias",
+                "diversity",
+                "sample_efficiency",
+                "kl",
+            )
         },
         "kl": diagnostics["kl"],
         "hazards": _hazards(meta) if meta.get("reference") else [],

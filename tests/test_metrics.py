@@ -350,17 +350,18 @@ def test_disagreements_hand_example_and_order_independence() -> None:
         for i, (r, p) in enumerate(zip(rewards, passed, strict=True))
     ]
     result = m.disagreements(records)
-    assert result["high_threshold"] == pytest.approx(0.6)
-    assert result["low_threshold"] == pytest.approx(0.2)
-    assert result["high_reward_failed"] == [
-        {"input_id": "i2", "rollout": 1, "reward": 0.7, "passed": False}
-    ]
-    assert [(d["input_id"], d["rollout"]) for d in result["low_reward_passed"]] == [("i0", 0)]
-    assert result["suspect_rate"] == pytest.approx(1 / 9)
+    # issue 14: the reference is the median passing reward of the same input (absolute),
+    # not the run's 75th percentile, so the share of suspects has no cap
+    assert [(d["input_id"], d["rollout"], d["reward"]) for d in result["high_reward_failed"]] == [
+        ("i2", 1, 0.7), ("i1", 2, 0.5), ("i0", 2, 0.2), ("i0", 1, 0.1)
+    ]  # fmt: skip
+    assert result["high_reward_failed"][0]["reference"] == pytest.approx(0.7)
+    assert [(d["input_id"], d["rollout"]) for d in result["low_reward_passed"]] == [
+        ("i0", 0), ("i1", 0), ("i1", 1), ("i2", 0)
+    ]  # fmt: skip
+    assert result["suspect_rate"] == pytest.approx(4 / 9)
     shuffled = records[::-1]
     assert m.disagreements(shuffled) == result
-    explicit = m.disagreements(records, reward_threshold=0.45)
-    assert [d["reward"] for d in explicit["high_reward_failed"]] == [0.7, 0.5]
 
 
 def test_disagreements_ties_do_not_flag_a_whole_side() -> None:

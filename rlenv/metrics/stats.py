@@ -129,6 +129,20 @@ def spearman(x: Numbers, y: Numbers) -> float | None:
     return pearson(rankdata(xa), rankdata(ya))
 
 
+def auc(positives: Numbers, negatives: Numbers) -> float | None:
+    """Area under the ROC curve: P(a positive scores above a negative), ties counting half
+    (the Mann-Whitney U / (n_pos * n_neg)). None when either side is empty or not finite."""
+    pos = np.asarray(positives, dtype=float)
+    neg = np.asarray(negatives, dtype=float)
+    if pos.size == 0 or neg.size == 0:
+        return None
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
+        return None
+    ranks = rankdata(np.concatenate([pos, neg]))
+    u = float(ranks[: pos.size].sum()) - pos.size * (pos.size + 1) / 2.0
+    return u / (pos.size * neg.size)
+
+
 def _z(p: float) -> float:
     return NormalDist().inv_cdf(p)
 
