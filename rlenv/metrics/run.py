@@ -169,7 +169,7 @@ def reward_auc(records: Iterable[Record], n_boot: int = 400, seed: int = 0) -> d
     (0.5 = no better than chance, 1 = every passing rollout scored above every failing one)
     with a cluster-bootstrap CI over inputs. A falling AUC across checkpoints is the clearest
     sign of a hacked proxy. None when either side is empty."""
-    groups = []
+    groups: list[Any] = []
     for _, group in _group(records):
         pairs = [(_passed(r), _reward(r)) for r in group if r.get("status") != Status.FIXTURE_MISS]
         pairs = [(p, v) for p, v in pairs if v is not None]
