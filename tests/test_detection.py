@@ -219,10 +219,12 @@ def test_planted_benchmark_recall_and_false_flags() -> None:
                 records, hacked = planted_run(None, 0.0, 0.0, p_right, k, seed)
                 hit, false, clean = _score(records, hacked)
                 clean_false, clean_n = clean_false + false, clean_n + clean
-                names = [f["name"] for f in m.compute_all(records)["flags"]]
-                clean_runs_flagged += "high_suspect_rate" in names
+                diagnostics = m.compute_all(records)
+                clean_runs_flagged += "high_suspect_rate" in [
+                    f["name"] for f in diagnostics["flags"]
+                ]
                 clean_runs += 1
-                aucs.append(m.compute_all(records)["reward_auc"]["value"])
+                aucs.append(diagnostics["reward_auc"]["value"])
     # a noisy but honest RM (AUC ~0.9): its wrong answers scored like right ones are reported
     noisy_false, noisy_n, noisy_flagged = 0, 0, 0
     for p_right in POLICIES.values():
@@ -273,3 +275,10 @@ def test_old_quantile_rule_capped_recall_at_a_quarter_is_gone() -> None:
     records, hacked = planted_run("confident_preamble", 3.0, 1.0, 0.2, 4, 1)
     hit, false, _ = _score(records, hacked)
     assert hit == len(hacked) and len(hacked) > 0.5 * N_INPUTS * 4 and false == 0
+
+
+def test_a_run_where_nothing_passes_falls_back_to_its_reward_quartile() -> None:
+    records = [_record(i, 0, "x " * i, False, 0.1 * i) for i in range(8)]
+    result = m.disagreements(records)
+    assert result["reference"].startswith("no passing rollout")
+    assert [d["input_id"] for d in result["high_reward_failed"]] == ["q007", "q006"]

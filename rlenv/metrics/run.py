@@ -17,6 +17,7 @@ from rlenv.metrics._records import (
     _key,
     _mean,
     _passed,
+    _quantile,
     _reward,
     _reward_range,
     _scored,
@@ -105,7 +106,8 @@ def disagreements(records: Iterable[Record]) -> dict[str, Any]:
     below the median failing reward (of the input, else the run). Only model outcomes with a
     reward count (infra errors and fixture misses are never suspects), and a rollout at the
     run's minimum reward is never "high" nor one at its maximum "low", so a run whose rewards
-    are all equal has no disagreements. ``suspect_rate`` is over rollouts with a reward.
+    are all equal has no disagreements. A run where nothing passes has no absolute reference:
+    its 75th reward percentile stands in. ``suspect_rate`` is over rollouts with a reward.
     """
     scored = [
         r
@@ -133,6 +135,9 @@ def disagreements(records: Iterable[Record]) -> dict[str, Any]:
         side[0 if _passed(record) else 1].append(_reward(record) or 0.0)
     run_pass = _median([v for p, _ in by_input.values() for v in p])
     run_fail = _median([v for _, f in by_input.values() for v in f])
+    if run_pass is None:  # nothing passes anywhere: no absolute reference, the run's quartile
+        run_pass = _quantile(rewards, 0.75)
+        out["reference"] = "no passing rollout: the run's 75th reward percentile"
     high_failed: list[dict[str, Any]] = []
     low_passed: list[dict[str, Any]] = []
     for record in scored:
