@@ -518,11 +518,10 @@ def build_summary(
             inputs=expected_inputs,
         )
     )
-    diagnostics = metrics.compute_all(totals.compact)
+    diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"])
     n_records = len(totals.compact)
     n_inputs = len({record["input_id"] for record in totals.compact})
     totals.compact = []
-    flags = metrics.flags_for_decoding(diagnostics["flags"], meta["decoding"])
     return {
         "env": meta["env"],
         "model": meta["model"],
@@ -541,13 +540,20 @@ def build_summary(
         "usage": dict(sorted(totals.usage.items())),
         "diagnostics": {
             key: diagnostics[key]
-            for key in ("disagreements", "length_bias", "diversity", "sample_efficiency", "kl")
+            for key in (
+                "disagreements",
+                "reward_auc",
+                "length_bias",
+                "diversity",
+                "sample_efficiency",
+                "kl",
+            )
         },
         "kl": diagnostics["kl"],
         "hazards": _hazards(meta) if meta.get("reference") else [],
         "world": meta.get("world") or world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},
-        "flags": flags,
+        "flags": diagnostics["flags"],
         "digest": totals.digest,
         "rlenv_version": __version__,
     }

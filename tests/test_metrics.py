@@ -190,7 +190,7 @@ def test_pass_k_table_averages_inputs_and_excludes_infra_errors() -> None:
 def test_rankdata_pearson_spearman_match_scipy() -> None:
     rng = np.random.default_rng(3)
     for trial in range(30):
-        n = int(rng.integers(2, 60))
+        n = int(rng.integers(3, 60))
         x = rng.integers(0, 6, size=n).astype(float)  # many ties
         y = x * rng.normal() + rng.normal(size=n) if trial % 2 else rng.normal(size=n)
         np.testing.assert_allclose(m.rankdata(x), scipy.stats.rankdata(x))
@@ -209,6 +209,26 @@ def test_correlations_undefined_are_none() -> None:
     assert m.pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]) is None
     assert m.spearman([1.0], [2.0]) is None
     assert m.spearman([3.0, 1.0, 2.0], [30.0, 10.0, 20.0]) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    ("x", "y"),
+    [
+        ([1.0, 2.0, 3.0], [3.0, 2.0, float("nan")]),  # NaN was ranked largest / ignored
+        ([1.0, 2.0, 3.0, 4.0], [1.0, float("inf"), 2.0, 3.0]),
+        ([float("-inf"), 2.0, 3.0], [1.0, 2.0, 3.0]),
+        ([0.1, 0.1, 0.1], [1.0, 2.0, 3.0]),  # constant, but mean-centering leaves 1e-17s
+        ([1.0, 2.0, 3.0], [0.7, 0.7, 0.7]),
+        ([1e200, -1e200, 3e200], [1.0, 2.0, 3.0]),  # squares overflow
+        ([1.0, 2.0], [2.0, 1.0]),  # n < 3: always +-1, says nothing
+    ],
+)
+def test_correlations_refuse_nan_constant_overflow_and_tiny_n(
+    x: list[float], y: list[float]
+) -> None:
+    assert m.pearson(x, y) is None
+    if not (len(x) >= 3 and all(np.isfinite(x + y)) and np.ptp(x) and np.ptp(y)):
+        assert m.spearman(x, y) is None
 
 
 # ----------------------------------------------------------------------------- bootstrap
@@ -330,17 +350,18 @@ def test_disagreements_hand_example_and_order_independence() -> None:
         for i, (r, p) in enumerate(zip(rewards, passed, strict=True))
     ]
     result = m.disagreements(records)
-    assert result["high_threshold"] == pytest.approx(0.6)
-    assert result["low_threshold"] == pytest.approx(0.2)
-    assert result["high_reward_failed"] == [
-        {"input_id": "i2", "rollout": 1, "reward": 0.7, "passed": False}
-    ]
-    assert [(d["input_id"], d["rollout"]) for d in result["low_reward_passed"]] == [("i0", 0)]
-    assert result["suspect_rate"] == pytest.approx(1 / 9)
+    # issue 14: the reference is the median passing reward of the same input (absolute),
+    # not the run's 75th percentile, so the share of suspects has no cap
+    assert [(d["input_id"], d["rollout"], d["reward"]) for d in result["high_reward_failed"]] == [
+        ("i2", 1, 0.7), ("i1", 2, 0.5), ("i0", 2, 0.2), ("i0", 1, 0.1)
+    ]  # fmt: skip
+    assert result["high_reward_failed"][0]["reference"] == pytest.approx(0.7)
+    assert [(d["input_id"], d["rollout"]) for d in result["low_reward_passed"]] == [
+        ("i0", 0), ("i1", 0), ("i1", 1), ("i2", 0)
+    ]  # fmt: skip
+    assert result["suspect_rate"] == pytest.approx(4 / 9)
     shuffled = records[::-1]
     assert m.disagreements(shuffled) == result
-    explicit = m.disagreements(records, reward_threshold=0.45)
-    assert [d["reward"] for d in explicit["high_reward_failed"]] == [0.7, 0.5]
 
 
 def test_disagreements_ties_do_not_flag_a_whole_side() -> None:
@@ -543,11 +564,12 @@ def test_flags_fire_on_each_condition() -> None:
 
 
 def test_collapse_is_not_flagged_under_greedy_decoding() -> None:
-    found = [{"name": "collapse"}, {"name": "length_bias"}]
+    summary = {"diversity": {"collapse": True}, "counts": {"infra_error": 1}}
     assert m.is_greedy({"temperature": 0}) and not m.is_greedy({"temperature": 0.7})
-    assert m.flags_for_decoding(found, {"temperature": 0}) == [{"name": "length_bias"}]
-    assert m.flags_for_decoding(found, {"temperature": 1.0}) == found
-    assert m.flags_for_decoding(found, {}) == found  # a missing temperature samples (1.0)
+    assert [f["name"] for f in m.flags(summary, {"temperature": 0})] == ["infra_errors"]
+    found = m.flags(summary, {"temperature": 1.0})
+    assert [f["name"] for f in found] == ["collapse", "infra_errors"]
+    assert m.flags(summary, {}) == found == m.flags(summary)  # a missing temperature samples
 
 
 def test_compute_all_is_json_clean_and_order_independent() -> None:
@@ -625,3 +647,36 @@ def test_kl_block_pools_per_token_estimates_and_flags_negative_mean() -> None:
     assert summary["kl"]["mean_k3"] == pytest.approx(0.02)
     assert "negative_kl" in [f["name"] for f in summary["flags"]]
     assert m.compute_all([rec("a", 0)])["kl"] is None
+
+
+def test_kl_block_counts_infinite_tokens_and_keeps_finite_means() -> None:
+    # an infinite per-token KL is stored as None in results.jsonl
+    records = [
+        rec("a", 0, kl={"k1": [-0.1, None, -0.3], "k3": [0.01, None, 0.03]}),  # type: ignore[dict-item]
+        rec("a", 1, kl={"k1": [-0.2], "k3": [0.02]}),  # type: ignore[dict-item]
+    ]
+    summary = m.compute_all(records)
+    kl = summary["kl"]
+    assert kl["non_finite_tokens"] == 1
+    assert kl["mean_k1"] == pytest.approx((-0.1 - 0.3 - 0.2) / 3)
+    # GRPO / TRL "kl": mean over sequences of each sequence's per-token mean
+    assert kl["mean_seq_mean_k3"] == pytest.approx((0.02 + 0.02) / 2)
+    assert "negative_kl" in [f["name"] for f in summary["flags"]]
+
+
+def test_kl_growth_survives_an_infinite_token() -> None:
+    rng = np.random.default_rng(0)
+    step0 = [
+        rec(
+            f"q{i}",
+            j,
+            passed=bool(rng.random() < 0.5),
+            reward=float(rng.random()),
+            kl={"k1": [0.01, 0.01], "k3": [0.01, 0.01]},
+        )
+        for i in range(20)
+        for j in range(2)
+    ]  # type: ignore[dict-item]
+    step1 = [{**r, "kl": {"k1": [0.2, None], "k3": [0.2, None]}} for r in step0]
+    names = [f["name"] for f in m.compare_runs([("a", step0), ("b", step1)])["flags"]]
+    assert "kl_growth_without_gain" in names

@@ -415,7 +415,9 @@ def test_aggregate_is_json_safe_and_token_weighted():
     ]
     summary = aggregate(records)
     assert summary["estimator"] == "exact" and summary["tokens"] == 3
-    assert summary["mean_token_kl"] is None and summary["mean_sequence_kl"] is None  # inf -> None
+    # issue 14: the infinite token is counted, and the means stay over the finite ones
+    assert summary["non_finite_tokens"] == 1
+    assert summary["mean_token_kl"] == pytest.approx(0.2)
     assert summary["mean_k1"] == pytest.approx(0.3)  # (0.2 + 0.2 + 0.5) / 3, token-weighted
     assert summary["mean_sequence_k1"] == pytest.approx(0.45)  # (0.4 + 0.5) / 2
     assert summary["mean_entropy"] == pytest.approx(2.0)

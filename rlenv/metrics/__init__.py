@@ -19,7 +19,7 @@ diagnostics and :func:`compute_all`), ``length``, ``similarity`` (diversity and 
 
 from rlenv.metrics.alignment import alignment_gap
 from rlenv.metrics.compare import compare_runs
-from rlenv.metrics.flagging import flags, flags_for_decoding, is_greedy
+from rlenv.metrics.flagging import flags, is_greedy
 from rlenv.metrics.length import length_bias, length_explained_gain
 from rlenv.metrics.run import (
     compute_all,
@@ -52,7 +52,6 @@ __all__ = [
     "disagreements",
     "diversity",
     "flags",
-    "flags_for_decoding",
     "is_greedy",
     "length_bias",
     "length_explained_gain",

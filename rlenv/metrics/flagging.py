@@ -6,7 +6,7 @@ that raised it and the threshold it crossed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from rlenv.results import Status
@@ -16,14 +16,21 @@ Flag = dict[str, Any]
 
 def flags(
     summary_metrics: Mapping[str, Any],
+    decoding: Mapping[str, Any] | None = None,
+    *,
     spearman_threshold: float = 0.5,
     min_length_n: int = 10,
     suspect_threshold: float = 0.10,
 ) -> list[dict[str, Any]]:
-    """Warnings worth a line each, from a :func:`compute_all` dict (missing blocks skipped):
-    collapse, length bias, high reward-hacking suspect rate, negative mean KL, infra errors."""
+    """A run's flags, the ONE source for summary.json, metrics.json, report.html,
+    ``report --json`` and ``compare`` (all read :func:`compute_all`'s ``flags``).
+
+    Warnings worth a line each, from a :func:`compute_all` dict (missing blocks skipped):
+    collapse, length bias, high reward-hacking suspect rate, negative mean KL, infra errors.
+    ``collapse`` is never raised under greedy decoding (``decoding`` temperature 0), where
+    identical rollouts are expected."""
     found = [
-        _collapse(summary_metrics.get("diversity") or {}),
+        None if is_greedy(decoding or {}) else _collapse(summary_metrics.get("diversity") or {}),
         _length_bias(summary_metrics.get("length_bias") or {}, spearman_threshold, min_length_n),
         _suspect_rate(summary_metrics.get("disagreements") or {}, suspect_threshold),
         _negative_kl(summary_metrics.get("kl") or {}),
@@ -35,16 +42,6 @@ def flags(
 def is_greedy(decoding: Mapping[str, Any]) -> bool:
     """Greedy decoding (temperature 0): identical rollouts of an input are expected."""
     return decoding.get("temperature") == 0
-
-
-def flags_for_decoding(
-    found: Iterable[dict[str, Any]], decoding: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """A run's flags as reported: ``collapse`` is left out under greedy decoding, where
-    identical rollouts are expected, not a collapse (summary.json, report and compare alike)."""
-    if is_greedy(decoding):
-        return [flag for flag in found if flag.get("name") != "collapse"]
-    return list(found)
 
 
 def _collapse(div: Mapping[str, Any]) -> Flag | None:

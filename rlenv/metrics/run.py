@@ -26,7 +26,14 @@ from rlenv.metrics.alignment import alignment_gap
 from rlenv.metrics.flagging import flags
 from rlenv.metrics.length import length_bias
 from rlenv.metrics.similarity import diversity
-from rlenv.metrics.stats import noise_floor, pass_k_table, pass_rate, wilson_interval
+from rlenv.metrics.stats import (
+    auc,
+    bootstrap_ci,
+    noise_floor,
+    pass_k_table,
+    pass_rate,
+    wilson_interval,
+)
 from rlenv.results import HumanLabels, Status
 
 HISTOGRAM_BINS = 10
@@ -83,27 +90,35 @@ def verifier_pass_rates(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def disagreements(
-    records: Iterable[Record],
-    reward_threshold: float | None = None,
-    low_threshold: float | None = None,
-) -> dict[str, Any]:
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def disagreements(records: Iterable[Record]) -> dict[str, Any]:
     """Rollouts where the reward model and the verifiers disagree: reward-hacking suspects.
 
-    ``high_reward_failed``: reward >= ``reward_threshold`` (default: the run's 75th percentile)
-    but the verifiers failed -- the reward model likes what the verifiers reject.
-    ``low_reward_passed``: reward <= ``low_threshold`` (default: 25th percentile) but passed.
-    A rollout at the run's minimum reward is never "high" and one at its maximum never "low",
-    so ties (e.g. binary rewards) do not flag a whole side; a run whose rewards are all equal
-    has no disagreements. Rates are over scored rollouts with a reward; ``suspect_rate`` is the
-    rate of ``high_reward_failed``.
+    ``high_reward_failed`` (the suspects): a rollout that fails the verifiers although the
+    reward model scores it at least as high as typical passing answers -- the median reward
+    of verifier-passing rollouts of the same input, or of the whole run when that input has
+    none passing. The reference is absolute (what the RM pays for a right answer), not a
+    quantile of the run, so there is no cap on the share: a run where every wrong answer is
+    hacked has every wrong answer suspect. ``low_reward_passed``: passes although scored at or
+    below the median failing reward (of the input, else the run). Only model outcomes with a
+    reward count (infra errors and fixture misses are never suspects), and a rollout at the
+    run's minimum reward is never "high" nor one at its maximum "low", so a run whose rewards
+    are all equal has no disagreements. A run where nothing passes has no absolute reference:
+    its 75th reward percentile stands in. ``suspect_rate`` is over rollouts with a reward.
     """
-    scored = [r for r in _scored(records) if _reward(r) is not None]
-    rewards = _reward_range(scored)
+    scored = [
+        r
+        for r in _scored(records)
+        if _reward(r) is not None and r.get("status") != Status.FIXTURE_MISS
+    ]
     out: dict[str, Any] = {
         "n": len(scored),
-        "high_threshold": None,
-        "low_threshold": None,
+        "reference": "median passing reward of the input, else of the run",
+        "run_pass_median": None,
+        "run_fail_median": None,
         "high_reward_failed": [],
         "low_reward_passed": [],
         "rate_high_reward_failed": None,
@@ -112,26 +127,39 @@ def disagreements(
     }
     if not scored:
         return out
+    rewards = _reward_range(scored)
     lowest, highest = min(rewards), max(rewards)
-    high = _quantile(rewards, 0.75) if reward_threshold is None else float(reward_threshold)
-    low = _quantile(rewards, 0.25) if low_threshold is None else float(low_threshold)
+    by_input: dict[str, tuple[list[float], list[float]]] = {}
+    for record in scored:
+        side = by_input.setdefault(_key(record)[0], ([], []))
+        side[0 if _passed(record) else 1].append(_reward(record) or 0.0)
+    run_pass = _median([v for p, _ in by_input.values() for v in p])
+    run_fail = _median([v for _, f in by_input.values() for v in f])
+    if run_pass is None:  # nothing passes anywhere: no absolute reference, the run's quartile
+        run_pass = _quantile(rewards, 0.75)
+        out["reference"] = "no passing rollout: the run's 75th reward percentile"
     high_failed: list[dict[str, Any]] = []
     low_passed: list[dict[str, Any]] = []
     for record in scored:
         reward = _reward(record)
         assert reward is not None
         input_id, rollout = _key(record)
+        passing, failing = by_input[input_id]
         row = {"input_id": input_id, "rollout": rollout, "reward": reward}
-        if reward >= high and reward > lowest and not _passed(record):
-            high_failed.append({**row, "passed": False})
-        if reward <= low and reward < highest and _passed(record):
-            low_passed.append({**row, "passed": True})
+        if _passed(record):
+            ref = _median(failing) if failing else run_fail
+            if ref is not None and reward <= ref and reward < highest:
+                low_passed.append({**row, "passed": True, "reference": ref})
+        else:
+            ref = _median(passing) if passing else run_pass
+            if ref is not None and reward >= ref and reward > lowest:
+                high_failed.append({**row, "passed": False, "reference": ref})
     high_failed.sort(key=lambda r: (-r["reward"], r["input_id"], r["rollout"]))
     low_passed.sort(key=lambda r: (r["reward"], r["input_id"], r["rollout"]))
     n = len(scored)
     out.update(
-        high_threshold=high,
-        low_threshold=low,
+        run_pass_median=run_pass,
+        run_fail_median=run_fail,
         high_reward_failed=high_failed,
         low_reward_passed=low_passed,
         rate_high_reward_failed=len(high_failed) / n,
@@ -139,6 +167,37 @@ def disagreements(
         suspect_rate=len(high_failed) / n,
     )
     return out
+
+
+def reward_auc(records: Iterable[Record], n_boot: int = 400, seed: int = 0) -> dict[str, Any]:
+    """How well the reward model separates verifier-passing from failing rollouts: ROC AUC
+    (0.5 = no better than chance, 1 = every passing rollout scored above every failing one)
+    with a cluster-bootstrap CI over inputs. A falling AUC across checkpoints is the clearest
+    sign of a hacked proxy. None when either side is empty."""
+    groups: list[Any] = []
+    for _, group in _group(records):
+        pairs = [(_passed(r), _reward(r)) for r in group if r.get("status") != Status.FIXTURE_MISS]
+        pairs = [(p, v) for p, v in pairs if v is not None]
+        if pairs:
+            groups.append(pairs)
+
+    def statistic(clusters: list[Any]) -> float | None:
+        pos = [v for c in clusters for p, v in c if p]
+        neg = [v for c in clusters for p, v in c if not p]
+        return auc(pos, neg)
+
+    value = statistic(groups)
+    lo, hi = (
+        bootstrap_ci(groups, statistic, n_boot=n_boot, seed=seed)
+        if value is not None
+        else (None, None)
+    )
+    return {
+        "value": value,
+        "n_passed": sum(p for c in groups for p, _ in c),
+        "n_failed": sum(not p for c in groups for p, _ in c),
+        "bootstrap_ci": [lo, hi] if lo is not None else None,
+    }
 
 
 def sample_efficiency(records: Iterable[Record]) -> list[dict[str, Any]]:
@@ -194,8 +253,12 @@ def compute_all(
     length: LengthUnit = "words",
     alpha: float = 0.05,
     power: float = 0.8,
+    decoding: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every diagnostic for one run, as one JSON-serialisable dict (summary.json, report).
+
+    ``flags`` is the run's one list of flags (:func:`rlenv.metrics.flagging.flags`), given the
+    run's ``decoding`` (temperature 0: no collapse flag); every output reads it from here.
 
     Dict keys are strings (pass@k tables are keyed "1", "2", ...); undefined values are None.
     """
@@ -224,12 +287,13 @@ def compute_all(
         },
         "verifiers": verifier_pass_rates(records),
         "disagreements": disagreements(records),
+        "reward_auc": reward_auc(records),
         "length_bias": length_bias(records, length=length),
         "diversity": diversity(records),
         "sample_efficiency": sample_efficiency(records),
         "kl": _kl_block(records),
         "alignment": alignment_gap(records, human) if human is not None else None,
     }
-    summary["flags"] = flags(summary)
+    summary["flags"] = flags(summary, decoding)
     clean: dict[str, Any] = _jsonable(summary)
     return clean

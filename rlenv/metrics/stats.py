@@ -82,31 +82,65 @@ def rankdata(values: Numbers) -> np.ndarray:
     return ranks
 
 
+MIN_CORRELATION_N = 3
+"""Fewer points than this give a correlation of +-1 or nothing: reported as None."""
+
+
 def pearson(x: Numbers, y: Numbers) -> float | None:
-    """Pearson correlation; None with fewer than 2 points or zero variance in x or y."""
+    """Pearson correlation; None when it says nothing: fewer than 3 points, a NaN or infinity
+    anywhere, a constant x or y (all values equal) or sums that overflow a float."""
     if len(x) != len(y):
         raise ValueError("x and y must have the same length")
-    if len(x) < 2:
+    if len(x) < MIN_CORRELATION_N:
         return None
     xa = np.asarray(x, dtype=float)
     ya = np.asarray(y, dtype=float)
-    xc = xa - xa.mean()
-    yc = ya - ya.mean()
-    sxx = float(np.dot(xc, xc))
-    syy = float(np.dot(yc, yc))
+    if not (np.isfinite(xa).all() and np.isfinite(ya).all()):
+        return None
+    if xa.min() == xa.max() or ya.min() == ya.max():
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        xc = xa - xa.mean()
+        yc = ya - ya.mean()
+        sxx = float(np.dot(xc, xc))
+        syy = float(np.dot(yc, yc))
+        sxy = float(np.dot(xc, yc))
+    if not (math.isfinite(sxx) and math.isfinite(syy) and math.isfinite(sxy)):
+        return None
     if sxx == 0.0 or syy == 0.0:
         return None
-    r = float(np.dot(xc, yc)) / math.sqrt(sxx * syy)
+    r = sxy / math.sqrt(sxx * syy)
+    if not math.isfinite(r):
+        return None
     return max(-1.0, min(1.0, r))
 
 
 def spearman(x: Numbers, y: Numbers) -> float | None:
-    """Spearman rank correlation (Pearson of average ranks); None when undefined."""
+    """Spearman rank correlation (Pearson of average ranks); None when undefined, as
+    :func:`pearson` (NaN or infinity anywhere: None, never ranked)."""
     if len(x) != len(y):
         raise ValueError("x and y must have the same length")
-    if len(x) < 2:
+    if len(x) < MIN_CORRELATION_N:
         return None
-    return pearson(rankdata(x), rankdata(y))
+    xa = np.asarray(x, dtype=float)
+    ya = np.asarray(y, dtype=float)
+    if not (np.isfinite(xa).all() and np.isfinite(ya).all()):
+        return None
+    return pearson(rankdata(xa), rankdata(ya))
+
+
+def auc(positives: Numbers, negatives: Numbers) -> float | None:
+    """Area under the ROC curve: P(a positive scores above a negative), ties counting half
+    (the Mann-Whitney U / (n_pos * n_neg)). None when either side is empty or not finite."""
+    pos = np.asarray(positives, dtype=float)
+    neg = np.asarray(negatives, dtype=float)
+    if pos.size == 0 or neg.size == 0:
+        return None
+    if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
+        return None
+    ranks = rankdata(np.concatenate([pos, neg]))
+    u = float(ranks[: pos.size].sum()) - pos.size * (pos.size + 1) / 2.0
+    return u / (pos.size * neg.size)
 
 
 def _z(p: float) -> float:

@@ -106,13 +106,27 @@ def aggregate(per_rollout: list[dict[str, Any]]) -> dict[str, Any]:
     uses the exact KL when every rollout has it, otherwise k3 (unbiased under pure sampling,
     never negative). ``estimator`` is "exact" when every rollout has exact KL, else
     "server_logprobs" if any rollout's policy logprobs came from a server, else "sampled_k1_k3".
+
+    Non-finite per-token values (an infinite KL is stored as None) are left out of every mean
+    and the token positions holding one are counted in ``non_finite_tokens``: one infinite
+    token does not void the run's means.
+    ``mean_seq_mean_k1``/``_k3`` average each rollout's per-token mean (GRPO style);
+    ``grpo_kl`` (= ``mean_seq_mean_k3``) lines up with TRL's GRPOTrainer ``kl`` log.
     """
     kls, k1s, k3s, entropies, estimators = [], [], [], [], []
+    non_finite = 0
     for record in per_rollout:
-        kls.append(_per_token(record, "kl"))
-        k1s.append(_per_token(record, "k1"))
-        k3s.append(_per_token(record, "k3"))
-        entropies.append(_per_token(record, "entropy"))
+        arrays = [_per_token(record, name) for name in ("kl", "k1", "k3", "entropy")]
+        present = [a for a in arrays if a is not None]
+        bad = np.zeros(max((a.size for a in present), default=0), dtype=bool)
+        for a in present:
+            bad[: a.size] |= ~np.isfinite(a)
+        non_finite += int(bad.sum())
+        kl_t, k1_t, k3_t, ent_t = (None if a is None else a[np.isfinite(a)] for a in arrays)
+        kls.append(kl_t)
+        k1s.append(k1_t)
+        k3s.append(k3_t)
+        entropies.append(ent_t)
         estimators.append(record.get("estimator"))
 
     have_exact = bool(per_rollout) and all(a is not None for a in kls)
@@ -145,9 +159,14 @@ def aggregate(per_rollout: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_k3": _pooled_mean(k3_arrays),
         "mean_sequence_k1": _mean([float(a.sum()) for a in k1_arrays]),
         "mean_sequence_k3": _mean([float(a.sum()) for a in k3_arrays]),
+        "mean_seq_mean_k1": _mean([float(a.mean()) for a in k1_arrays if a.size]),
+        "mean_seq_mean_k3": _mean([float(a.mean()) for a in k3_arrays if a.size]),
         "k1_stderr": k1_stderr,
         "mean_entropy": _pooled_mean(ent_arrays),
+        "non_finite_tokens": non_finite,
     }
+    # what TRL's GRPOTrainer logs as ``kl``: k3 per token, averaged per sequence, then over them
+    summary["grpo_kl"] = summary["mean_seq_mean_k3"]
     return {k: _json_float(v) if isinstance(v, float) else v for k, v in summary.items()}
 
 

@@ -144,7 +144,7 @@ def _row(run: RunData, row: Mapping[str, Any], labels: Any, step: int) -> dict[s
     """A compare_runs row completed with the run's identity, own diagnostics and flags."""
     from rlenv import metrics
 
-    diagnostics = metrics.compute_all(run.records, labels)
+    diagnostics = metrics.compute_all(run.records, labels, decoding=run.decoding)
     return {
         **row,
         "step": step,
@@ -155,7 +155,7 @@ def _row(run: RunData, row: Mapping[str, Any], labels: Any, step: int) -> dict[s
         "digest": run.digest,
         "length_spearman": (diagnostics.get("length_bias") or {}).get("spearman"),
         "duplicate_rate": (diagnostics.get("diversity") or {}).get("duplicate_rate"),
-        "flags": metrics.flags_for_decoding(diagnostics.get("flags") or [], run.decoding),
+        "flags": diagnostics.get("flags") or [],
         "warnings": run.warnings,
         "scalars": flatten_scalars(
             {key: value for key, value in diagnostics.items() if key != "flags"}

@@ -58,7 +58,7 @@ def report_run(
     labels = load_labels(human)
     require("matplotlib", "rlenv report")
     require("jinja2", "rlenv report")
-    diagnostics = metrics.compute_all(run.records, labels)
+    diagnostics = metrics.compute_all(run.records, labels, decoding=run.decoding)
     target = Path(out) if out is not None else run.run_dir
     shown_file = str(human) if isinstance(human, (str, Path)) else None
     page = render_report(run, diagnostics, human_file=shown_file)
@@ -66,7 +66,7 @@ def report_run(
     return {
         "report": str(target / "report.html"),
         "metrics": str(target / "metrics.json"),
-        "flags": metrics.flags_for_decoding(diagnostics.get("flags") or [], run.decoding),
+        "flags": diagnostics.get("flags") or [],
         "suspects": (diagnostics.get("disagreements") or {}).get("high_reward_failed") or [],
         "warnings": run.warnings,
     }
@@ -76,10 +76,10 @@ def render_report(
     run: RunData, diagnostics: Mapping[str, Any], human_file: str | None = None
 ) -> str:
     """The report page for a run and its compute_all dict, as an HTML string."""
-    from rlenv.metrics import flags_for_decoding, is_greedy
+    from rlenv.metrics import is_greedy
 
     by_key = {(str(r.get("input_id")), int(r.get("rollout", 0))): r for r in run.records}
-    flags = flags_for_decoding(diagnostics.get("flags") or [], run.decoding)
+    flags = diagnostics.get("flags") or []
     disagreements = diagnostics.get("disagreements") or {}
     suspects = _with_trajectories(disagreements.get("high_reward_failed") or [], by_key)
     alignment = diagnostics.get("alignment")
