@@ -15,11 +15,13 @@ from rlenv.commands import (
     compare,
     grade,
     init,
+    pin,
     probe,
     record,
     report,
     rm,
     run,
+    schema,
     validate,
     verify,
 )
@@ -44,6 +46,8 @@ app.command("report")(report.report)
 app.command("compare")(compare.compare)
 app.command("probe")(probe.probe)
 app.command("check")(check.check)
+app.command("pin")(pin.pin)
+app.command("schema")(schema.schema)
 
 rm_app = typer.Typer(
     name="rm",

@@ -29,7 +29,7 @@ from rlenv.canonical import (
     sha256_file,
     unsafe_entries,
 )
-from rlenv.errors import SpecError, UserError
+from rlenv.errors import Problems, SpecError, UserError
 from rlenv.files import sys_path
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.seeding import derive_seed, seed_everything
@@ -120,8 +120,8 @@ def check_snapshot(env: Environment) -> None:
         )
     unsafe = unsafe_entries(snapshot)  # links leading outside, FIFOs, sockets, devices
     if unsafe:
-        more = f" (and {len(unsafe) - 1} more)" if len(unsafe) > 1 else ""
-        raise SpecError(f"snapshot.path: {unsafe[0]}{more}", where=env.where("snapshot", "path"))
+        where = env.where("snapshot", "path")
+        raise Problems([SpecError(f"snapshot.path: {entry}", where=where) for entry in unsafe])
     actual = manifest_hash(snapshot)
     if actual != spec.snapshot.sha256:
         raise SpecError(
@@ -135,18 +135,24 @@ def check_snapshot(env: Environment) -> None:
 def check_cassette_files(env: Environment) -> None:
     """Every tool cassette exists and matches its pinned sha256 (not when recording them)."""
     loaded = env.loaded
+    problems: list[UserError] = []
     for index, tool in enumerate(loaded.spec.tools):
         cassette = loaded.cassette_path(tool)
         if cassette is None or tool.cassette is None:
             continue
-        env.file_hashes[f"tools.{tool.name}.cassette"] = _pinned_file(
-            cassette,
-            tool.cassette.sha256,
-            f"tools[{index}].cassette",
-            where=env.where("tools", index, "cassette", "path"),
-            where_hash=env.where("tools", index, "cassette", "sha256"),
-            missing="cassette",
-        )
+        try:
+            env.file_hashes[f"tools.{tool.name}.cassette"] = _pinned_file(
+                cassette,
+                tool.cassette.sha256,
+                f"tools[{index}].cassette",
+                where=env.where("tools", index, "cassette", "path"),
+                where_hash=env.where("tools", index, "cassette", "sha256"),
+                missing="cassette",
+            )
+        except UserError as exc:
+            problems.append(exc)
+    if problems:
+        raise Problems(problems)
 
 
 def check_reward_model_files(env: Environment) -> None:
@@ -225,20 +231,23 @@ def check_cassette_secrets(env: Environment) -> None:
 
     loaded = env.loaded
     allow = loaded.spec.scrub.allow if loaded.spec.scrub else []
+    problems: list[UserError] = []
     for index, tool in enumerate(loaded.spec.tools):
         cassette = loaded.cassette_path(tool)
         if cassette is None:
             continue
         _, found = load_index(cassette, spec_scrubber(loaded))
         found = unallowed(found, cassette.name, allow)  # findings the spec allow-lists pass
-        if found:
-            more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
-            raise UserError(
+        problems += [
+            UserError(
                 f"tools[{index}].cassette: {cassette.name} holds a secret-looking value:"
-                f" {found[0]}{more};"
-                " re-record with `rlenv record` (it scrubs) or scrub the file",
+                f" {finding}; re-record with `rlenv record` (it scrubs) or scrub the file",
                 where=env.where("tools", index, "cassette", "path"),
             )
+            for finding in found
+        ]
+    if problems:
+        raise Problems(problems)
 
 
 def check_leakage(env: Environment) -> None:
@@ -320,6 +329,8 @@ class Check:
     name: str
     function: Callable[[Environment], None]
     purposes: frozenset[Purpose]
+    # checks whose failure makes this one meaningless: it is skipped, not reported twice
+    needs: tuple[str, ...] = ()
 
     @property
     def description(self) -> str:
@@ -340,14 +351,14 @@ CHECKS: tuple[Check, ...] = (
     Check("snapshot", check_snapshot, ALL),
     Check("cassette_files", check_cassette_files, WITH_CASSETTES),
     Check("reward_model_files", check_reward_model_files, ALL),
-    Check("inputs", check_inputs, ALL),
+    Check("inputs", check_inputs, ALL, needs=("inputs_file",)),
     Check("importable", check_importable, ALL),
     Check("policy_importable", check_policy_importable, WITH_POLICY),
-    Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES),
-    Check("leakage", check_leakage, ALL),
-    Check("deferrable", check_deferrable, frozenset({"run", "record"})),
+    Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES, needs=("cassette_files",)),
+    Check("leakage", check_leakage, ALL, needs=("inputs", "reward_model_files", "importable")),
+    Check("deferrable", check_deferrable, frozenset({"run", "record"}), needs=("importable",)),
     Check("reward_endpoints", check_reward_endpoints, ALL),
-    Check("seeds_matter", check_seeds_matter, ALL),
+    Check("seeds_matter", check_seeds_matter, ALL, needs=("inputs",)),
 )
 
 
@@ -367,11 +378,27 @@ def load_environment(
 ) -> Environment:
     """Load the spec, run every check that applies to `purpose`, and fingerprint the env.
 
-    `model` is the policy URI a run will call when it is not the spec's own `model`.
+    `model` is the policy URI a run will call when it is not the spec's own `model`. Every
+    check runs even after one fails (except those that `need` a failed one), so every problem
+    is reported at once: one is raised as itself, several as `Problems`.
     """
     env = Environment(load_spec(spec_path), purpose, model, defer_expensive)
+    failed: set[str] = set()
+    problems: list[UserError] = []
     for check in checks_for(purpose):
-        check.function(env)
+        if failed.intersection(check.needs):
+            failed.add(check.name)
+            continue
+        try:
+            check.function(env)
+        except Problems as exc:
+            problems.extend(exc.problems)
+            failed.add(check.name)
+        except UserError as exc:
+            problems.append(exc)
+            failed.add(check.name)
+    if problems:
+        raise problems[0] if len(problems) == 1 else Problems(problems)
     env.fingerprint = fingerprint(env.loaded, env.file_hashes)
     return env
 
@@ -381,17 +408,30 @@ def load_environment(
 
 
 def python_sources(loaded: LoadedSpec) -> dict[str, str]:
-    """sha256 of the source file of every module the spec names by import string.
+    """sha256 of the source of every module the env names by import string (tools, verifiers,
+    the reward model) and of the helpers they import under the spec's python paths.
 
-    Found without executing the module where possible, so a changed tool or verifier changes
-    the fingerprint.
+    Found without executing the modules, so a changed tool or verifier changes the fingerprint.
+    The default policy (`model:`) is not the env: its source is the model's identity
+    (`policy_sources`), recorded in run.json beside the env fingerprint.
     """
     refs: list[str] = [tool.function for tool in loaded.spec.tools]
     refs += [verifier.function for verifier in loaded.spec.verifiers if verifier.function]
     if loaded.spec.reward_model and loaded.spec.reward_model.function:
         refs.append(loaded.spec.reward_model.function)
-    if loaded.spec.model and loaded.spec.model.startswith("python:"):
-        refs.append(loaded.spec.model[len("python:") :])
+    return _module_sources(loaded, refs)
+
+
+def policy_sources(loaded: LoadedSpec, model_uri: str) -> dict[str, str]:
+    """sha256 of a ``python:`` policy's module and the helpers it imports under the spec's
+    python paths (empty for any other scheme, or a policy installed outside the env)."""
+    if not model_uri.startswith("python:"):
+        return {}
+    return _module_sources(loaded, [model_uri[len("python:") :]])
+
+
+def _module_sources(loaded: LoadedSpec, refs: list[str]) -> dict[str, str]:
+    """sha256 of each named module that lives beside the spec, plus its imported helpers."""
     sources: dict[str, str] = {}
     with sys_path(loaded.python_paths()):
         for ref in sorted(set(refs)):
@@ -470,10 +510,16 @@ def _module_file(dotted: str, roots: list[Path]) -> Path | None:
     return None
 
 
+# Spec fields that name the policy, not the env: recorded in run.json as the model's identity.
+POLICY_FIELDS = ("model", "reference")
+
+
 def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
-    """sha256 over the canonical spec plus the hash of every referenced file and module."""
+    """sha256 over the canonical spec (without the policy fields) plus the hash of every
+    referenced file and env module."""
+    spec = {k: v for k, v in loaded.canonical().items() if k not in POLICY_FIELDS}
     payload = {
-        "spec": loaded.canonical(),
+        "spec": spec,
         "files": file_hashes,
         "modules": python_sources(loaded),
     }
@@ -487,5 +533,6 @@ __all__ = [
     "checks_for",
     "fingerprint",
     "load_environment",
+    "policy_sources",
     "python_sources",
 ]

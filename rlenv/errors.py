@@ -15,6 +15,22 @@ class SpecError(UserError):
     """A problem in an env spec or a file it references."""
 
 
+class Problems(SpecError):
+    """Several user errors found in one pass (`validate` lists them all): printed one per line,
+    exit code 2; ``str()`` is the first, with how many more."""
+
+    def __init__(self, problems: list[UserError]) -> None:
+        self.problems = problems
+        first = problems[0]
+        rest = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(str(first) + rest)
+        self.where = first.where
+
+    @property
+    def lines(self) -> list[str]:
+        return [str(problem) for problem in self.problems]
+
+
 class RunFailed(Exception):
     """The run could not finish (exit code 1)."""
 

@@ -17,7 +17,7 @@ from typing import Any
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.canonical import canonical_bytes
 from rlenv.clock import monotonic, wall_now
-from rlenv.env import Environment, load_environment
+from rlenv.env import Environment, load_environment, policy_sources
 from rlenv.errors import InfraError, UserError
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir
@@ -107,7 +107,7 @@ def run(
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
     meta = {
         "env": {"name": spec.name, "version": spec.version, "fingerprint": prepared.fingerprint},
-        "model": provider.identity(),
+        "model": _model_identity(prepared, provider, model_uri),
         "decoding": spec.decoding.model_dump(),
         "rollouts_per_input": rollouts_per_input,
         "limit": limit,
@@ -181,9 +181,11 @@ def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
 
 
 def _first_difference(earlier: Any, now: Any, path: str = "") -> str | None:
-    """The dotted name of the first field (in sorted order) where two JSON values differ."""
+    """The dotted name of the first field where two JSON values differ, in the order the
+    current run's settings are listed (a changed --limit is named before the input count it
+    implies), then any field only the earlier run had."""
     if isinstance(earlier, dict) and isinstance(now, dict):
-        for key in sorted(set(earlier) | set(now)):
+        for key in [*now, *(key for key in earlier if key not in now)]:
             if not path and key in _RESUME_FREE:
                 continue
             found = _first_difference(earlier.get(key), now.get(key), f"{path}{key}.")
@@ -213,6 +215,16 @@ def _check_options(
         raise UserError("--limit must be at least 1")
     if not 0 <= expensive_fraction <= 1:
         raise UserError("--expensive-fraction must be between 0 and 1")
+
+
+def _model_identity(prepared: Environment, provider: Provider, model_uri: str) -> dict[str, Any]:
+    """The provider's identity, plus the source hashes of a python policy (its module and the
+    helpers it imports beside the spec): editing the policy changes the model, not the env."""
+    identity = dict(provider.identity())
+    sources = policy_sources(prepared.loaded, model_uri)
+    if sources:
+        identity["sources"] = sources
+    return identity
 
 
 def _resolve_policy(
@@ -327,7 +339,10 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
             earlier = json.loads(meta_path.read_text())
         except (OSError, ValueError) as exc:
             raise UserError(f"--resume: {meta_path} is not readable JSON: {exc}") from None
-        now = json.loads(canonical_bytes({**meta, "rlenv_version": __version__}))
+        now = {  # as JSON, in the order the settings are listed
+            key: json.loads(canonical_bytes(value))
+            for key, value in {**meta, "rlenv_version": __version__}.items()
+        }
         changed = _first_difference(earlier, now)
         if changed:
             raise UserError(

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlenv.errors import SpecError
+from rlenv.errors import Problems, SpecError, UserError
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
@@ -326,6 +326,15 @@ def _strip_union_noise(loc: tuple[Any, ...]) -> tuple[Any, ...]:
     )
 
 
+def json_schema() -> dict[str, Any]:
+    """The env spec's JSON Schema (draft 2020-12), generated from `EnvSpec` so it cannot drift;
+    validation-mode, so it describes what a YAML file may hold (aliases such as ``schema``)."""
+    document = EnvSpec.model_json_schema(by_alias=True, mode="validation")
+    document["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    document["title"] = "rlenv env spec"
+    return document
+
+
 def load_spec(path: str | Path) -> LoadedSpec:
     """Load and validate an env spec; raise SpecError with file:line: field: problem."""
     spec_path = Path(path)
@@ -355,10 +364,11 @@ def load_spec(path: str | Path) -> LoadedSpec:
     try:
         spec = EnvSpec.model_validate(raw)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = _strip_union_noise(tuple(error["loc"]))
-        line = _line_of(node, loc)
-        where = f"{spec_path}:{line}" if line else str(spec_path)
-        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise SpecError(f"{_format_loc(loc)}: {_describe(error)}{more}", where=where) from None
+        problems: list[UserError] = []
+        for error in exc.errors():
+            loc = _strip_union_noise(tuple(error["loc"]))
+            line = _line_of(node, loc)
+            where = f"{spec_path}:{line}" if line else str(spec_path)
+            problems.append(SpecError(f"{_format_loc(loc)}: {_describe(error)}", where=where))
+        raise (problems[0] if len(problems) == 1 else Problems(problems)) from None
     return LoadedSpec(spec, spec_path.resolve(), raw)

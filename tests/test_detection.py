@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rlenv import metrics as m
-from rlenv.results import ResultsWriter
+from rlenv.results import ResultsWriter, record_digest
 from rlenv.runner import build_summary
 from tests.conftest import cli
 
@@ -64,6 +64,7 @@ def _write_run(run_dir: Path, records: list[dict[str, Any]], temperature: float)
     (run_dir / "run.json").write_text(json.dumps(meta))
     writer = ResultsWriter(run_dir / "results.jsonl")
     for record in records:
+        record["digest"] = record_digest(record)  # sealed as a run seals them (it is checked)
         writer.write(record)
     writer.close()
     inputs = sorted({r["input_index"] for r in records})

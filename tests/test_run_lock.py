@@ -126,7 +126,7 @@ def test_resume_refuses_an_edited_env(env_builder: EnvBuilder, tmp_path: Path) -
     module.write_text(module.read_text() + "\n# edited\n")
     resumed = cli("run", str(spec), "--out", str(out), "--json", "--limit", "1", "--resume")
     assert resumed.returncode == 2
-    assert "env.fingerprint" in resumed.stderr
+    assert "model" in resumed.stderr  # the policy's source is the model's identity (issue 18.8)
 
 
 INDIRECT = """
@@ -140,7 +140,10 @@ def policy(messages, tools, ctx):
 
 
 def test_fingerprint_covers_indirectly_imported_helpers(env_builder: EnvBuilder) -> None:
-    spec = env_builder.write(INDIRECT, rollouts=1)
+    # the module is a tool's too, so its helpers are env code (a policy's alone are the model's)
+    spec = env_builder.write(
+        INDIRECT, rollouts=1, tools=[{"name": "t", "function": "MOD:policy"}]
+    )
     root = env_builder.root
     (root / "helper_mid.py").write_text("import helper_leaf\n\ndef answer(m):\n    return ''\n")
     (root / "helper_leaf.py").write_text("VALUE = 1\n")

@@ -213,7 +213,8 @@ def test_unimportable_tool_and_verifier(env_builder: EnvBuilder) -> None:
 
 
 def test_valid_spec_prints_fingerprint_and_it_tracks_files(env_builder: EnvBuilder) -> None:
-    spec = env_builder.write(GOOD_POLICY)
+    # the module is a tool's as well as the policy's: env code, so the fingerprint tracks it
+    spec = env_builder.write(GOOD_POLICY, tools=[{"name": "t", "function": "MOD:policy"}])
     first = cli("validate", str(spec))
     assert first.returncode == 0, first.stderr
     assert "fingerprint" in first.stdout

@@ -41,21 +41,36 @@ def fail(message: str, code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
+def fail_all(messages: list[str], code: int, *, as_json: bool = False) -> NoReturn:
+    """One `rlenv: error:` line per problem on stderr; under --json also a JSON object on
+    stdout, ``{"error": {"exit_code": N, "problems": [...]}}``, so a caller parsing stdout
+    gets JSON whether the command worked or not."""
+    if as_json:
+        print_json({"error": {"exit_code": code, "problems": messages}})
+    for message in messages:
+        typer.echo(f"rlenv: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
 def handle_errors(function: F) -> F:
-    """Turn library errors into one line on stderr and the documented exit code."""
+    """Turn library errors into one line per problem on stderr and the documented exit code
+    (and a JSON error object on stdout when the command was given --json)."""
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from rlenv.errors import RunFailed, UserError
+        from rlenv.errors import Problems, RunFailed, UserError
 
+        as_json = bool(kwargs.get("as_json"))
         try:
             return function(*args, **kwargs)
+        except Problems as exc:
+            fail_all(exc.lines, 2, as_json=as_json)
         except UserError as exc:
-            fail(str(exc), 2)
+            fail_all([str(exc)], 2, as_json=as_json)
         except RunFailed as exc:
-            fail(str(exc), 1)
+            fail_all([str(exc)], 1, as_json=as_json)
         except KeyboardInterrupt:
-            fail("interrupted", 130)
+            fail_all(["interrupted"], 130, as_json=as_json)
 
     return wrapper  # type: ignore[return-value]
 
