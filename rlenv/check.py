@@ -10,7 +10,7 @@ changed pass rate.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,12 +51,16 @@ def verified_records(
     where: str,
     *,
     rollouts_per_input: int | None = None,
-    inputs: int | None = None,
+    inputs: int | Sequence[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
     """The records, each checked as it passes: its stored digest is recomputed from its
     content, and no (input, rollout) comes twice. When the iteration ends, every input has
     rollouts 0..K-1 (K = ``rollouts_per_input``) and, given ``inputs``, every input index
-    0..inputs-1 is there. TamperedRun names ``where:LINE`` (or ``where`` for a gap)."""
+    0..inputs-1 (or every index of a list: a run of chosen inputs) is there. TamperedRun
+    names ``where:LINE`` (or ``where`` for a gap)."""
+    expected = (
+        None if inputs is None else set(range(inputs)) if isinstance(inputs, int) else set(inputs)
+    )
     seen: dict[tuple[str, int], int] = {}
     rollouts: dict[str, set[int]] = {}
     indices: dict[int, str] = {}
@@ -90,9 +94,9 @@ def verified_records(
                 f" {rollouts_per_input} rollouts per input",
                 where=at,
             )
-        if inputs is not None and not 0 <= index < inputs:
+        if expected is not None and index not in expected:
             raise TamperedRun(
-                f"input index {index} of {input_id!r} is outside the run's {inputs} inputs",
+                f"input index {index} of {input_id!r} is outside the run's {len(expected)} inputs",
                 where=at,
             )
         if indices.setdefault(index, input_id) != input_id:
@@ -110,11 +114,12 @@ def verified_records(
                     f" ({len(missing)} of {rollouts_per_input} missing)",
                     where=where,
                 )
-    if inputs is not None:
-        absent = sorted(set(range(inputs)) - set(indices))
+    if expected is not None:
+        absent = sorted(expected - set(indices))
         if absent:
             raise TamperedRun(
-                f"input index {absent[0]} is missing ({len(absent)} of {inputs} inputs missing)",
+                f"input index {absent[0]} is missing ({len(absent)} of {len(expected)} inputs"
+                " missing)",
                 where=where,
             )
 
@@ -133,9 +138,12 @@ def read_verified(
     )
 
 
-def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | None:
-    """How many inputs the run covers: run.json's ``inputs`` (written since rlenv 0.2), else
-    summary.json's expected rollouts over the rollouts per input."""
+def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | list[int] | None:
+    """Which inputs the run covers: run.json's ``input_indices`` (a run of chosen inputs), its
+    ``inputs`` count (written since rlenv 0.2), else summary.json's expected rollouts over the
+    rollouts per input."""
+    if isinstance(meta.get("input_indices"), list):
+        return [int(index) for index in meta["input_indices"]]
     if isinstance(meta.get("inputs"), int):
         return int(meta["inputs"])
     expected, per_input = summary.get("expected_rollouts"), meta.get("rollouts_per_input")

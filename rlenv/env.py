@@ -31,7 +31,7 @@ from rlenv.canonical import (
 )
 from rlenv.errors import Problems, SpecError, UserError
 from rlenv.files import sys_path
-from rlenv.inputs import InputRecord, load_inputs
+from rlenv.inputs import InputRecord, check_templates, load_inputs
 from rlenv.seeding import derive_seed, seed_everything
 from rlenv.spec import LoadedSpec, line_of, load_spec
 
@@ -177,8 +177,25 @@ def check_reward_model_files(env: Environment) -> None:
 
 
 def check_inputs(env: Environment) -> None:
-    """Every input record parses, has a unique id and a prompt or messages."""
-    env.inputs = load_inputs(env.loaded.inputs_path)
+    """Every input record parses, has a unique id and a prompt or messages (or renders with
+    the spec's prompt template)."""
+    spec = env.loaded.spec
+    env.inputs = load_inputs(env.loaded.inputs_path, templated=spec.prompt is not None)
+    check_templates(env.inputs, spec.prompt, env.where("prompt", "template"))
+
+
+def check_verifiers_apply(env: Environment) -> None:
+    """Every input has at least one verifier whose `when:` matches it (else it could only
+    pass vacuously)."""
+    verifiers = env.loaded.spec.verifiers
+    if all(verifier.when is None for verifier in verifiers):
+        return
+    for record in env.inputs:
+        if not any(v.when is None or v.when.applies(record.data) for v in verifiers):
+            raise SpecError(
+                f"input {record.id!r}: no verifier applies to it (every `when:` excludes it)",
+                where=env.where("verifiers"),
+            )
 
 
 def check_importable(env: Environment) -> None:
@@ -352,6 +369,7 @@ CHECKS: tuple[Check, ...] = (
     Check("cassette_files", check_cassette_files, WITH_CASSETTES),
     Check("reward_model_files", check_reward_model_files, ALL),
     Check("inputs", check_inputs, ALL, needs=("inputs_file",)),
+    Check("verifiers_apply", check_verifiers_apply, ALL, needs=("inputs",)),
     Check("importable", check_importable, ALL),
     Check("policy_importable", check_policy_importable, WITH_POLICY),
     Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES, needs=("cassette_files",)),

@@ -57,7 +57,8 @@ def grade(
     records = read_verified(
         results_path,
         rollouts_per_input=meta.get("rollouts_per_input"),
-        inputs=len(prepared.inputs[: meta["limit"]] if meta.get("limit") else prepared.inputs),
+        inputs=meta.get("input_indices")
+        or len(prepared.inputs[: meta["limit"]] if meta.get("limit") else prepared.inputs),
     )
     model = meta["model"]["uri"]
     others = sorted({str(record.get("model")) for record in records} - {model})

@@ -20,6 +20,7 @@ from rlenv.seeding import derive_seed
 
 PENDING = "pending"
 SKIPPED = "not sampled"
+NOT_APPLICABLE = "not applicable"  # the verifier's `when:` does not match the input
 
 
 def sampled(env_seed: int, input_id: str, rollout: int, fraction: float) -> bool:

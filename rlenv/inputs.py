@@ -1,12 +1,17 @@
-"""Held-out inputs: a JSONL file of records with unique ids, pinned by hash in the spec."""
+"""Held-out inputs: a JSONL (or CSV) file of records with unique ids, pinned by hash in the
+spec; the conversation each starts from (system prompt, few-shot examples, the prompt or a
+template over the record's fields); choosing inputs by id or field."""
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from rlenv.errors import SpecError
+from rlenv.errors import SpecError, UserError
 from rlenv.jsonl import read_objects
 
 
@@ -16,23 +21,150 @@ class InputRecord:
     id: str
     data: dict[str, Any]
 
-    def messages(self, system_prompt: str | None) -> list[dict[str, Any]]:
-        """The conversation the policy starts from (reference fields stay hidden)."""
+    def messages(self, system_prompt: str | None, prompt: Any = None) -> list[dict[str, Any]]:
+        """The conversation the policy starts from (reference fields stay hidden).
+
+        `prompt` is the spec's prompt template (``template`` and ``few_shot``), if any: the
+        examples become user/assistant turns and the user message is the template rendered
+        over this record's fields; without it, the record's ``messages`` or ``prompt``.
+        """
         messages: list[dict[str, Any]] = []
         if system_prompt:
             messages.append({"role": "system", "content": system_prompt})
-        if "messages" in self.data:
+        if prompt is not None:
+            for example in prompt.few_shot:
+                messages.append({"role": "user", "content": render(prompt.template, example.input)})
+                messages.append({"role": "assistant", "content": example.answer})
+            messages.append({"role": "user", "content": render(prompt.template, self.data)})
+        elif "messages" in self.data:
             messages.extend(dict(message) for message in self.data["messages"])
         else:
             messages.append({"role": "user", "content": self.data["prompt"]})
         return messages
 
 
-def load_inputs(path: Path) -> list[InputRecord]:
-    """Parse and check the inputs file; every problem names file:line."""
+@lru_cache(maxsize=16)
+def _compiled(template: str) -> Any:
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    environment = ImmutableSandboxedEnvironment(
+        undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True
+    )
+    return environment.from_string(template)
+
+
+def render(template: str, fields: dict[str, Any]) -> str:
+    """A prompt template (jinja2, sandboxed: no attribute tricks, no I/O) over input fields;
+    an undefined field or a template error raises ValueError naming it."""
+    from jinja2 import TemplateError
+
+    try:
+        return str(_compiled(template).render(**fields))
+    except TemplateError as exc:
+        raise ValueError(f"prompt.template: {exc}") from None
+
+
+def check_templates(records: list[InputRecord], prompt: Any, where: str) -> None:
+    """Every input (and few-shot example) renders: a missing field is found by validate, not
+    by the run."""
+    if prompt is None:
+        return
+    for index, example in enumerate(prompt.few_shot):
+        try:
+            render(prompt.template, example.input)
+        except ValueError as exc:
+            raise SpecError(f"prompt.few_shot[{index}]: {exc}", where=where) from None
+    for record in records:
+        try:
+            render(prompt.template, record.data)
+        except ValueError as exc:
+            raise SpecError(f"input {record.id!r}: {exc}", where=where) from None
+
+
+def select(
+    records: list[InputRecord],
+    *,
+    ids: list[str] | None = None,
+    where: dict[str, str] | None = None,
+    limit: int | None = None,
+) -> list[InputRecord]:
+    """The inputs a run covers: those named by `ids` (in file order), those whose fields equal
+    every `where` value (compared as text), then the first `limit` of them."""
+    chosen = records
+    if ids:
+        known = {record.id for record in records}
+        unknown = [input_id for input_id in ids if input_id not in known]
+        if unknown:
+            raise UserError(f"--ids: no input with id {unknown[0]!r} ({len(unknown)} unknown)")
+        wanted = set(ids)
+        chosen = [record for record in chosen if record.id in wanted]
+    if where:
+        chosen = [
+            record
+            for record in chosen
+            if all(
+                field in record.data and _as_text(record.data[field]) == value
+                for field, value in where.items()
+            )
+        ]
+        if not chosen:
+            shown = ", ".join(f"{field}={value}" for field, value in where.items())
+            raise UserError(f"--where {shown}: no input matches")
+    return chosen[:limit] if limit else chosen
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_where(entries: list[str]) -> dict[str, str]:
+    """``["kind=date", "lang=en"]`` -> {"kind": "date", "lang": "en"}; a one-line error
+    otherwise."""
+    parsed: dict[str, str] = {}
+    for entry in entries:
+        field, sep, value = entry.partition("=")
+        if not sep or not field.strip():
+            raise UserError(f"--where {entry!r}: expected FIELD=VALUE")
+        parsed[field.strip()] = value
+    return parsed
+
+
+def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """("file:line", row) of a CSV inputs file with a header row; every value is text."""
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            reader = csv.DictReader(handle)
+            if not reader.fieldnames:
+                return
+            for row in reader:
+                where = f"{path}:{reader.line_num}"
+                if None in row or any(value is None for value in row.values()):
+                    raise SpecError(
+                        f"row has {len(row) - (None in row)} fields where the header has"
+                        f" {len(reader.fieldnames)}",
+                        where=where,
+                    )
+                yield where, dict(row)
+    except UnicodeDecodeError:
+        raise SpecError("inputs file is not UTF-8 text", where=str(path)) from None
+    except csv.Error as exc:
+        raise SpecError(f"invalid CSV: {exc}", where=str(path)) from None
+
+
+def load_inputs(path: Path, *, templated: bool = False) -> list[InputRecord]:
+    """Parse and check the inputs file; every problem names file:line. With a prompt template
+    (`templated`) a record needs no ``prompt`` of its own."""
     records: list[InputRecord] = []
     seen: dict[str, int] = {}
-    for where, data in read_objects(path, what="inputs file", error=SpecError):
+    rows = (
+        _rows(path)
+        if path.suffix.lower() == ".csv"
+        else read_objects(path, what="inputs file", error=SpecError)
+    )
+    for where, data in rows:
         raw_id = data.get("id")
         if not isinstance(raw_id, str | int) or isinstance(raw_id, bool) or str(raw_id) == "":
             raise SpecError("each input needs an 'id' (non-empty string or integer)", where=where)
@@ -47,7 +179,7 @@ def load_inputs(path: Path) -> list[InputRecord]:
                 isinstance(message, dict) and "role" in message for message in data["messages"]
             ):
                 raise SpecError("'messages' must be a list of {role, content} objects", where=where)
-        elif not isinstance(data.get("prompt"), str):
+        elif not templated and not isinstance(data.get("prompt"), str):
             raise SpecError("each input needs a 'prompt' string or a 'messages' list", where=where)
         records.append(InputRecord(index=len(records), id=input_id, data=data))
     if not records:

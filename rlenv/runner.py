@@ -21,7 +21,7 @@ from rlenv.env import Environment, load_environment, policy_sources
 from rlenv.errors import InfraError, UserError
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir
-from rlenv.inputs import InputRecord
+from rlenv.inputs import InputRecord, select
 from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import ResultsWriter, RunDigest, iter_results, read_results
@@ -81,6 +81,9 @@ def run(
     grader_cache: bool | Path = True,
     executor: str = "local",
     address: str | None = None,
+    ids: list[str] | None = None,
+    where: dict[str, str] | None = None,
+    group_by: str | None = None,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
 
@@ -90,6 +93,9 @@ def run(
 
     With `record_dir` (used by `rlenv record`) tools reach the live network through recording
     cassettes in that directory, one worker at a time (vcrpy is not safe to share).
+
+    `ids` and `where` choose inputs (by id; by field values), before `limit`; `group_by` names
+    an input field whose values split the summary's pass rate and reward (``groups``).
     """
     _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
     prepared = load_environment(
@@ -103,7 +109,7 @@ def run(
         prepared, model, reference, base_url, concurrency
     )
     rollouts_per_input = rollouts or spec.rollouts
-    inputs = prepared.inputs[:limit] if limit else prepared.inputs
+    inputs = select(prepared.inputs, ids=ids, where=where, limit=limit)
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
     meta = {
         "env": {"name": spec.name, "version": spec.version, "fingerprint": prepared.fingerprint},
@@ -111,6 +117,15 @@ def run(
         "decoding": spec.decoding.model_dump(),
         "rollouts_per_input": rollouts_per_input,
         "limit": limit,
+        # only for chosen inputs: run.json of an ordinary run stays as it was
+        **(
+            {
+                "select": {"ids": ids or None, "where": where or None},
+                "input_indices": [record.index for record in inputs],
+            }
+            if ids or where
+            else {}
+        ),
         "inputs": len(inputs),
         "reference": reference,
         "spec": str(prepared.loaded.path),
@@ -120,6 +135,8 @@ def run(
         "deferred_expensive": defer_expensive,
         "executor": executor,
     }
+    if group_by:
+        meta["group_by"] = group_by
     with _run_dir_lock(run_dir, resume):
         done = _open_run_dir(run_dir, meta, resume)
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
@@ -149,7 +166,7 @@ def run(
 LOCK_NAME = ".rlenv.lock"
 # run.json fields that do not change results: where the spec file lives, where rollouts ran and
 # which isolation mechanisms the machine offers (the digest is the same under all of them)
-_RESUME_FREE = frozenset({"spec", "executor", "world"})
+_RESUME_FREE = frozenset({"spec", "executor", "world", "group_by"})
 
 
 @contextmanager
@@ -409,7 +426,7 @@ async def _outside_rollout(
     spec = prepared.loaded.spec
     record = prepared.inputs[task.input_index]
     seed = derive_seed(spec.seed, record.id, task.rollout)
-    messages = record.messages(spec.system_prompt)
+    messages = record.messages(spec.system_prompt, spec.prompt)
     schemas = tool_schemas(prepared.loaded)
     decoding = spec.decoding.model_dump()
     deadline = monotonic() + spec.limits.timeout_s
@@ -524,7 +541,9 @@ def build_summary(
     from rlenv import metrics
     from rlenv.check import verified_records
 
-    expected_inputs = len(prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs)
+    expected_inputs = meta.get("input_indices") or len(
+        prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
+    )
     totals = _tally(
         verified_records(
             enumerate(records, start=1),
@@ -534,6 +553,11 @@ def build_summary(
         )
     )
     diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"])
+    group_by = meta.get("group_by")
+    groups = None
+    if group_by:
+        labels = {record.id: record.data.get(group_by) for record in prepared.inputs}
+        groups = {"field": group_by, **metrics.group_stats(totals.compact, labels)}
     n_records = len(totals.compact)
     n_inputs = len({record["input_id"] for record in totals.compact})
     totals.compact = []
@@ -544,7 +568,10 @@ def build_summary(
         "rollouts_per_input": meta["rollouts_per_input"],
         "inputs": n_inputs,
         "rollouts": n_records,
-        "expected_rollouts": expected_inputs * meta["rollouts_per_input"],
+        "expected_rollouts": (
+            expected_inputs if isinstance(expected_inputs, int) else len(expected_inputs)
+        )
+        * meta["rollouts_per_input"],
         "counts": diagnostics["counts"]["by_status"],
         "pass_rate": diagnostics["pass_rate"],
         "pass_at_k": diagnostics["pass_k"]["pass@k"],
@@ -565,6 +592,7 @@ def build_summary(
             )
         },
         "kl": diagnostics["kl"],
+        **({"groups": groups} if groups is not None else {}),
         "hazards": _hazards(meta) if meta.get("reference") else [],
         "world": meta.get("world") or world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},

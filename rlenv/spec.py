@@ -62,6 +62,32 @@ class Tool(Strict):
     on_miss: Literal["error"] | Fallback = "error"
 
 
+class When(Strict):
+    """A verifier applies to an input when its `field` is present (and not null), or, with
+    `equals`/`in`, when the field has that value / one of those values."""
+
+    field: str
+    equals: Any = None
+    in_: list[Any] | None = Field(None, alias="in")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one_test(self) -> When:
+        if "equals" in self.model_fields_set and self.in_ is not None:
+            raise ValueError("when: give 'equals' or 'in', not both")
+        return self
+
+    def applies(self, data: dict[str, Any]) -> bool:
+        if self.field not in data or data[self.field] is None:
+            return False
+        if self.in_ is not None:
+            return data[self.field] in self.in_
+        if "equals" in self.model_fields_set:
+            return bool(data[self.field] == self.equals)
+        return True
+
+
 class Verifier(Strict):
     type: Literal[
         "exact_match",
@@ -98,6 +124,8 @@ class Verifier(Strict):
     # expensive verifiers (a test suite, a benchmark) can be sampled, deferred and cached
     cost: Literal["cheap", "expensive"] = "cheap"
     version: str = "1"
+    # only for the inputs this matches; elsewhere the verifier is "not applicable" (no verdict)
+    when: When | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -186,6 +214,19 @@ class Limits(Strict):
     timeout_s: float = Field(60.0, gt=0)
 
 
+class FewShot(Strict):
+    input: dict[str, Any]  # fields the template is rendered with
+    answer: str  # the assistant's reply in the example
+
+
+class PromptTemplate(Strict):
+    """The user message built from an input's fields (jinja2, sandboxed, undefined fields are
+    an error), after the few-shot examples rendered with the same template."""
+
+    template: str
+    few_shot: list[FewShot] = Field(default_factory=list)
+
+
 class EnvSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*$")
     version: int = Field(1, ge=1)
@@ -196,6 +237,7 @@ class EnvSpec(Strict):
     reference: str | None = None
     decoding: Decoding = Field(default_factory=Decoding)  # type: ignore[arg-type]
     system_prompt: str | None = None
+    prompt: PromptTemplate | None = None
     inputs: PinnedFile
     snapshot: PinnedFile | None = None
     tools: list[Tool] = Field(default_factory=list)

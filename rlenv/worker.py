@@ -33,6 +33,7 @@ from rlenv.canonical import canonical_bytes, directory_manifest
 from rlenv.errors import FixtureMiss, ModelOutputError, VerifierCrash
 from rlenv.files import sys_path
 from rlenv.grading import (
+    NOT_APPLICABLE,
     PENDING,
     SKIPPED,
     GraderCache,
@@ -133,7 +134,9 @@ class WorldRuntime:
         spec = self.loaded.spec
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
         self.work_root = Path(config.work_root)
-        self.inputs: list[InputRecord] = load_inputs(self.loaded.inputs_path)
+        self.inputs: list[InputRecord] = load_inputs(
+            self.loaded.inputs_path, templated=self.loaded.spec.prompt is not None
+        )
         self._load_tools()
         self.verifiers = build_verifiers(list(spec.verifiers))
         self.cache: GraderCache | None = None
@@ -276,6 +279,9 @@ class WorldRuntime:
             config = verifier.config
             if only is not None and config.label not in only:
                 continue
+            if config.when is not None and not config.when.applies(context.input):
+                results.append(_ungraded(config, NOT_APPLICABLE))
+                continue
             if config.cost == "expensive":
                 if not late and self.config.defer_expensive:
                     results.append(_ungraded(config, PENDING))
@@ -361,7 +367,9 @@ class WorldRuntime:
             try:
                 verdict.reward = self.reward(
                     RewardContext(
-                        prompt=record.messages(self.loaded.spec.system_prompt),
+                        prompt=record.messages(
+                            self.loaded.spec.system_prompt, self.loaded.spec.prompt
+                        ),
                         answer=trajectory.answer,
                         messages=trajectory.messages,
                         input=record.data,
@@ -460,7 +468,7 @@ class WorldRuntime:
         record = self.inputs[task.input_index]
         spec = self.loaded.spec
         self.prepare(task)
-        messages = record.messages(spec.system_prompt)
+        messages = record.messages(spec.system_prompt, spec.prompt)
         replayed = None
         if hasattr(self.policy, "trajectory"):
             replayed = self.policy.trajectory(record.id, task.rollout)

@@ -115,6 +115,12 @@ def _deferrable(env: EnvBuilder) -> Path:
     return env.write(POLICY, verifiers=[verifier])
 
 
+def _verifiers_apply(env: EnvBuilder) -> Path:
+    when = {"field": "kind", "equals": "date"}
+    verifier = {"type": "exact_match", "expected_field": "answer", "when": when}
+    return env.write(POLICY, verifiers=[verifier])
+
+
 def _reward_endpoints(env: EnvBuilder) -> Path:
     return env.write(POLICY, reward_model={"uri": "http:///score"})
 
@@ -128,6 +134,7 @@ BROKEN: dict[str, tuple[Callable[[EnvBuilder], Path], str]] = {
         "reward_model.training_prompts.sha256: hash mismatch for prompts.jsonl",
     ),
     "inputs": (_inputs, "duplicate input id 'a' (first on line 1)"),
+    "verifiers_apply": (_verifiers_apply, "input 'a': no verifier applies to it"),
     "importable": (_importable, "tools[0].function: cannot import module 'no_such_module_h2'"),
     "policy_importable": (_policy_importable, "has no 'policy'"),
     "cassette_secrets": (_cassette_secrets, "leaky.yaml holds a secret-looking value"),
@@ -148,6 +155,7 @@ def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
         "cassette_files",
         "reward_model_files",
         "inputs",
+        "verifiers_apply",
         "importable",
         "policy_importable",
         "cassette_secrets",

@@ -60,13 +60,27 @@ def run(
         str | None,
         typer.Option(help="Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: a new one)."),
     ] = None,
+    ids: Annotated[
+        str | None, typer.Option("--ids", help="Only these inputs: comma-separated ids.")
+    ] = None,
+    where: Annotated[
+        list[str] | None,
+        typer.Option("--where", help="Only inputs whose FIELD equals VALUE (repeatable)."),
+    ] = None,
+    group_by: Annotated[
+        str | None,
+        typer.Option("--group-by", help="Also report pass rate and reward per value of FIELD."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts."""
     if resume and out is None:
         fail("--resume needs --out DIR (the run directory to continue)", 2)
+    from rlenv.inputs import parse_where
     from rlenv.report.text import format_summary
     from rlenv.runner import run as run_env
+
+    chosen_ids = [part.strip() for part in ids.split(",") if part.strip()] if ids else None
 
     with progress_bar(not as_json, "rollouts") as advance:
         result = run_env(
@@ -85,6 +99,9 @@ def run(
             grader_cache=not no_grader_cache,
             executor=executor.value,
             address=address,
+            ids=chosen_ids,
+            where=parse_where(where or []),
+            group_by=group_by,
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})

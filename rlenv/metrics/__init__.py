@@ -24,6 +24,7 @@ from rlenv.metrics.length import length_bias, length_explained_gain
 from rlenv.metrics.run import (
     compute_all,
     disagreements,
+    group_stats,
     reward_stats,
     sample_efficiency,
     verifier_pass_rates,
@@ -59,6 +60,7 @@ __all__ = [
     "pass_at_k",
     "pass_hat_k",
     "pass_k_table",
+    "group_stats",
     "pass_rate",
     "pearson",
     "rankdata",

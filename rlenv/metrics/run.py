@@ -39,6 +39,29 @@ from rlenv.results import HumanLabels, Status
 HISTOGRAM_BINS = 10
 
 
+def group_stats(records: Iterable[Record], labels: Mapping[str, Any]) -> dict[str, Any]:
+    """Pass rate (Wilson and bootstrap CIs) and mean reward per value of an input field.
+
+    `labels` maps input id -> the field's value (inputs without it are grouped as "(none)");
+    groups are keyed by the value as text, in sorted order.
+    """
+    by_group: dict[str, list[Record]] = {}
+    for record in records:
+        value = labels.get(str(record.get("input_id")))
+        key = "(none)" if value is None else str(value)
+        by_group.setdefault(key, []).append(record)
+    out: dict[str, Any] = {}
+    for key in sorted(by_group):
+        members = by_group[key]
+        rewards = reward_stats(members)
+        out[key] = {
+            "rollouts": len(members),
+            "pass_rate": pass_rate(members),
+            "reward_mean": rewards["mean"],
+        }
+    return out
+
+
 def reward_stats(records: Iterable[Record]) -> dict[str, Any]:
     """Reward-model score distribution: moments, quartiles and a 10-bin histogram.
 

@@ -52,6 +52,18 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
             f" per token {_fmt(kl.get('mean_token_kl'))}  k1 {_fmt(kl.get('mean_k1'))}"
             f"  k3 {_fmt(kl.get('mean_k3'))}  entropy {_fmt(kl.get('mean_entropy'))}"
         )
+    groups = summary.get("groups")
+    if groups:
+        for value, group in groups.items():
+            if value == "field":
+                continue
+            rate = group["pass_rate"]
+            ci = rate.get("wilson_ci") or [None, None]
+            lines.append(
+                f"  {groups['field']}={value}: pass {_fmt(rate.get('value'))}"
+                f" ({_fmt(ci[0])}-{_fmt(ci[1])}, n={rate.get('n')})"
+                f"  reward {_fmt(group.get('reward_mean'))}"
+            )
     for hazard in summary.get("hazards") or []:
         lines.append(f"WARN     {hazard.get('name')}: {hazard.get('message')}")
     if summary.get("fixtures"):

@@ -329,14 +329,20 @@ def spec_leakage(loaded: Any) -> LeakageReport | None:
     ``reward_model.training_prompts`` (the policy's RL prompts) and
     ``reward_model.training_pairs`` (the training RM's preference data).
     """
-    from rlenv.inputs import load_inputs
+    from rlenv.inputs import load_inputs, render
     from rlenv.rm.train import read_prefs
 
     config = loaded.spec.reward_model
     train_data = getattr(config, "train_data", None)
     if config is None or train_data is None:
         return None
-    inputs = [record.data for record in load_inputs(loaded.inputs_path)]
+    template = loaded.spec.prompt
+    inputs = [  # a templated input is compared by the prompt the policy sees
+        {**record.data, "prompt": render(template.template, record.data)}
+        if template
+        else record.data
+        for record in load_inputs(loaded.inputs_path, templated=template is not None)
+    ]
     pairs = read_prefs(_pinned(loaded, train_data, "reward_model.train_data"))
     prompts_ref = getattr(config, "training_prompts", None)
     pairs_ref = getattr(config, "training_pairs", None)

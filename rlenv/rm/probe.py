@@ -295,7 +295,7 @@ def _verdict_rows(
     verifiers = build_verifiers(list(loaded.spec.verifiers))
     rows: list[dict[str, Any]] = []
     for record, gold in usable:
-        prompt = record.messages(loaded.spec.system_prompt)
+        prompt = record.messages(loaded.spec.system_prompt, loaded.spec.prompt)
         question = prompt_text(prompt)
         variants = {"none": gold} | {name: HACKS[name][1](question, gold) for name in names}
         seed = derive_seed(loaded.spec.seed, record.id, "probe")
