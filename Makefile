@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-EXTRAS ?= test,dev,hf,report,rm,ray
+EXTRAS ?= test,dev,hf,report,rm,ray,trl
 
 .PHONY: venv demo test lint fmt bench clean search-service record-search
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from rlenv.canonical import (
@@ -173,6 +173,41 @@ def check_reward_model_files(env: Environment) -> None:
             f"reward_model.{name}",
             where=env.where("reward_model", name, "path"),
             where_hash=env.where("reward_model", name, "sha256"),
+        )
+
+
+def check_train_inputs(env: Environment) -> None:
+    """The training inputs (if any) parse, match their hash and share no prompt with the
+    held-out inputs (exact or near, by the leakage check's n-gram containment)."""
+    from rlenv.inputs import render
+    from rlenv.rm.leakage import train_overlap
+
+    spec = env.loaded.spec
+    if spec.train_inputs is None:
+        return
+    where = env.where("train_inputs", "path")
+    path = env.loaded.resolve(spec.train_inputs.path)
+    env.file_hashes["train_inputs"] = _pinned_file(
+        path, spec.train_inputs.sha256, "train_inputs", where=where, where_hash=where
+    )
+    train = load_inputs(path, templated=spec.prompt is not None)
+
+    def shown(records: list[InputRecord]) -> list[dict[str, Any]]:
+        if spec.prompt is None:
+            return [record.data for record in records]
+        return [
+            {**record.data, "prompt": render(spec.prompt.template, record.data)}
+            for record in records
+        ]
+
+    check = train_overlap(shown(env.inputs), shown(train))
+    if check.overlaps:
+        ids = check.left_ids
+        listed = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        raise SpecError(
+            f"train_inputs: {len(ids)} held-out input(s) also appear in the training inputs:"
+            f" {listed}; training on held-out prompts makes the verdict meaningless",
+            where=where,
         )
 
 
@@ -370,6 +405,7 @@ CHECKS: tuple[Check, ...] = (
     Check("reward_model_files", check_reward_model_files, ALL),
     Check("inputs", check_inputs, ALL, needs=("inputs_file",)),
     Check("verifiers_apply", check_verifiers_apply, ALL, needs=("inputs",)),
+    Check("train_inputs", check_train_inputs, ALL, needs=("inputs",)),
     Check("importable", check_importable, ALL),
     Check("policy_importable", check_policy_importable, WITH_POLICY),
     Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES, needs=("cassette_files",)),

@@ -22,6 +22,7 @@ from rlenv.files import atomic_write
 # (field path in the spec, how its `path` is hashed); tools[*] expands to every tool
 PINNED: tuple[tuple[tuple[str, ...], str], ...] = (
     (("inputs",), "file"),
+    (("train_inputs",), "file"),
     (("snapshot",), "directory"),
     (("tools", "*", "cassette"), "file"),
     (("reward_model", "train_data"), "file"),

@@ -88,6 +88,7 @@ class RolloutRecord(TypedDict):
     usage: dict[str, int]
     world: dict[str, Any]
     reward_error: NotRequired[str]
+    rewards: NotRequired[dict[str, float | None]]  # composite reward: each component + "total"
     grading: NotRequired[Literal["pending"]]
     timing: NotRequired[dict[str, Any]]
     logprobs: NotRequired[list[Any]]
@@ -249,6 +250,8 @@ def compact_for_metrics(record: dict[str, Any], shared: dict[Any, Any]) -> dict[
         compact["usage"] = {"completion_tokens": tokens}
     if record.get("kl") is not None:
         compact["kl"] = record["kl"]
+    if record.get("rewards") is not None:
+        compact["rewards"] = record["rewards"]
     return compact
 
 

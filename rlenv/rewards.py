@@ -10,7 +10,7 @@ from typing import Any
 
 from rlenv.errors import UserError
 from rlenv.providers.base import import_ref
-from rlenv.spec import RewardModel
+from rlenv.spec import CompositeReward, RewardModel
 
 
 @dataclass
@@ -65,3 +65,71 @@ def build_reward_model(
         return value
 
     return score
+
+
+# ---------------------------------------------------------------------------------------------
+# The composite reward (`reward: {components: ...}` in the spec).
+
+
+def build_components(config: CompositeReward | None) -> dict[str, RewardFunction]:
+    """The python-function components, imported now: ``fn(prompt, answer, ctx) -> float``
+    (the python reward model's signature)."""
+    functions: dict[str, RewardFunction] = {}
+    for name, component in (config.components if config else {}).items():
+        if component.function is None:
+            continue
+        function = import_ref(component.function, what=f"reward.components.{name}.function")
+        if not callable(function):
+            raise UserError(
+                f"reward.components.{name}.function: {component.function} is not callable"
+            )
+
+        def score(context: RewardContext, function: Any = function) -> float:
+            value = float(function(context.prompt, context.answer, context))
+            if not math.isfinite(value):
+                raise ValueError(f"reward component returned {value}")
+            return value
+
+        functions[name] = score
+    return functions
+
+
+def composite(
+    config: CompositeReward,
+    verifiers: list[dict[str, Any]],
+    reward_model: float | None,
+    functions: dict[str, RewardFunction],
+    context: RewardContext,
+) -> tuple[dict[str, float | None], str | None]:
+    """Every component's value and ``total`` (the weighted sum of the components that have a
+    value; None when none has), and the first error a function component raised.
+
+    A verifier component is its pass as 1.0/0.0 (``use: passed``) or its score; a verifier
+    that did not run (not applicable, pending, not sampled) gives no value, nor does a reward
+    model or function that failed.
+    """
+    by_name = {result["name"]: result for result in verifiers}
+    values: dict[str, float | None] = {}
+    error: str | None = None
+    for name, component in config.components.items():
+        value: float | None = None
+        if component.verifier is not None:
+            result = by_name.get(component.verifier)
+            if result is not None and result.get("passed") is not None:
+                raw = float(result["passed"]) if component.use == "passed" else result["score"]
+                value = float(raw) if raw is not None else None
+        elif component.reward_model:
+            value = reward_model
+        else:
+            try:
+                value = functions[name](context)
+            except Exception as exc:
+                error = error or f"reward.components.{name}: {type(exc).__name__}: {exc}"
+        values[name] = value
+    present = [
+        (config.components[name].weight, value)
+        for name, value in values.items()
+        if value is not None
+    ]
+    values["total"] = math.fsum(w * v for w, v in present) if present else None
+    return values, error

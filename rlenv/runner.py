@@ -578,6 +578,11 @@ def build_summary(
         "pass_hat_k": diagnostics["pass_k"]["pass^k"],
         "verifiers": diagnostics["verifiers"],
         "reward": diagnostics["reward"] if diagnostics["reward"].get("count") else None,
+        **(
+            {"reward_components": diagnostics["reward_components"]}
+            if diagnostics.get("reward_components")
+            else {}
+        ),
         "fixtures": dict(sorted(totals.fixtures.items())),
         "usage": dict(sorted(totals.usage.items())),
         "diagnostics": {

@@ -6,6 +6,7 @@ Every error names the file, the line where it can, the field path and what was e
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import datetime
 from pathlib import Path
@@ -214,6 +215,44 @@ class Limits(Strict):
     timeout_s: float = Field(60.0, gt=0)
 
 
+class RewardComponent(Strict):
+    """One term of the composite reward: a verifier (its pass as 1/0, or its score), the
+    reward model's score, or a python function ``fn(ctx) -> float`` (ctx as a python reward
+    model's), times `weight`."""
+
+    verifier: str | None = None
+    use: Literal["passed", "score"] = "passed"
+    reward_model: bool = False
+    function: str | None = Field(None, pattern=IMPORT_REF)
+    weight: float = 1.0
+
+    @model_validator(mode="after")
+    def _one_source(self) -> RewardComponent:
+        sources = [self.verifier is not None, self.reward_model, self.function is not None]
+        if sum(sources) != 1:
+            raise ValueError(
+                "a reward component needs exactly one of verifier, reward_model, function"
+            )
+        if not math.isfinite(self.weight):
+            raise ValueError("weight must be a finite number")
+        return self
+
+
+class CompositeReward(Strict):
+    """``reward: {components: {name: {...}}}``: each rollout's record carries every component
+    and their weighted sum (``rewards``); TRL logs each as ``rewards/<name>/mean``."""
+
+    components: dict[str, RewardComponent] = Field(min_length=1)
+
+    @field_validator("components")
+    @classmethod
+    def _names(cls, value: dict[str, RewardComponent]) -> dict[str, RewardComponent]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_]\w*", name) or name == "total":
+                raise ValueError(f"component name {name!r}: use letters, digits, _ (not 'total')")
+        return value
+
+
 class FewShot(Strict):
     input: dict[str, Any]  # fields the template is rendered with
     answer: str  # the assistant's reply in the example
@@ -239,10 +278,13 @@ class EnvSpec(Strict):
     system_prompt: str | None = None
     prompt: PromptTemplate | None = None
     inputs: PinnedFile
+    # prompts for training (rlenv.trl.dataset); never the held-out inputs (validate checks)
+    train_inputs: PinnedFile | None = None
     snapshot: PinnedFile | None = None
     tools: list[Tool] = Field(default_factory=list)
     verifiers: list[Verifier] = Field(min_length=1)
     reward_model: RewardModel | None = None
+    reward: CompositeReward | None = None
     rollouts: int = Field(1, ge=1)
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     scrub: Scrub | None = None
@@ -265,6 +307,14 @@ class EnvSpec(Strict):
         duplicated = sorted({label for label in labels if labels.count(label) > 1})
         if duplicated:
             raise ValueError(f"duplicate verifier name(s): {', '.join(duplicated)} (set 'name')")
+        for name, component in (self.reward.components if self.reward else {}).items():
+            if component.verifier is not None and component.verifier not in labels:
+                raise ValueError(
+                    f"reward.components.{name}: no verifier named {component.verifier!r}"
+                    f" (verifiers: {', '.join(labels)})"
+                )
+            if component.reward_model and self.reward_model is None:
+                raise ValueError(f"reward.components.{name}: the spec has no reward_model")
         return self
 
 

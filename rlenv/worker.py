@@ -45,7 +45,7 @@ from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply, ModelRequest, import_ref
 from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import seal
-from rlenv.rewards import RewardContext, build_reward_model
+from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
 from rlenv.seeding import derive_seed, seed_everything
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
@@ -71,6 +71,7 @@ class WorkerConfig:
     defer_expensive: bool = False
     cache_dir: str | None = None  # grader cache for expensive verifiers; None: off
     parent_pid: int | None = None  # the orchestrator: a worker dies with it
+    split: str = "heldout"  # "train": tasks index the spec's train_inputs (rlenv.trl)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class Verdict:
     cache_counts: dict[str, int] | None = None
     status: str | None = None  # verifier_error / reward_error: env code tried to end the process
     error: str | None = None
+    rewards: dict[str, float | None] | None = None  # the composite reward's components + total
 
 
 def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
@@ -134,8 +136,11 @@ class WorldRuntime:
         spec = self.loaded.spec
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
         self.work_root = Path(config.work_root)
+        inputs_path = self.loaded.inputs_path
+        if config.split == "train" and self.loaded.spec.train_inputs is not None:
+            inputs_path = self.loaded.resolve(self.loaded.spec.train_inputs.path)
         self.inputs: list[InputRecord] = load_inputs(
-            self.loaded.inputs_path, templated=self.loaded.spec.prompt is not None
+            inputs_path, templated=self.loaded.spec.prompt is not None
         )
         self._load_tools()
         self.verifiers = build_verifiers(list(spec.verifiers))
@@ -144,6 +149,7 @@ class WorldRuntime:
         if config.cache_dir:
             self._open_cache(Path(config.cache_dir))
         self.reward = build_reward_model(spec.reward_model, self.loaded.root)
+        self.reward_components = build_components(spec.reward)
         self.snapshot_path = self.loaded.snapshot_path
         self.snapshot_manifest = (
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
@@ -362,26 +368,34 @@ class WorldRuntime:
             }
         graded = [result for result in verdict.results if result["passed"] is not None]
         verdict.passed = all(result["passed"] for result in graded)
+        reward_context = RewardContext(
+            prompt=record.messages(self.loaded.spec.system_prompt, self.loaded.spec.prompt),
+            answer=trajectory.answer,
+            messages=trajectory.messages,
+            input=record.data,
+            workdir=workdir,
+            seed=seed,
+        )
         if self.reward is not None:
             seed_everything(derive_seed(seed, "reward"))
             try:
-                verdict.reward = self.reward(
-                    RewardContext(
-                        prompt=record.messages(
-                            self.loaded.spec.system_prompt, self.loaded.spec.prompt
-                        ),
-                        answer=trajectory.answer,
-                        messages=trajectory.messages,
-                        input=record.data,
-                        workdir=workdir,
-                        seed=seed,
-                    )
-                )
+                verdict.reward = self.reward(reward_context)
             except Exception as exc:
                 verdict.reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
                 verdict.reward_error = self.sanitise(_describe(exc))
                 verdict.status, verdict.error = "reward_error", f"reward model: {_describe(exc)}"
+        if self.loaded.spec.reward is not None:
+            seed_everything(derive_seed(seed, "reward", "components"))
+            verdict.rewards, error = composite(
+                self.loaded.spec.reward,
+                verdict.results,
+                verdict.reward,
+                self.reward_components,
+                reward_context,
+            )
+            if error and not verdict.reward_error:
+                verdict.reward_error = self.sanitise(error)
         return verdict
 
     def _rollout_record(
@@ -406,6 +420,8 @@ class WorldRuntime:
             "usage": trajectory.usage,
             "world": verdict.changes,
         }
+        if verdict.rewards is not None:
+            output["rewards"] = verdict.rewards
         if verdict.reward_error:
             output["reward_error"] = verdict.reward_error
         if any(result["detail"] == PENDING for result in verdict.results):

@@ -156,6 +156,7 @@ def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
         "reward_model_files",
         "inputs",
         "verifiers_apply",
+        "train_inputs",
         "importable",
         "policy_importable",
         "cassette_secrets",

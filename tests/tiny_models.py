@@ -43,14 +43,16 @@ def build_tokenizer(*, chat_template: bool = True, chars: list[str] | None = Non
     return fast
 
 
-def build_model(vocab_size: int, *, seed: int, eos_token_id: int, pad_token_id: int):
+def build_model(
+    vocab_size: int, *, seed: int, eos_token_id: int, pad_token_id: int, n_positions: int = 512
+):
     """A randomly initialised 2-layer GPT-2; a wide init so next-token distributions are peaked."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(
         vocab_size=vocab_size,
-        n_positions=512,
+        n_positions=n_positions,
         n_embd=32,
         n_layer=2,
         n_head=2,
@@ -91,12 +93,15 @@ def build_checkpoint(
     scale: float = 0.03,
     chat_template: bool = True,
     chars: list[str] | None = None,
+    n_positions: int = 512,
 ) -> Path:
     """Save one checkpoint; with ``perturb_seed`` its weights are the seed's plus seeded noise."""
     tokenizer = build_tokenizer(chat_template=chat_template, chars=chars)
     eos = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     pad = tokenizer.convert_tokens_to_ids("<|pad|>")
-    model = build_model(len(tokenizer), seed=seed, eos_token_id=eos, pad_token_id=pad)
+    model = build_model(
+        len(tokenizer), seed=seed, eos_token_id=eos, pad_token_id=pad, n_positions=n_positions
+    )
     if perturb_seed is not None:
         perturb(model, seed=perturb_seed, scale=scale)
     return save_checkpoint(model, tokenizer, directory)

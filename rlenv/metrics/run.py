@@ -39,6 +39,30 @@ from rlenv.results import HumanLabels, Status
 HISTOGRAM_BINS = 10
 
 
+def component_stats(records: Iterable[Record]) -> dict[str, Any] | None:
+    """Mean and cluster-bootstrap CI (over inputs) of each composite-reward component and the
+    total, over scored rollouts; None when no record carries components."""
+    scored = [r for r in _scored(records) if isinstance(r.get("rewards"), Mapping)]
+    if not scored:
+        return None
+    names = sorted({name for r in scored for name in r["rewards"]} - {"total"}) + ["total"]
+    out: dict[str, Any] = {}
+    for name in names:
+        by_input: dict[str, list[float]] = {}
+        for record in scored:
+            value = record["rewards"].get(name)
+            if isinstance(value, int | float) and math.isfinite(value):
+                by_input.setdefault(str(record.get("input_id")), []).append(float(value))
+        values = [v for group in by_input.values() for v in group]
+        low, high = bootstrap_ci(list(by_input.values())) if values else (None, None)
+        out[name] = {
+            "mean": math.fsum(values) / len(values) if values else None,
+            "n": len(values),
+            "bootstrap_ci": [low, high] if low is not None else None,
+        }
+    return out
+
+
 def group_stats(records: Iterable[Record], labels: Mapping[str, Any]) -> dict[str, Any]:
     """Pass rate (Wilson and bootstrap CIs) and mean reward per value of an input field.
 
@@ -308,6 +332,7 @@ def compute_all(
             **reward_stats(records),
             "noise_floor": noise_floor(records, alpha, power, field="reward"),
         },
+        "reward_components": component_stats(records),
         "verifiers": verifier_pass_rates(records),
         "disagreements": disagreements(records),
         "reward_auc": reward_auc(records),

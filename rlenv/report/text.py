@@ -45,6 +45,12 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
             f"reward   mean {_fmt(reward.get('mean'))}  std {_fmt(reward.get('std'))}"
             f"  min {_fmt(reward.get('min'))}  max {_fmt(reward.get('max'))}"
         )
+    for name, component in (summary.get("reward_components") or {}).items():
+        ci = component.get("bootstrap_ci") or [None, None]
+        lines.append(
+            f"  {name:<10} mean {_fmt(component.get('mean'))}"
+            f" ({_fmt(ci[0])}-{_fmt(ci[1])}, n={component.get('n')})"
+        )
     kl = summary.get("kl")
     if kl:
         lines.append(

@@ -374,3 +374,14 @@ def enforce_leakage(loaded: Any) -> list[str]:
             where=str(loaded.path),
         )
     return [f"warning: held-out leakage: {line}" for line in lines]
+
+
+def train_overlap(heldout: Iterable[Any], train: Iterable[Any]) -> Check:
+    """Held-out inputs whose prompt appears (exactly or nearly) among the training inputs'
+    (records with ``id`` and ``prompt``/``messages``): the spec's ``train_inputs`` check."""
+    return compare(
+        "inputs_vs_train_inputs",
+        _record_items(heldout, ("prompt",), "input-"),
+        _record_items(train, ("prompt",), "train-"),
+        ("held-out inputs", "training inputs"),
+    )

@@ -1,0 +1,362 @@
+"""rlenv in the training loop (TRL's GRPOTrainer; extra ``trl``).
+
+The frozen env trains and judges with the same recorded world: `dataset` gives the spec's
+training prompts (never the held-out ones), `reward_funcs` one named TRL reward function per
+composite-reward component, `environment_factory` a class whose public methods are the spec's
+tools (replayed from the cassettes), and every score is computed by a frozen-world worker
+process exactly as `rlenv run` grades a rollout (frozen clock, replayed tools, sandboxed code
+verifiers), so a trajectory gets the same record — and digest — here as there.
+
+    from trl import GRPOConfig, GRPOTrainer
+    import rlenv.trl as rt
+
+    spec = "envs/search.yaml"
+    trainer = GRPOTrainer(
+        model=..., reward_funcs=rt.reward_funcs(spec), train_dataset=rt.dataset(spec),
+        args=GRPOConfig(reward_weights=rt.reward_weights(spec), ...),
+    )
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import inspect
+import json
+import shutil
+import tempfile
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlenv.agent import ToolOutcome, Trajectory
+from rlenv.env import Environment, load_environment
+from rlenv.errors import UserError
+from rlenv.inputs import InputRecord, load_inputs
+from rlenv.worker import RolloutTask, WorkerConfig
+
+MODEL = "trl"  # the `model` field of records scored in training
+
+
+def _environment(spec: str | Path) -> Environment:
+    return load_environment(spec, purpose="run")
+
+
+def _train_records(prepared: Environment) -> list[InputRecord]:
+    loaded = prepared.loaded
+    if loaded.spec.train_inputs is None:
+        raise UserError(
+            "the spec has no train_inputs: training uses its own prompts, never the held-out"
+            " inputs (add train_inputs: {path, sha256})",
+            where=prepared.where(),
+        )
+    return load_inputs(
+        loaded.resolve(loaded.spec.train_inputs.path), templated=loaded.spec.prompt is not None
+    )
+
+
+def dataset(spec: str | Path, split: str = "train") -> Any:
+    """A `datasets.Dataset` of the spec's training prompts: ``prompt`` (conversational
+    messages: system prompt, few-shot, the input's prompt) and ``rlenv_id``. The held-out
+    inputs are for evaluation only: asking for them is an error."""
+    if split != "train":
+        raise UserError(
+            f"split {split!r}: only the 'train' split can be trained on; the held-out inputs are"
+            " evaluated by `rlenv run` / RlenvCallback, never trained on"
+        )
+    from datasets import Dataset
+
+    prepared = _environment(spec)
+    spec_model = prepared.loaded.spec
+    rows = [
+        {
+            "prompt": record.messages(spec_model.system_prompt, spec_model.prompt),
+            "rlenv_id": record.id,
+        }
+        for record in _train_records(prepared)
+    ]
+    return Dataset.from_list(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# One frozen-world worker process, driven synchronously from the trainer.
+
+
+class FrozenWorld:
+    """A frozen-world worker (a spawned process, as `rlenv run` uses) over the training inputs;
+    rollouts are numbered per input in the order they are started, so seeds repeat run to run."""
+
+    def __init__(self, spec: str | Path) -> None:
+        from rlenv.executors import make_executor
+
+        prepared = _environment(spec)
+        self.loaded = prepared.loaded
+        records = _train_records(prepared)
+        self.index = {record.id: record.index for record in records}
+        self.rollouts: dict[str, int] = {}
+        self.work_root = Path(tempfile.mkdtemp(prefix="rlenv-trl-"))
+        config = WorkerConfig(
+            spec_path=str(prepared.loaded.path),
+            work_root=str(self.work_root),
+            allowed_endpoints=prepared.reward_endpoints,
+            split="train",
+        )
+        self.loop = asyncio.new_event_loop()
+        self.lock = threading.Lock()
+        self.executor = make_executor("local", config, 1)
+        atexit.register(self.close)
+
+    def _run(self, coroutine: Any) -> Any:
+        with self.lock:
+            return self.loop.run_until_complete(coroutine)
+
+    def task(self, input_id: str) -> RolloutTask:
+        if input_id not in self.index:
+            raise UserError(f"no training input with id {input_id!r}")
+        rollout = self.rollouts.get(input_id, 0)
+        self.rollouts[input_id] = rollout + 1
+        return RolloutTask(self.index[input_id], rollout)
+
+    def prepare(self, task: RolloutTask) -> None:
+        self._run(self.executor.prepare(task))
+
+    def tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+        return self._run(self.executor.tool(task, call, turn, number))  # type: ignore[no-any-return]
+
+    def finish(self, task: RolloutTask, trajectory: Trajectory) -> dict[str, Any]:
+        return self._run(self.executor.finish(task, trajectory, MODEL))  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        executor = getattr(self, "executor", None)
+        if executor is not None:
+            self.executor = None
+            executor.close()
+            self.loop.close()
+        shutil.rmtree(self.work_root, ignore_errors=True)
+
+
+_worlds: dict[str, FrozenWorld] = {}
+
+
+def world(spec: str | Path) -> FrozenWorld:
+    """The process's one frozen world for a spec (started on first use)."""
+    key = str(Path(spec).resolve())
+    if key not in _worlds:
+        _worlds[key] = FrozenWorld(spec)
+    return _worlds[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reward functions.
+
+
+def _components(prepared: Environment) -> dict[str, float]:
+    """Component name -> weight: the spec's `reward:` block, else the verifiers' pass (1/0)
+    and, when the spec has one, the reward model's score."""
+    spec = prepared.loaded.spec
+    if spec.reward is not None:
+        return {name: c.weight for name, c in spec.reward.components.items()}
+    weights = {"passed": 1.0}
+    if spec.reward_model is not None:
+        weights["reward_model"] = 1.0
+    return weights
+
+
+def _value(record: dict[str, Any], name: str) -> float | None:
+    rewards = record.get("rewards")
+    if rewards is not None:
+        value = rewards.get(name)
+    elif name == "passed":
+        value = None if record.get("passed") is None else float(record["passed"])
+    else:
+        value = record.get("reward")
+    return None if value is None else float(value)
+
+
+def _messages(prompt: Any, completion: Any) -> list[dict[str, Any]]:
+    head = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if isinstance(completion, str):
+        return [*head, {"role": "assistant", "content": completion}]
+    return [*head, *(dict(message) for message in completion)]
+
+
+class _Scorer:
+    """Scores a batch once for all the components' reward functions (TRL calls each with the
+    same batch), each completion graded by the frozen world like a rollout of `rlenv run`."""
+
+    def __init__(self, spec: str | Path) -> None:
+        self.spec = spec
+        self.last: tuple[Any, list[dict[str, Any]]] | None = None
+
+    def records(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        ids: list[str],
+        environments: list[Any] | None,
+    ) -> list[dict[str, Any]]:
+        key = (
+            tuple(ids),
+            tuple(json.dumps(c, sort_keys=True, default=str) for c in completions),
+            tuple(id(e) for e in environments or ()),
+        )
+        if self.last is not None and self.last[0] == key:
+            return self.last[1]
+        frozen = world(self.spec)
+        records = []
+        for position, (prompt, completion, input_id) in enumerate(
+            zip(prompts, completions, ids, strict=True)
+        ):
+            environment = environments[position] if environments else None
+            trajectory = Trajectory(messages=_messages(prompt, completion))
+            if isinstance(environment, RlenvEnvironment) and environment._task is not None:
+                task = environment._task
+                trajectory.tool_calls = environment._calls
+                environment._task = None  # finished: its workdir is gone
+            else:
+                task = frozen.task(str(input_id))
+                frozen.prepare(task)
+            records.append(frozen.finish(task, trajectory))
+        self.last = (key, records)
+        return records
+
+
+def reward_funcs(spec: str | Path) -> list[Callable[..., list[float | None]]]:
+    """One TRL reward function per component, named after it (TRL logs
+    ``rewards/<name>/mean``); pass `reward_weights(spec)` as GRPOConfig(reward_weights=...).
+    The dataset must carry ``rlenv_id`` (as `dataset` gives it)."""
+    prepared = _environment(spec)
+    _train_records(prepared)
+    scorer = _Scorer(spec)
+    functions = []
+    for name in _components(prepared):
+
+        def component(
+            prompts: list[Any],
+            completions: list[Any],
+            rlenv_id: list[str],
+            environments: list[Any] | None = None,
+            _name: str = name,
+            **_: Any,
+        ) -> list[float | None]:
+            records = scorer.records(prompts, completions, rlenv_id, environments)
+            return [_value(record, _name) for record in records]
+
+        component.__name__ = component.__qualname__ = name
+        functions.append(component)
+    return functions
+
+
+def reward_weights(spec: str | Path) -> list[float]:
+    """The components' weights, in `reward_funcs` order."""
+    return list(_components(_environment(spec)).values())
+
+
+# ---------------------------------------------------------------------------------------------
+# An environment TRL instantiates per rollout.
+
+_JSON_TYPES: dict[str, Any] = {
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
+
+
+class RlenvEnvironment:
+    """Base of the classes `environment_factory` builds: the frozen world for one rollout."""
+
+    _spec: str = ""
+    _task: RolloutTask | None = None
+    _calls: list[dict[str, Any]]
+    _turn: int = 0
+
+    def reset(self, **row: Any) -> str | None:
+        """Enter the frozen world for this input (a fresh snapshot copy)."""
+        frozen = world(self._spec)
+        self._task = frozen.task(str(row["rlenv_id"]))
+        self._calls = []
+        self._turn = 0
+        frozen.prepare(self._task)
+        return None
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        if self._task is None:
+            raise RuntimeError("reset() first: no rollout in progress")
+        number = len(self._calls)
+        call = {
+            "id": f"call_{number}",
+            "function": {"name": name, "arguments": json.dumps(arguments, sort_keys=True)},
+        }
+        outcome = world(self._spec).tool(self._task, call, self._turn, number)
+        self._calls.append(
+            {
+                "turn": self._turn,
+                "id": call["id"],
+                "name": name,
+                "arguments": arguments,
+                "fixture": outcome.fixture,
+                "ok": outcome.ok,
+            }
+        )
+        return outcome.content
+
+
+def _tool_method(name: str, description: str, parameters: dict[str, Any]) -> Callable[..., str]:
+    """A method named `name` whose signature, type hints and docstring describe the tool's
+    JSON-schema parameters (what TRL/transformers turn back into the tool schema)."""
+    properties = parameters.get("properties") or {}
+    required = set(parameters.get("required") or [])
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {"return": str}
+    doc_args = []
+    for arg, schema in properties.items():
+        kind = _JSON_TYPES.get(str(schema.get("type")), str)
+        annotations[arg] = kind
+        default = inspect.Parameter.empty if arg in required else None
+        params.append(
+            inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+        )
+        doc_args.append(f"    {arg}: {schema.get('description') or arg}")
+
+    def method(self: RlenvEnvironment, **arguments: Any) -> str:
+        given = {k: v for k, v in arguments.items() if v is not None or k in required}
+        return self._call(name, given)
+
+    method.__name__ = method.__qualname__ = name
+    method.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
+    method.__annotations__ = annotations
+    method.__doc__ = (description or name) + (
+        "\n\nArgs:\n" + "\n".join(doc_args) if doc_args else ""
+    )
+    return method
+
+
+def environment_factory(spec: str | Path) -> type[RlenvEnvironment]:
+    """A class for GRPOTrainer(environment_factory=...): `reset(**row)` enters the frozen world
+    for the row's ``rlenv_id``, the spec's tools are its public methods (replayed from the
+    cassettes; a miss is the spec's `on_miss`), and `reward_funcs(spec)` grade the finished
+    rollout in that same world (its files, its tool calls)."""
+    prepared = _environment(spec)
+    _train_records(prepared)
+    namespace: dict[str, Any] = {"_spec": str(Path(spec).resolve())}
+    for tool in prepared.loaded.spec.tools:
+        namespace[tool.name] = _tool_method(tool.name, tool.description, tool.parameters)
+    name = "".join(
+        part.capitalize() for part in prepared.loaded.spec.name.replace("-", "_").split("_")
+    )
+    return type(f"{name}Env", (RlenvEnvironment,), namespace)
+
+
+__all__ = [
+    "FrozenWorld",
+    "RlenvEnvironment",
+    "dataset",
+    "environment_factory",
+    "reward_funcs",
+    "reward_weights",
+    "world",
+]

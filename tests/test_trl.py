@@ -1,0 +1,245 @@
+"""Issue 15: composite rewards in the spec, training inputs beside held-out ones, and the TRL
+pieces (dataset, reward functions, environment factory) scoring in the frozen world, with a
+real GRPOTrainer run on a tiny model built here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlenv.errors import UserError
+from tests.conftest import EnvBuilder, cli, read_jsonl, sha256
+
+CODE = """
+def policy(messages, tools, ctx):
+    return messages[-1]["content"].split()[-1]
+
+def shout(prompt, answer, ctx):
+    return float((answer or "").isupper())
+
+def lookup(args, ctx):
+    return {"word": args["word"], "length": len(args["word"])}
+"""
+
+HELD_OUT = [
+    {"id": "a", "prompt": "say apple", "answer": "apple"},
+    {"id": "b", "prompt": "say BANANA", "answer": "BANANA"},
+]
+TRAIN = [
+    {"id": "t1", "prompt": "repeat cherry", "answer": "cherry"},
+    {"id": "t2", "prompt": "repeat DATE", "answer": "DATE"},
+]
+REWARD = {
+    "components": {
+        "correct": {"verifier": "exact", "weight": 1.0},
+        "short": {"verifier": "short", "weight": 0.2},
+        "loud": {"function": "MOD:shout", "weight": 0.5},
+    }
+}
+
+
+def _spec(env_builder: EnvBuilder, train: list[dict] = TRAIN, **extra: object) -> Path:
+    spec = env_builder.write(
+        CODE,
+        inputs=HELD_OUT,
+        verifiers=[
+            {"name": "exact", "type": "exact_match", "expected_field": "answer"},
+            {"name": "short", "type": "regex", "pattern": "^.{1,5}$"},
+        ],
+        rollouts=1,
+        **extra,
+    )
+    document = json.loads(json.dumps(__import__("yaml").safe_load(spec.read_text())))
+    table = env_builder.root / "train.jsonl"
+    table.write_text("".join(json.dumps(row) + "\n" for row in train))
+    document["train_inputs"] = {"path": "train.jsonl", "sha256": sha256(table)}
+    document["reward"] = json.loads(json.dumps(REWARD).replace("MOD", env_builder.module))
+    spec.write_text(json.dumps(document))
+    return spec
+
+
+def test_composite_reward_in_records_and_summary(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    spec = _spec(env_builder)
+    out = tmp_path / "run"
+    done = cli("run", str(spec), "--out", str(out), "--json")
+    assert done.returncode == 0, done.stderr
+    records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert records["a"]["rewards"] == {"correct": 1.0, "short": 1.0, "loud": 0.0, "total": 1.2}
+    assert records["b"]["rewards"] == {"correct": 1.0, "short": 0.0, "loud": 1.0, "total": 1.5}
+    components = json.loads(done.stdout)["reward_components"]
+    assert components["total"]["mean"] == pytest.approx(1.35)
+    assert components["loud"]["n"] == 2 and components["correct"]["mean"] == 1.0
+    text = cli("run", str(spec), "--out", str(tmp_path / "text"))
+    assert "loud       mean 0.500" in text.stdout, text.stdout
+
+
+def test_spec_refuses_bad_components_and_leaked_training_inputs(env_builder: EnvBuilder) -> None:
+    spec = _spec(env_builder, train=[*TRAIN, {"id": "x", "prompt": "say apple", "answer": "a"}])
+    done = cli("validate", str(spec))
+    assert done.returncode == 2
+    assert "train_inputs: 1 held-out input(s) also appear in the training inputs: a" in done.stderr
+
+    document = json.loads(spec.read_text())
+    document["train_inputs"]["sha256"] = sha256(env_builder.root / "train.jsonl")
+    document["reward"] = {"components": {"c": {"verifier": "nope"}, "d": {"weight": 1}}}
+    spec.write_text(json.dumps(document))
+    bad = cli("validate", str(spec))
+    assert bad.returncode == 2
+    assert "no verifier named 'nope'" in bad.stderr or "exactly one of" in bad.stderr
+
+
+def test_dataset_reward_funcs_and_weights(env_builder: EnvBuilder) -> None:
+    import rlenv.trl as rt
+
+    spec = _spec(env_builder)
+    data = rt.dataset(spec)
+    assert data["rlenv_id"] == ["t1", "t2"]
+    assert data["prompt"][0] == [{"role": "user", "content": "repeat cherry"}]
+    with pytest.raises(UserError, match="only the 'train' split"):
+        rt.dataset(spec, split="test")
+
+    funcs = rt.reward_funcs(spec)
+    assert [f.__name__ for f in funcs] == ["correct", "short", "loud"]
+    assert rt.reward_weights(spec) == [1.0, 0.2, 0.5]
+    prompts = data["prompt"]
+    completions = [
+        [{"role": "assistant", "content": "cherry"}],
+        [{"role": "assistant", "content": "nope"}],
+    ]
+    values = [f(prompts=prompts, completions=completions, rlenv_id=data["rlenv_id"]) for f in funcs]
+    assert values == [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]
+    # the same trajectory scored again (a new rollout index, same verdict)
+    again = funcs[0](
+        prompts=prompts, completions=completions[::-1], rlenv_id=data["rlenv_id"][::-1]
+    )
+    assert again == [0.0, 1.0]
+
+
+def test_environment_factory_replays_tools(env_builder: EnvBuilder) -> None:
+    import rlenv.trl as rt
+
+    tools = [
+        {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {
+                "type": "object",
+                "properties": {"word": {"type": "string", "description": "the word"}},
+                "required": ["word"],
+            },
+            "function": "MOD:lookup",
+        }
+    ]
+    spec = _spec(env_builder, tools=tools)
+    Env = rt.environment_factory(spec)
+    from transformers.utils import get_json_schema
+
+    schema = get_json_schema(Env.lookup)
+    assert schema["function"]["name"] == "lookup"
+    assert schema["function"]["parameters"]["properties"]["word"]["type"] == "string"
+    env = Env()
+    assert env.reset(rlenv_id="t1", prompt=[]) is None
+    assert json.loads(env.lookup(word="cherry")) == {"length": 6, "word": "cherry"}
+    funcs = rt.reward_funcs(spec)
+    completion = [{"role": "assistant", "content": "cherry"}]
+    values = funcs[0](
+        prompts=[[{"role": "user", "content": "repeat cherry"}]],
+        completions=[completion],
+        rlenv_id=["t1"],
+        environments=[env],
+    )
+    assert values == [1.0]
+
+
+def _grpo_config(output: Path, **extra: object):
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        seed=0,
+        save_strategy="no",
+        **extra,
+    )
+
+
+def test_a_real_grpo_trainer_trains_on_the_envs_rewards(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Two GRPO steps of a tiny GPT-2 built here, rewarded by the env's components."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    import rlenv.trl as rt
+    from tests.tiny_models import build_checkpoint
+
+    spec = _spec(env_builder)
+    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0)
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(checkpoint),
+        processing_class=AutoTokenizer.from_pretrained(checkpoint),
+        reward_funcs=rt.reward_funcs(spec),
+        train_dataset=rt.dataset(spec),
+        args=_grpo_config(tmp_path / "out", reward_weights=rt.reward_weights(spec)),
+    )
+    trainer.train()
+    logged = {key for entry in trainer.state.log_history for key in entry}
+    for name in ("correct", "short", "loud"):
+        assert f"rewards/{name}/mean" in logged, sorted(logged)
+    assert trainer.state.global_step == 2
+
+
+def test_a_real_grpo_trainer_with_the_envs_tools_as_an_environment(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """GRPO with environment_factory: one frozen-world environment per rollout, the spec's
+    tool as its method (rendered into the prompt by a tool-calling chat template), graded by
+    the env's reward functions with the environment's state."""
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+    from trl.chat_template_utils import add_response_schema
+
+    import rlenv.trl as rt
+    from tests.tiny_models import build_checkpoint
+
+    tools = [
+        {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {
+                "type": "object",
+                "properties": {"word": {"type": "string", "description": "the word"}},
+                "required": ["word"],
+            },
+            "function": "MOD:lookup",
+        }
+    ]
+    spec = _spec(env_builder, tools=tools)
+    # the tool schema goes into the prompt: room for it, and a template that renders tool calls
+    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0, n_positions=4096)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer.chat_template = (
+        Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
+    ).read_text()
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(checkpoint),
+        processing_class=add_response_schema(tokenizer),
+        reward_funcs=rt.reward_funcs(spec),
+        train_dataset=rt.dataset(spec),
+        environment_factory=rt.environment_factory(spec),
+        args=_grpo_config(tmp_path / "out", reward_weights=rt.reward_weights(spec)),
+    )
+    trainer.train()
+    logged = {key for entry in trainer.state.log_history for key in entry}
+    assert "rewards/correct/mean" in logged and "tools/call_frequency" in logged
+    assert sum(rt.world(spec).rollouts.values()) >= 4  # every rollout entered the frozen world
