@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl
+from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl, require
 
 FILE_EDIT = ROOT / "envs" / "file_edit.yaml"
 
@@ -335,3 +336,26 @@ def probe(args, ctx):
     (record,) = read_jsonl(tmp_path / "o" / "results.jsonl")
     probe = json.loads(record["messages"][2]["content"])
     assert probe["time"] == probe["monotonic"] == 1709294400.0
+
+
+PANDAS_POLICY = """
+def policy(messages, tools, ctx):
+    import datetime
+
+    import pandas  # first imported inside the frozen world: its C datetime code must load
+
+    return str(pandas.Timestamp(datetime.datetime.now()).year)
+"""
+
+
+def test_env_code_may_import_pandas_under_the_frozen_clock(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """pandas' extensions check datetime's C layout as they load; with freezegun's classes in
+    place the worker segfaulted (the search env's reward model reaches pandas via sklearn)."""
+    require(importlib.util.find_spec("pandas") is not None, "pandas (the trl extra)")
+    inputs = [{"id": "a", "prompt": "year?", "answer": "2024"}]
+    spec = env_builder.write(PANDAS_POLICY, inputs=inputs, rollouts=1)
+    done = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["pass_rate"]["value"] == 1.0  # the frozen year, 2024

@@ -40,8 +40,46 @@ def freeze_python_clock(instant: datetime) -> Any:
 
     freezer = freeze_time(instant)
     freezer.start()
+    _real_datetime_for_extensions()
     # freezegun hands the real clock to a caller with an ignored module (threading,
     # multiprocessing, queue...) among its five callers' frames: a tool called from a
     # pool worker's entry point has multiprocessing as its fifth. Nothing in the world may.
     freezegun.api.call_stack_inspection_limit = 0
     return freezer
+
+
+def _real_datetime_for_extensions() -> None:
+    """C extensions imported after the freeze see the real ``datetime`` classes while they load.
+
+    freezegun replaces ``datetime.datetime``/``date`` with Python subclasses; an extension
+    compiled against the C datetime API (pandas' tslibs, through sklearn into the embedding
+    reward model, or any env code that imports pandas) checks those types' size as it loads,
+    and with the fakes it crashed the worker (a segfault). Only the loading sees the real
+    classes; afterwards every value it gets is still the frozen one (a subclass instance).
+    """
+    import datetime as datetime_module
+    import importlib.machinery
+
+    import freezegun.api
+
+    loader = importlib.machinery.ExtensionFileLoader
+    if getattr(loader, "_rlenv_real_datetime", False):
+        return
+    real = {"datetime": freezegun.api.real_datetime, "date": freezegun.api.real_date}
+
+    def with_real_datetime(method: Any) -> Any:
+        def wrapped(self: Any, *args: Any) -> Any:
+            saved = {name: getattr(datetime_module, name) for name in real}
+            for name, value in real.items():
+                setattr(datetime_module, name, value)
+            try:
+                return method(self, *args)
+            finally:
+                for name, value in saved.items():
+                    setattr(datetime_module, name, value)
+
+        return wrapped
+
+    loader.create_module = with_real_datetime(loader.create_module)  # type: ignore[method-assign]
+    loader.exec_module = with_real_datetime(loader.exec_module)  # type: ignore[method-assign]
+    loader._rlenv_real_datetime = True  # type: ignore[attr-defined]
