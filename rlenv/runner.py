@@ -75,6 +75,7 @@ def run(
     runs_root: Path = Path("runs"),
     progress: Callable[[int, int], None] | None = None,
     record_dir: Path | None = None,
+    service_routes: dict[str, str] | None = None,
     reference: str | None = None,
     expensive_fraction: float = 1.0,
     defer_expensive: bool = False,
@@ -89,7 +90,8 @@ def run(
     give the same results.
 
     With `record_dir` (used by `rlenv record`) tools reach the live network through recording
-    cassettes in that directory, one worker at a time (vcrpy is not safe to share).
+    cassettes in that directory, one worker at a time (vcrpy is not safe to share);
+    `service_routes` (logical host -> real HOST:PORT) is where the spec's services are running.
     """
     _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
     prepared = load_environment(
@@ -127,6 +129,7 @@ def run(
         work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
         try:
             config = _worker_config(prepared, provider, work_root, record_dir, meta, grader_cache)
+            config.service_routes = dict(service_routes or {})
             _run_tasks(
                 prepared,
                 provider,
