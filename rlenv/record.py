@@ -130,7 +130,9 @@ def _services(loaded: LoadedSpec) -> contextlib.AbstractContextManager[dict[str,
     from rlenv.sandbox import faketime_env
     from rlenv.world.freeze import FROZEN_ENV
 
-    clock = faketime_env(loaded.spec.time.isoformat(), "UTC")
+    # stopped, like freezegun's clock in the frozen world: a Date header or a timestamp is the
+    # same in every recording, so re-recording gives the same bytes
+    clock = faketime_env(loaded.spec.time.isoformat(), "UTC", stopped=True)
     if not clock:
         raise RunFailed(
             "libfaketime is not installed: the spec's services run under its frozen clock"
