@@ -27,13 +27,10 @@ SEARCH_PORT ?= 8765
 search-service: venv
 	$(BIN)/python envs/search_env/service.py --host 127.0.0.1 --port $(SEARCH_PORT)
 
-# Re-record the search env's tool fixtures from a freshly started service, then stop it.
+# Re-record the search env's tool fixtures: `rlenv record` starts the service of the spec's
+# `services:` block under the frozen clock, records its logical URL, and stops it.
 record-search: venv
-	@$(BIN)/python envs/search_env/service.py --host 127.0.0.1 --port 0 --port-file .search.port & \
-	  pid=$$!; trap "kill $$pid" EXIT; \
-	  for i in $$(seq 50); do test -s .search.port && break; sleep 0.1; done; \
-	  RLENV_SEARCH_URL=http://127.0.0.1:$$(cat .search.port) $(BIN)/rlenv record envs/search.yaml --mode all; \
-	  rm -f .search.port
+	$(BIN)/rlenv record envs/search.yaml --mode all
 
 # The suite's sandbox (bubblewrap), clock (libfaketime) and browser (chromium) are promised, not
 # optional: a missing one stops `make test` here rather than turning its tests into skips.

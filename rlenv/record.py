@@ -1,11 +1,14 @@
 """`rlenv record`: run the policy with tools live once, and keep their HTTP as cassettes.
 
 Secrets are scrubbed before anything is written; error responses are not kept unless the spec
-asks; the spec's pinned cassette hashes are updated so `validate` passes afterwards.
+asks; the spec's pinned cassette hashes are updated so `validate` passes afterwards. The spec's
+services are started here, under libfaketime at the spec's instant, and stopped afterwards;
+cassettes hold their logical URLs only.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -13,11 +16,13 @@ from pathlib import Path
 from typing import Literal
 
 from rlenv.canonical import sha256_file
-from rlenv.errors import UserError
+from rlenv.clock import wall_now
+from rlenv.errors import RunFailed, UserError
 from rlenv.files import atomic_write
 from rlenv.runner import run
-from rlenv.spec import load_spec
+from rlenv.spec import LoadedSpec, load_spec
 from rlenv.world.replay import load_interactions
+from rlenv.world.services import date_warning, dated_responses, started_services
 
 
 @dataclass
@@ -25,6 +30,8 @@ class RecordResult:
     cassettes: dict[str, dict[str, object]] = field(default_factory=dict)
     spec_updated: bool = False
     summary: dict[str, object] = field(default_factory=dict)
+    services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
+    warnings: list[str] = field(default_factory=list)
 
 
 def record(
@@ -55,16 +62,22 @@ def record(
             if mode == "new" and target.is_file():
                 shutil.copyfile(target, record_dir / f"{tool.name}.yaml")
                 before[tool.name] = len(load_interactions(target))
-        result = run(
-            spec_path,
-            model=model,
-            rollouts=rollouts,
-            limit=limit,
-            out=scratch / "run",
-            base_url=base_url,
-            record_dir=record_dir,
+        with _services(loaded) as routes:
+            result = run(
+                spec_path,
+                model=model,
+                rollouts=rollouts,
+                limit=limit,
+                out=scratch / "run",
+                base_url=base_url,
+                record_dir=record_dir,
+                service_routes=routes,
+            )
+        outcome = RecordResult(
+            summary={"counts": result.summary["counts"]},
+            services={service.name: service.base_url for service in loaded.spec.services},
         )
-        outcome = RecordResult(summary={"counts": result.summary["counts"]})
+        findings = []
         text = loaded.path.read_text(encoding="utf-8")
         updated = text
         for tool in tools:
@@ -79,7 +92,15 @@ def record(
                     "note": "no HTTP made; nothing written",
                 }
                 continue
-            count = len(load_interactions(recorded))
+            interactions = load_interactions(recorded)
+            count = len(interactions)
+            findings += dated_responses(
+                tool.name,
+                [response for _, response in interactions[before[tool.name] :]],
+                loaded.spec.time,
+                wall_now().date(),
+                first=before[tool.name],
+            )
             target.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(target, recorded.read_bytes())
             digest = sha256_file(target)
@@ -94,9 +115,30 @@ def record(
         if updated != text:
             atomic_write(loaded.path, updated.encode("utf-8"))
             outcome.spec_updated = True
+        warning = date_warning(findings, loaded.spec.time)
+        if warning:
+            outcome.warnings.append(warning)
         return outcome
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _services(loaded: LoadedSpec) -> contextlib.AbstractContextManager[dict[str, str]]:
+    """The spec's services, started under libfaketime at the spec's instant (none: no-op)."""
+    if not loaded.spec.services:
+        return contextlib.nullcontext({})
+    from rlenv.sandbox import faketime_env
+    from rlenv.world.freeze import FROZEN_ENV
+
+    # stopped, like freezegun's clock in the frozen world: a Date header or a timestamp is the
+    # same in every recording, so re-recording gives the same bytes
+    clock = faketime_env(loaded.spec.time.isoformat(), "UTC", stopped=True)
+    if not clock:
+        raise RunFailed(
+            "libfaketime is not installed: the spec's services run under its frozen clock"
+            " (Debian/Ubuntu: apt-get install faketime)"
+        )
+    return started_services(list(loaded.spec.services), loaded.root, {**FROZEN_ENV, **clock})
 
 
 def pinned_hash_lines(result: RecordResult) -> list[str]:

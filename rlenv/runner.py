@@ -75,6 +75,7 @@ def run(
     runs_root: Path = Path("runs"),
     progress: Callable[[int, int], None] | None = None,
     record_dir: Path | None = None,
+    service_routes: dict[str, str] | None = None,
     reference: str | None = None,
     expensive_fraction: float = 1.0,
     defer_expensive: bool = False,
@@ -92,7 +93,8 @@ def run(
     give the same results.
 
     With `record_dir` (used by `rlenv record`) tools reach the live network through recording
-    cassettes in that directory, one worker at a time (vcrpy is not safe to share).
+    cassettes in that directory, one worker at a time (vcrpy is not safe to share);
+    `service_routes` (logical host -> real HOST:PORT) is where the spec's services are running.
 
     `ids` and `where` choose inputs (by id; by field values), before `limit`; `group_by` names
     an input field whose values split the summary's pass rate and reward (``groups``).
@@ -144,6 +146,7 @@ def run(
         work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
         try:
             config = _worker_config(prepared, provider, work_root, record_dir, meta, grader_cache)
+            config.service_routes = dict(service_routes or {})
             _run_tasks(
                 prepared,
                 provider,

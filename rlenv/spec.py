@@ -210,6 +210,49 @@ class Scrub(Strict):
         return value
 
 
+SERVICE_DOMAIN = "rlenv.internal"
+"""Logical hosts of the spec's services: `http://NAME.rlenv.internal`, never a real port."""
+
+
+class Ready(Strict):
+    """When a started service counts as up: an HTTP path answering 2xx, or its TCP port open."""
+
+    http: str | None = Field(None, pattern=r"^/")
+    tcp: bool = False
+    timeout_s: float = Field(10.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_probe(self) -> Ready:
+        if (self.http is None) == (not self.tcp):
+            raise ValueError("ready needs exactly one of 'http: /path' or 'tcp: true'")
+        return self
+
+
+class Service(Strict):
+    """A local service `rlenv record` starts itself (under libfaketime at the spec's instant) and
+    stops afterwards. `command` runs in the spec's directory with `{port}` (and `$PORT`) set to
+    a free loopback port; tools reach it at the logical `base_url`, which is all a cassette
+    stores."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9-]{0,40}$")
+    command: list[str] = Field(min_length=1)
+    ready: Ready = Field(default_factory=lambda: Ready.model_validate({"tcp": True}))
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def host(self) -> str:
+        return f"{self.name}.{SERVICE_DOMAIN}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}"
+
+    @property
+    def variable(self) -> str:
+        """The environment variable a tool may read the base URL from: RLENV_<NAME>_URL."""
+        return f"RLENV_{self.name.upper().replace('-', '_')}_URL"
+
+
 class Limits(Strict):
     max_turns: int = Field(8, ge=1)
     timeout_s: float = Field(60.0, gt=0)
@@ -282,6 +325,7 @@ class EnvSpec(Strict):
     train_inputs: PinnedFile | None = None
     snapshot: PinnedFile | None = None
     tools: list[Tool] = Field(default_factory=list)
+    services: list[Service] = Field(default_factory=list)
     verifiers: list[Verifier] = Field(min_length=1)
     reward_model: RewardModel | None = None
     reward: CompositeReward | None = None
@@ -303,6 +347,10 @@ class EnvSpec(Strict):
         duplicated = sorted({name for name in names if names.count(name) > 1})
         if duplicated:
             raise ValueError(f"duplicate tool name(s): {', '.join(duplicated)}")
+        names = [service.name for service in self.services]
+        duplicated = sorted({name for name in names if names.count(name) > 1})
+        if duplicated:
+            raise ValueError(f"duplicate service name(s): {', '.join(duplicated)}")
         labels = [verifier.label for verifier in self.verifiers]
         duplicated = sorted({label for label in labels if labels.count(label) > 1})
         if duplicated:
@@ -345,8 +393,12 @@ class LoadedSpec:
         return self.resolve(tool.cassette.path) if tool.cassette else None
 
     def canonical(self) -> dict[str, Any]:
-        """The spec as plain JSON data (defaults filled in, aliases used)."""
-        return json.loads(self.spec.model_dump_json(by_alias=True))
+        """The spec as plain JSON data (defaults filled in, aliases used); an env without
+        services keeps the fingerprint it had before `services:` existed."""
+        data: dict[str, Any] = json.loads(self.spec.model_dump_json(by_alias=True))
+        if not data.get("services"):
+            data.pop("services", None)
+        return data
 
 
 def _line_of(node: yaml.Node | None, loc: tuple[Any, ...]) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import shutil
 import signal
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from rlenv.world import netguard, snapshot
 from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
 from rlenv.world.replay import FixtureEvent, replay_cassette, spec_indexes
 from rlenv.world.scrub import spec_scrubber
+from rlenv.world.services import route_logical_hosts, service_urls, service_variables
 
 
 class PolicyCrash(Exception):
@@ -67,6 +69,8 @@ class WorkerConfig:
     allowed_endpoints: list[tuple[str, int]] = field(default_factory=list)
     live_tools: bool = False  # recording: tools reach the network, no replay
     record_dir: str | None = None  # where `rlenv record` writes each tool's cassette
+    # recording: each service's logical host -> the real HOST:PORT `rlenv record` started it on
+    service_routes: dict[str, str] = field(default_factory=dict)
     expensive_fraction: float = 1.0
     defer_expensive: bool = False
     cache_dir: str | None = None  # grader cache for expensive verifiers; None: off
@@ -82,6 +86,7 @@ class ToolContext:
     rollout: int
     workdir: Path
     turn: int
+    services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
 
 
 @dataclass
@@ -134,6 +139,11 @@ class WorldRuntime:
         freeze_environment()
         self.loaded = load_spec(config.spec_path)
         spec = self.loaded.spec
+        # tools see each service at its logical URL, whatever the host's environment says
+        os.environ.update(service_variables(spec.services))
+        self.services = service_urls(spec.services)
+        if config.live_tools and config.service_routes:
+            route_logical_hosts(config.service_routes)
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
         self.work_root = Path(config.work_root)
         inputs_path = self.loaded.inputs_path
@@ -236,7 +246,9 @@ class WorldRuntime:
             return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
         workdir = self.workdir_of(task)
         seed = derive_seed(self.seed_of(task), "tool", turn, number)
-        context = ToolContext(seed, seed_everything(seed), record.id, task.rollout, workdir, turn)
+        context = ToolContext(
+            seed, seed_everything(seed), record.id, task.rollout, workdir, turn, dict(self.services)
+        )
         content, ok, events = self._invoke_tool(name, arguments, context)
         return ToolOutcome(content, _fixture_use(name, events), ok)
 

@@ -1,8 +1,11 @@
 """The search env's ``search`` tool: a real HTTP client of the search service.
 
 At run time rlenv replays this tool's HTTP from its cassette; ``rlenv record`` runs it against
-the live service. The base URL comes from ``RLENV_SEARCH_URL`` and an optional API key from
-``SEARCH_API_KEY`` (sent as ``X-Api-Key``; the recorder must scrub it).
+the live service, which it starts itself from the spec's ``services:`` block. The base URL is
+the service's logical URL, ``ctx.services["search"]`` (also in ``RLENV_SEARCH_URL``, which rlenv
+sets in the frozen world: ``http://search.rlenv.internal``); outside rlenv the variable or
+``DEFAULT_URL`` is used. An optional API key comes from ``SEARCH_API_KEY`` (sent as
+``X-Api-Key``; the recorder scrubs it).
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ class SearchServiceError(RuntimeError):
 
 def search(args: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """POST {base}/search with {"query", "k"} and return the parsed JSON response."""
-    base = os.environ.get("RLENV_SEARCH_URL", DEFAULT_URL).rstrip("/")
+    services = getattr(ctx, "services", None) or {}
+    base = (services.get("search") or os.environ.get("RLENV_SEARCH_URL", DEFAULT_URL)).rstrip("/")
     headers = {}
     api_key = os.environ.get("SEARCH_API_KEY")
     if api_key:

@@ -46,9 +46,15 @@ def record(
         spec, model=model, mode=mode.value, base_url=base_url, limit=limit, rollouts=rollouts
     )
     if as_json:
+        for warning in result.warnings:
+            typer.echo(warning, err=True)
         print_json(asdict(result))
         return
+    for name, url in sorted(result.services.items()):
+        typer.echo(f"service {name}: started under the frozen clock, recorded as {url}")
     for line in pinned_hash_lines(result):
         typer.echo(line)
+    for warning in result.warnings:
+        typer.echo(warning, err=True)
     if result.spec_updated:
         typer.echo(f"updated pinned cassette hashes in {spec}")

@@ -34,8 +34,9 @@ def faketime_library() -> str | None:
     return None
 
 
-def faketime_string(instant: str, tz: str) -> str:
-    """The instant as local wall time in ``tz`` (libfaketime reads FAKETIME as local time)."""
+def faketime_string(instant: str, tz: str, *, stopped: bool = False) -> str:
+    """The instant as local wall time in ``tz`` (libfaketime reads FAKETIME as local time):
+    the clock starts there and ticks (``@``), or with ``stopped`` stands still there."""
     moment = datetime.fromisoformat(instant)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -45,7 +46,7 @@ def faketime_string(instant: str, tz: str) -> str:
         local = moment.astimezone(ZoneInfo(tz))
     except Exception:  # unknown zone: libc falls back to UTC as well
         local = moment.astimezone(UTC)
-    return "@" + local.strftime("%Y-%m-%d %H:%M:%S")
+    return ("" if stopped else "@") + local.strftime("%Y-%m-%d %H:%M:%S")
 
 
 @functools.lru_cache(maxsize=1)
@@ -73,16 +74,19 @@ def faketime_site_dir() -> str:
     return path
 
 
-def faketime_env(instant: str, tz: str = "UTC", site_dir: str | None = None) -> dict[str, str]:
-    """Variables that start a child process's clock at ``instant`` (libfaketime), with the
-    monotonic clock left real so timeouts work; {} when libfaketime is not installed.
-    ``site_dir`` (default ``faketime_site_dir()``) goes on PYTHONPATH for the sleep fix."""
+def faketime_env(
+    instant: str, tz: str = "UTC", site_dir: str | None = None, *, stopped: bool = False
+) -> dict[str, str]:
+    """Variables that start a child process's clock at ``instant`` (libfaketime; ``stopped``:
+    held there), with the monotonic clock left real so timeouts work; {} when libfaketime is
+    not installed. ``site_dir`` (default ``faketime_site_dir()``) goes on PYTHONPATH for the
+    sleep fix."""
     library = faketime_library()
     if library is None:
         return {}
     return {
         "LD_PRELOAD": library,
-        "FAKETIME": faketime_string(instant, tz),
+        "FAKETIME": faketime_string(instant, tz, stopped=stopped),
         "FAKETIME_DONT_FAKE_MONOTONIC": "1",
         "DONT_FAKE_MONOTONIC": "1",
         "PYTHONPATH": site_dir if site_dir is not None else faketime_site_dir(),
