@@ -24,6 +24,7 @@ from rlenv.commands import (
     schema,
     validate,
     verify,
+    watch,
 )
 from rlenv.commands._common import app_options, run_app
 
@@ -48,6 +49,7 @@ app.command("probe")(probe.probe)
 app.command("check")(check.check)
 app.command("pin")(pin.pin)
 app.command("schema")(schema.schema)
+app.command("watch")(watch.watch)
 
 rm_app = typer.Typer(
     name="rm",

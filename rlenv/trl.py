@@ -351,8 +351,89 @@ def environment_factory(spec: str | Path) -> type[RlenvEnvironment]:
     return type(f"{name}Env", (RlenvEnvironment,), namespace)
 
 
+# ---------------------------------------------------------------------------------------------
+# Evaluating each checkpoint the trainer saves.
+
+
+def _callback_base() -> type:
+    from transformers import TrainerCallback
+
+    return TrainerCallback
+
+
+class RlenvCallback(_callback_base()):  # type: ignore[misc]
+    """On each checkpoint save (every `every`-th save step when given), run the held-out env
+    on that checkpoint (``hf:`` provider, KL against the initial model), write a normal run
+    directory ``OUTPUT_DIR/rlenv/step-N`` (`rlenv compare` works on them), and log its summary
+    as ``rlenv/...`` scalars to the trainer's loggers (TensorBoard, W&B).
+
+        trainer = GRPOTrainer(...)
+        RlenvCallback("envs/search.yaml", limit=20).attach(trainer)
+    """
+
+    def __init__(
+        self,
+        spec: str | Path,
+        *,
+        every: int | None = None,
+        reference: str | Path | None = None,
+        out: str | Path | None = None,
+        limit: int | None = None,
+        rollouts: int | None = None,
+    ) -> None:
+        _environment(spec)  # a broken env is an error now, not at the first save
+        self.spec = spec
+        self.every = every
+        self.reference = reference
+        self.out = out
+        self.limit = limit
+        self.rollouts = rollouts
+        self.trainer: Any = None
+        self.evaluations: list[Any] = []
+
+    def attach(self, trainer: Any) -> RlenvCallback:
+        """Register with `trainer`; its `log` then carries the scalars to every logger."""
+        self.trainer = trainer
+        trainer.add_callback(self)
+        return self
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any):
+        if self.reference is None and model is not None:
+            initial = getattr(getattr(model, "config", None), "_name_or_path", None)
+            if initial and Path(initial).is_dir():
+                self.reference = initial  # the model training started from
+        return control
+
+    def on_save(self, args: Any, state: Any, control: Any, **_: Any):
+        from rlenv.watch import evaluate_checkpoint
+
+        step = int(state.global_step)
+        if self.every and step % self.every:
+            return control
+        checkpoint = Path(args.output_dir) / f"checkpoint-{step}"
+        if not checkpoint.is_dir():
+            return control
+        evaluation = evaluate_checkpoint(
+            self.spec,
+            checkpoint,
+            step=step,
+            out_root=Path(self.out) if self.out else Path(args.output_dir) / "rlenv",
+            reference=self.reference,
+            limit=self.limit,
+            rollouts=self.rollouts,
+        )
+        self.evaluations.append(evaluation)
+        scalars = {**evaluation.scalars, "rlenv/eval_seconds": evaluation.seconds}
+        if self.trainer is not None:
+            self.trainer.log(scalars)
+        else:
+            state.log_history.append({**scalars, "step": step})
+        return control
+
+
 __all__ = [
     "FrozenWorld",
+    "RlenvCallback",
     "RlenvEnvironment",
     "dataset",
     "environment_factory",

@@ -164,11 +164,9 @@ def _grpo_config(output: Path, **extra: object):
         max_steps=2,
         logging_steps=1,
         learning_rate=1e-3,
-        report_to=[],
         use_cpu=True,
         seed=0,
-        save_strategy="no",
-        **extra,
+        **{"report_to": [], "save_strategy": "no", **extra},
     )
 
 
@@ -243,3 +241,82 @@ def test_a_real_grpo_trainer_with_the_envs_tools_as_an_environment(
     logged = {key for entry in trainer.state.log_history for key in entry}
     assert "rewards/correct/mean" in logged and "tools/call_frequency" in logged
     assert sum(rt.world(spec).rollouts.values()) >= 4  # every rollout entered the frozen world
+
+
+def _tags(directory: Path) -> set[str]:
+    from tests.test_report import read_events
+
+    return {
+        value.tag
+        for path in directory.rglob("events.out.tfevents.*")
+        for event in read_events(path)
+        for value in event.summary.value
+    }
+
+
+def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
+    env_builder: EnvBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real GRPO run saving two checkpoints: the callback writes a run directory per step
+    (compare accepts them) and TensorBoard gets rlenv/ scalars; `rlenv watch --once` scores
+    the same checkpoints from outside the trainer, into its own directories."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    import rlenv.trl as rt
+    from tests.tiny_models import build_checkpoint
+
+    spec = _spec(env_builder, decoding={"temperature": 1.0, "max_tokens": 4, "seed": 0})
+    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0)
+    output = tmp_path / "out"
+    monkeypatch.setenv("TENSORBOARD_LOGGING_DIR", str(output / "tb"))  # transformers' logger
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(checkpoint),
+        processing_class=AutoTokenizer.from_pretrained(checkpoint),
+        reward_funcs=rt.reward_funcs(spec),
+        train_dataset=rt.dataset(spec),
+        args=_grpo_config(
+            output,
+            reward_weights=rt.reward_weights(spec),
+            save_strategy="steps",
+            save_steps=1,
+            report_to=["tensorboard"],
+        ),
+    )
+    callback = rt.RlenvCallback(spec, limit=2, rollouts=1).attach(trainer)
+    trainer.train()
+    steps = sorted(e.step for e in callback.evaluations)
+    assert steps == [1, 2]
+    assert callback.reference == str(checkpoint)  # KL against the model training began from
+    runs = [output / "rlenv" / f"step-{step}" for step in steps]
+    assert all((run / "summary.json").is_file() for run in runs)
+    compared = cli("compare", *map(str, runs), "--json", "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 0, compared.stderr
+    logged = {tag.removeprefix("train/") for tag in _tags(output / "tb")}  # transformers' prefix
+    assert {"rlenv/pass_rate", "rlenv/flags"} <= logged, sorted(logged)
+
+    watched = cli(
+        "watch",
+        str(output),
+        "--env",
+        str(spec),
+        "--once",
+        "--settle",
+        "0",
+        "--out",
+        str(tmp_path / "watched"),
+        "--limit",
+        "2",
+        "--rollouts",
+        "1",
+        "--json",
+    )
+    assert watched.returncode == 0, watched.stderr
+    rows = json.loads(watched.stdout)
+    assert [row["step"] for row in rows] == [1, 2]
+    assert "rlenv/pass_rate" in _tags(tmp_path / "watched" / "tensorboard")
+    # the same checkpoint, the same env: the same records
+    for step in steps:
+        inside = json.loads((output / "rlenv" / f"step-{step}" / "summary.json").read_text())
+        outside = json.loads((tmp_path / "watched" / f"step-{step}" / "summary.json").read_text())
+        assert inside["digest"] == outside["digest"]

@@ -1,0 +1,173 @@
+"""Evaluating checkpoints as a training run writes them: `rlenv watch OUTPUT_DIR --env SPEC`
+(any trainer that saves Hugging Face ``checkpoint-N`` directories: TRL, verl, OpenRLHF) and the
+TRL callback (`rlenv.trl.RlenvCallback`) share this.
+
+Each checkpoint becomes an ordinary run directory (``step-N``) of the held-out env, scored with
+the ``hf:`` provider against the initial model as the KL reference, so `rlenv compare` and
+`rlenv report` work on them; its summary's headline numbers are returned as ``rlenv/...``
+scalars for the trainer's loggers (and, for `watch`, a TensorBoard event file).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlenv.errors import UserError
+
+CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json")
+
+
+@dataclass
+class Evaluation:
+    step: int
+    checkpoint: Path
+    run_dir: Path
+    summary: dict[str, Any]
+    seconds: float
+    reused: bool = False
+
+    @property
+    def scalars(self) -> dict[str, float]:
+        return summary_scalars(self.summary)
+
+
+def summary_scalars(summary: dict[str, Any]) -> dict[str, float]:
+    """The headline numbers of a run as ``rlenv/<name>`` scalars (None values left out)."""
+    values: dict[str, Any] = {
+        "rlenv/pass_rate": (summary.get("pass_rate") or {}).get("value"),
+        "rlenv/reward_mean": (summary.get("reward") or {}).get("mean"),
+        "rlenv/flags": len(summary.get("flags") or []),
+        "rlenv/kl_sequence": (summary.get("kl") or {}).get("mean_sequence_kl"),
+        "rlenv/reward_auc": ((summary.get("diagnostics") or {}).get("reward_auc") or {}).get(
+            "value"
+        ),
+    }
+    for k, value in (summary.get("pass_at_k") or {}).items():
+        values[f"rlenv/pass_at_{k}"] = value
+    for name, component in (summary.get("reward_components") or {}).items():
+        values[f"rlenv/rewards/{name}"] = component.get("mean")
+    for status, count in (summary.get("counts") or {}).items():
+        values[f"rlenv/status/{status}"] = count
+    return {k: float(v) for k, v in values.items() if isinstance(v, int | float)}
+
+
+def evaluate_checkpoint(
+    spec: str | Path,
+    checkpoint: str | Path,
+    *,
+    step: int,
+    out_root: str | Path,
+    reference: str | Path | None = None,
+    limit: int | None = None,
+    rollouts: int | None = None,
+    concurrency: int = 4,
+) -> Evaluation:
+    """Run the held-out env on one checkpoint into ``out_root/step-N`` (a finished run there
+    is reused, so a restarted watcher or trainer does not score a checkpoint twice)."""
+    import json
+
+    from rlenv.runner import run
+
+    run_dir = Path(out_root) / f"step-{step}"
+    finished = run_dir / "summary.json"
+    if finished.is_file():
+        summary = json.loads(finished.read_text())
+        return Evaluation(step, Path(checkpoint), run_dir, summary, 0.0, reused=True)
+    started = time.monotonic()
+    result = run(
+        spec,
+        model=f"hf:{Path(checkpoint).resolve()}",
+        reference=f"hf:{Path(reference).resolve()}" if reference else None,
+        out=run_dir,
+        limit=limit,
+        rollouts=rollouts,
+        concurrency=concurrency,
+    )
+    return Evaluation(step, Path(checkpoint), run_dir, result.summary, time.monotonic() - started)
+
+
+def complete_checkpoints(output_dir: Path) -> Iterator[tuple[int, Path]]:
+    """``(N, dir)`` of every ``checkpoint-N`` that holds a config and weights, by N."""
+    found = []
+    for entry in output_dir.iterdir() if output_dir.is_dir() else []:
+        match = CHECKPOINT.match(entry.name)
+        if not match or not entry.is_dir() or not (entry / "config.json").is_file():
+            continue
+        if any(any(entry.glob(pattern)) for pattern in WEIGHTS):
+            found.append((int(match.group(1)), entry))
+    yield from sorted(found)
+
+
+def watch(
+    output_dir: str | Path,
+    spec: str | Path,
+    *,
+    out: str | Path | None = None,
+    reference: str | Path | None = None,
+    limit: int | None = None,
+    rollouts: int | None = None,
+    once: bool = False,
+    interval: float = 30.0,
+    settle: float = 5.0,
+    tensorboard: bool = True,
+    on_result: Callable[[Evaluation], None] | None = None,
+) -> list[Evaluation]:
+    """Evaluate every complete checkpoint in `output_dir`, oldest first; with `once`, stop
+    when none is left, else keep polling every `interval` seconds (until interrupted). A
+    checkpoint is scored only after its files have not changed for `settle` seconds."""
+    from rlenv.env import load_environment
+
+    directory = Path(output_dir)
+    if not directory.is_dir():
+        raise UserError(f"{directory}: no such training output directory")
+    load_environment(spec, purpose="run")  # a broken env is one line now, not per checkpoint
+    out_root = Path(out) if out else directory / "rlenv"
+    done: set[int] = set()
+    results: list[Evaluation] = []
+    while True:
+        pending = [(n, path) for n, path in complete_checkpoints(directory) if n not in done]
+        for step, checkpoint in pending:
+            if time.time() - _newest_change(checkpoint) < settle:
+                continue  # still being written
+            evaluation = evaluate_checkpoint(
+                spec,
+                checkpoint,
+                step=step,
+                out_root=out_root,
+                reference=reference,
+                limit=limit,
+                rollouts=rollouts,
+            )
+            done.add(step)
+            results.append(evaluation)
+            if tensorboard and not evaluation.reused:
+                _tensorboard(out_root / "tensorboard", evaluation)
+            if on_result:
+                on_result(evaluation)
+        unsettled = [n for n, _ in complete_checkpoints(directory) if n not in done]
+        if once and not unsettled:
+            return results
+        time.sleep(min(interval, settle) if unsettled else interval)
+
+
+def _newest_change(path: Path) -> float:
+    return max((p.stat().st_mtime for p in path.rglob("*") if p.is_file()), default=0.0)
+
+
+def _tensorboard(directory: Path, evaluation: Evaluation) -> None:
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        return
+    writer = SummaryWriter(logdir=str(directory), flush_secs=3600)
+    try:
+        for tag, value in evaluation.scalars.items():
+            writer.add_scalar(tag, value, global_step=evaluation.step)
+    finally:
+        writer.close()
