@@ -310,6 +310,8 @@ def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
         "--rollouts",
         "1",
         "--json",
+        "--reference",
+        str(checkpoint),
     )
     assert watched.returncode == 0, watched.stderr
     rows = json.loads(watched.stdout)
