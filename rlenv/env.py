@@ -133,7 +133,8 @@ def check_snapshot(env: Environment) -> None:
 
 
 def check_cassette_files(env: Environment) -> None:
-    """Every tool cassette exists and matches its pinned sha256 (not when recording them)."""
+    """Every tool cassette and judge cassette exists and matches its pinned sha256 (not when
+    recording them)."""
     loaded = env.loaded
     problems: list[UserError] = []
     for index, tool in enumerate(loaded.spec.tools):
@@ -148,6 +149,20 @@ def check_cassette_files(env: Environment) -> None:
                 where=env.where("tools", index, "cassette", "path"),
                 where_hash=env.where("tools", index, "cassette", "sha256"),
                 missing="cassette",
+            )
+        except UserError as exc:
+            problems.append(exc)
+    for index, verifier in enumerate(loaded.spec.verifiers):
+        if verifier.judge is None:
+            continue
+        try:
+            env.file_hashes[f"verifiers.{verifier.label}.cassette"] = _pinned_file(
+                loaded.resolve(verifier.judge.cassette.path),
+                verifier.judge.cassette.sha256,
+                f"verifiers[{index}].judge.cassette",
+                where=env.where("verifiers", index, "judge", "cassette", "path"),
+                where_hash=env.where("verifiers", index, "judge", "cassette", "sha256"),
+                missing="judge cassette (record it with `rlenv record`)",
             )
         except UserError as exc:
             problems.append(exc)

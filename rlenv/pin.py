@@ -25,6 +25,7 @@ PINNED: tuple[tuple[tuple[str, ...], str], ...] = (
     (("train_inputs",), "file"),
     (("snapshot",), "directory"),
     (("tools", "*", "cassette"), "file"),
+    (("verifiers", "*", "judge", "cassette"), "file"),
     (("reward_model", "train_data"), "file"),
     (("reward_model", "training_prompts"), "file"),
     (("reward_model", "training_pairs"), "file"),

@@ -21,6 +21,7 @@ from rlenv.errors import RunFailed, UserError
 from rlenv.files import atomic_write
 from rlenv.runner import run
 from rlenv.spec import LoadedSpec, load_spec
+from rlenv.verifiers.judge import merge_recording
 from rlenv.world.replay import load_interactions
 from rlenv.world.services import date_warning, dated_responses, started_services
 
@@ -48,8 +49,12 @@ def record(
         raise UserError(f"--mode must be 'new' or 'all', got {mode!r}")
     loaded = load_spec(spec_path)
     tools = [tool for tool in loaded.spec.tools if tool.cassette is not None]
-    if not tools:
-        raise UserError("no tool in the spec names a cassette to record", where=str(loaded.path))
+    judges = [verifier for verifier in loaded.spec.verifiers if verifier.judge is not None]
+    if not tools and not judges:
+        raise UserError(
+            "no tool or judge verifier in the spec names a cassette to record",
+            where=str(loaded.path),
+        )
     scratch = Path(tempfile.mkdtemp(prefix="rlenv-record-"))
     try:
         record_dir = scratch / "cassettes"
@@ -112,6 +117,22 @@ def record(
             }
             if tool.cassette.sha256 and tool.cassette.sha256 != digest:
                 updated = updated.replace(tool.cassette.sha256, digest)
+        for verifier in judges:
+            assert verifier.judge is not None
+            target = loaded.resolve(verifier.judge.cassette.path)
+            exchanges, new = merge_recording(
+                record_dir / f"judge-{verifier.label}.jsonl", target, keep=mode == "new"
+            )
+            digest = sha256_file(target)
+            outcome.cassettes[f"judge:{verifier.label}"] = {
+                "path": str(target),
+                "interactions": exchanges,
+                "new": new,
+                "sha256": digest,
+            }
+            pinned = verifier.judge.cassette.sha256
+            if pinned and pinned != digest:
+                updated = updated.replace(pinned, digest)
         if updated != text:
             atomic_write(loaded.path, updated.encode("utf-8"))
             outcome.spec_updated = True

@@ -63,6 +63,33 @@ class Tool(Strict):
     on_miss: Literal["error"] | Fallback = "error"
 
 
+class Judge(Strict):
+    """A model-graded verifier's judge: an OpenAI-compatible chat model and a rubric (jinja2 over
+    the input's fields, ``answer`` and ``prompt``); its replies are recorded by `rlenv record`
+    into ``cassette`` and replayed by `rlenv run`."""
+
+    model: str = Field(pattern=r"^openai:\S+$")
+    rubric: str
+    cassette: FileRef
+    score_pattern: str = r"(?i)score\s*[:=]\s*(-?\d+(?:\.\d+)?)"
+    scale: tuple[float, float] = (0.0, 1.0)
+    threshold: float = Field(0.5, ge=0, le=1)
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(256, ge=1)
+    base_url: str | None = None  # where `record` reaches the judge (else OPENAI_BASE_URL)
+
+    @model_validator(mode="after")
+    def _checks(self) -> Judge:
+        if self.scale[1] <= self.scale[0]:
+            raise ValueError("judge.scale: [low, high] with high > low")
+        try:
+            if re.compile(self.score_pattern).groups < 1:
+                raise ValueError("judge.score_pattern needs a group capturing the number")
+        except re.error as exc:
+            raise ValueError(f"judge.score_pattern: {exc}") from None
+        return self
+
+
 class When(Strict):
     """A verifier applies to an input when its `field` is present (and not null), or, with
     `equals`/`in`, when the field has that value / one of those values."""
@@ -100,6 +127,7 @@ class Verifier(Strict):
         "file_state",
         "python_tests",
         "program_cases",
+        "judge",
     ]
     name: str | None = None
     # what to check against: a literal, or a field of the input record
@@ -127,6 +155,7 @@ class Verifier(Strict):
     version: str = "1"
     # only for the inputs this matches; elsewhere the verifier is "not applicable" (no verdict)
     when: When | None = None
+    judge: Judge | None = None  # type: judge
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -146,6 +175,8 @@ class Verifier(Strict):
                 f"verifier of type {self.type!r} needs 'expected_field' (the input field with the"
                 " tests or cases)"
             )
+        if (self.type == "judge") != (self.judge is not None):
+            raise ValueError("a verifier of type 'judge' needs 'judge' (and only it may have one)")
         if self.type == "file_state" and self.path is None and self.path_field is None:
             raise ValueError("verifier of type 'file_state' needs 'path' or 'path_field'")
         if self.type in ("exact_match", "numeric") and (

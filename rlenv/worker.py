@@ -153,6 +153,14 @@ class WorldRuntime:
             inputs_path, templated=self.loaded.spec.prompt is not None
         )
         self._load_tools()
+        if any(verifier.type == "judge" for verifier in spec.verifiers):
+            from rlenv.verifiers import judge
+
+            judge.configure(
+                live=config.live_tools,
+                spec_root=self.loaded.root,
+                record_dir=Path(config.record_dir) if config.record_dir else None,
+            )
         self.verifiers = build_verifiers(list(spec.verifiers))
         self.cache: GraderCache | None = None
         self.identities: dict[str, Any] = {}

@@ -12,7 +12,7 @@ import string
 from collections.abc import Callable, Sequence
 
 from rlenv.canonical import sha256_file
-from rlenv.errors import UserError, VerifierCrash
+from rlenv.errors import FixtureMiss, UserError, VerifierCrash
 from rlenv.providers.base import import_ref
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value
@@ -207,6 +207,12 @@ def _code(config: Verifier) -> Check:
     return sandboxed_check(config)
 
 
+def _judge(config: Verifier) -> Check:
+    from rlenv.verifiers.judge import build
+
+    return build(config)
+
+
 _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "exact_match": _exact,
     "regex": _regex,
@@ -217,6 +223,7 @@ _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "file_state": _file_state,
     "python_tests": _code,
     "program_cases": _code,
+    "judge": _judge,
 }
 
 
@@ -228,6 +235,8 @@ class BuiltVerifier:
     def __call__(self, context: VerifierContext) -> VerifierResult:
         try:
             passed, score, detail = self.check(context)
+        except FixtureMiss as exc:  # a judge reply never recorded: no verdict can be given
+            raise VerifierCrash(f"verifier {self.config.label}: {exc}") from None
         except Exception as exc:  # a verifier that crashes fails the rollout, not the run
             passed, score, detail = False, 0.0, f"verifier error: {type(exc).__name__}: {exc}"
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: status verifier_error
