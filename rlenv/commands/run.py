@@ -60,6 +60,15 @@ def run(
         str | None,
         typer.Option(help="Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: a new one)."),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            metavar="RUN_DIR",
+            help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
+            " scored above its passing answers are suspects too.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts."""
@@ -85,6 +94,7 @@ def run(
             grader_cache=not no_grader_cache,
             executor=executor.value,
             address=address,
+            baseline=baseline,
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})
