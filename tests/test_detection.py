@@ -352,3 +352,20 @@ def test_a_run_where_nothing_passes_falls_back_to_its_reward_quartile() -> None:
     result = m.disagreements(records)
     assert result["reference"].startswith("no passing rollout")
     assert [d["input_id"] for d in result["high_reward_failed"]] == ["q007", "q006"]
+
+
+def test_run_takes_a_baseline_of_the_same_env_only(tmp_path: Path) -> None:
+    spec = Path(__file__).resolve().parents[1] / "envs" / "file_edit.yaml"
+    fingerprint = json.loads(cli("validate", str(spec), "--json").stdout)["fingerprint"]
+    base, _ = P.planted_run(None, 0.0, 0.0, 0.5, 4, 0)
+    other = _write_run(tmp_path / "other-env", base, 1.0)
+    refused = cli("run", str(spec), "--out", str(tmp_path / "r1"), "--baseline", str(other))
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "--baseline" in refused.stderr and "fingerprint" in refused.stderr
+    assert not (tmp_path / "r1").exists()  # refused before anything was run
+    same = _write_run(tmp_path / "same-env", base, 1.0, fingerprint=fingerprint)
+    done = cli("run", str(spec), "--out", str(tmp_path / "r2"), "--limit", "1",
+               "--baseline", str(same), "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    reference = json.loads(done.stdout)["diagnostics"]["disagreements"]["baseline"]
+    assert reference["inputs_with_passing"] == len({r["input_id"] for r in base if r["passed"]})
