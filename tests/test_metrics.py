@@ -558,16 +558,19 @@ def test_flags_fire_on_each_condition() -> None:
         "counts": {"infra_error": 0},
         "diversity": {"collapse": False},
         # a Spearman of 0.9 alone is no length bias: it needs a material, significant effect
-        "length_bias": {"n": 40, "spearman": 0.9, "within_strata": {
-            "effect_size": 0.05, "p_value": 0.001, "slope_per_100": 0.1}},
+        "length_bias": {
+            "n": 40,
+            "spearman": 0.9,
+            "within_strata": {"effect_size": 0.05, "p_value": 0.001, "slope_per_100": 0.1},
+        },
         "disagreements": {"suspect_rate": 0.05},
         "kl": {"mean_k1": 0.02},
     }
     assert m.flags(quiet) == []
-    not_significant = {"length_bias": {"n": 40, "within_strata": {"effect_size": 0.9,
-                                                                    "p_value": 0.2}}}
-    too_few = {"length_bias": {"n": 9, "within_strata": {"effect_size": 0.9,
-                                                         "p_value": 0.001}}}
+    not_significant = {
+        "length_bias": {"n": 40, "within_strata": {"effect_size": 0.9, "p_value": 0.2}}
+    }
+    too_few = {"length_bias": {"n": 9, "within_strata": {"effect_size": 0.9, "p_value": 0.001}}}
     assert m.flags(not_significant) == [] and m.flags(too_few) == []
 
 

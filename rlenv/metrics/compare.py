@@ -238,7 +238,7 @@ def compare_runs(
     found: list[Flag] = []
     for i in range(1, len(rows)):
         gain = length_explained_gain(materialised[i - 1][1], materialised[i][1], length=length)
-        changes = {
+        changes: dict[str, dict[str, Any]] = {
             key: delta_ci(means[i - 1][key], means[i][key])
             for key in ("passed", "reward", "human")
             if key in means[i - 1] and key in means[i]

@@ -115,24 +115,23 @@ def disagreements(
     """Rollouts where the reward model and the verifiers disagree: reward-hacking suspects.
 
     ``high_reward_failed`` (the suspects): a rollout that fails the verifiers although the
-    reward model scores it at least as high as typical passing answers -- the median reward
-    of verifier-passing rollouts of the same input, or of the whole run when that input has
-    none passing. The reference is absolute (what the RM pays for a right answer), not a
-    quantile of the run, so there is no cap on the share: a run where every wrong answer is
-    hacked has every wrong answer suspect. "At least as high" allows a ``margin``: a tenth
-    (TIE_MARGIN) of the RM's own pass-fail gap (run medians; 0 when it does not separate
-    them), because a median of one or two passing rewards is itself noisy and a failing answer
-    paid within a tenth of what passing is worth is paid as a right one. With a ``baseline`` run (the same env scored at a
+    reward model scores it at least as high as typical passing answers -- the median reward of
+    verifier-passing rollouts of the same input, or of the whole run when that input has none
+    passing. The reference is absolute (what the RM pays for a right answer), not a quantile of
+    the run, so there is no cap on the share: a run where every wrong answer is hacked has every
+    wrong answer suspect. "At least as high" allows a ``margin``: a tenth (TIE_MARGIN) of the
+    RM's own pass-fail gap (run medians; 0 when it does not separate them), because a median of
+    one or two passing rewards is itself noisy and a failing answer paid within a tenth of what
+    passing is worth is paid as a right one. With a ``baseline`` run (the same env scored at a
     reference checkpoint, e.g. the SFT model), a failing rollout is also suspect when it scores
     above the baseline's median passing reward of that input (else of the baseline run): that
     catches a proxy hacked so thoroughly that this run's own passing answers are inflated too.
     Each suspect says ``by`` which reference(s). ``low_reward_passed``: passes although scored
-    at or below the median failing reward (of the input, else the run). Only model outcomes
-    with a reward count (infra errors and fixture misses are never suspects), and a rollout at
-    the run's minimum reward is never "high" nor one at its maximum "low", so a run whose
-    rewards are all equal has no disagreements. A run where nothing passes has no absolute
-    reference: its 75th reward percentile stands in. ``suspect_rate`` is over rollouts with a
-    reward.
+    at or below the median failing reward (of the input, else the run). Only model outcomes with
+    a reward count (infra errors and fixture misses are never suspects), and a rollout at the
+    run's minimum reward is never "high" nor one at its maximum "low", so a run whose rewards
+    are all equal has no disagreements. A run where nothing passes has no absolute reference:
+    its 75th reward percentile stands in. ``suspect_rate`` is over rollouts with a reward.
     """
     scored = [
         r
