@@ -99,14 +99,22 @@ TIE_MARGIN = 0.1
 failing reward of the run) below the passing reference is scored like a passing one."""
 
 
-def _passing_rewards(records: Iterable[Record]) -> dict[str, list[float]]:
-    """Rewards of verifier-passing model outcomes (fixture misses left out), by input."""
-    out: dict[str, list[float]] = {}
+def _rewards_by_outcome(
+    records: Iterable[Record],
+) -> tuple[dict[str, list[float]], list[float]]:
+    """Rewards of verifier-passing model outcomes by input, and of failing ones (fixture
+    misses and infra errors left out)."""
+    passing: dict[str, list[float]] = {}
+    failing: list[float] = []
     for record in _scored(records):
         reward = _reward(record)
-        if reward is not None and _passed(record) and record.get("status") != Status.FIXTURE_MISS:
-            out.setdefault(_key(record)[0], []).append(reward)
-    return out
+        if reward is None or record.get("status") == Status.FIXTURE_MISS:
+            continue
+        if _passed(record):
+            passing.setdefault(_key(record)[0], []).append(reward)
+        else:
+            failing.append(reward)
+    return passing, failing
 
 
 def disagreements(
@@ -124,22 +132,27 @@ def disagreements(
     one or two passing rewards is itself noisy and a failing answer paid within a tenth of what
     passing is worth is paid as a right one. With a ``baseline`` run (the same env scored at a
     reference checkpoint, e.g. the SFT model), a failing rollout is also suspect when it scores
-    above the baseline's median passing reward of that input (else of the baseline run): that
-    catches a proxy hacked so thoroughly that this run's own passing answers are inflated too.
-    Each suspect says ``by`` which reference(s). ``low_reward_passed``: passes although scored
-    at or below the median failing reward (of the input, else the run). Only model outcomes with
-    a reward count (infra errors and fixture misses are never suspects), and a rollout at the
-    run's minimum reward is never "high" nor one at its maximum "low", so a run whose rewards
-    are all equal has no disagreements. A run where nothing passes has no absolute reference:
-    its 75th reward percentile stands in. ``suspect_rate`` is over rollouts with a reward.
+    at least as high as the baseline's median passing reward of that input (else of the baseline
+    run), with the baseline's own margin: that catches a proxy hacked so thoroughly that this
+    run's own passing answers are inflated too. Each suspect says ``by`` which reference(s).
+    ``low_reward_passed``: passes although scored at or below the median failing reward (of the
+    input, else the run). Only model outcomes with a reward count (infra errors and fixture
+    misses are never suspects), and a rollout at the run's minimum reward is never "high" nor
+    one at its maximum "low", so a run whose rewards are all equal has no disagreements. A run
+    where nothing passes has no absolute reference: its 75th reward percentile stands in.
+    ``suspect_rate`` is over rollouts with a reward.
     """
     scored = [
         r
         for r in _scored(records)
         if _reward(r) is not None and r.get("status") != Status.FIXTURE_MISS
     ]
-    base = _passing_rewards(baseline) if baseline is not None else None
+    base, base_failing = _rewards_by_outcome(baseline) if baseline is not None else (None, [])
     base_run = _median([v for values in (base or {}).values() for v in values])
+    base_fail = _median(base_failing)
+    base_margin = 0.0
+    if base_run is not None and base_fail is not None and base_run > base_fail:
+        base_margin = TIE_MARGIN * (base_run - base_fail)
     out: dict[str, Any] = {
         "n": len(scored),
         "reference": "median passing reward of the input, else of the run",
@@ -148,7 +161,7 @@ def disagreements(
         "margin": 0.0,
         "baseline": None
         if base is None
-        else {"inputs_with_passing": len(base), "pass_median": base_run},
+        else {"inputs_with_passing": len(base), "pass_median": base_run, "margin": base_margin},
         "high_reward_failed": [],
         "low_reward_passed": [],
         "rate_high_reward_failed": None,
@@ -189,7 +202,8 @@ def disagreements(
         base_ref = None
         if base is not None:
             base_ref = _median(base[input_id]) if base.get(input_id) else base_run
-            if base_ref is not None and reward > base_ref:  # external: no run-minimum rule
+            # an external reference: no run-minimum rule
+            if base_ref is not None and reward >= base_ref - base_margin:
                 by.append("baseline")
         if by:
             extra = {"baseline_reference": base_ref} if base is not None else {}
