@@ -66,12 +66,19 @@ def _duplicates(answers: Sequence[str]) -> int:
 
 
 def _mean_similarity(answers: Sequence[str]) -> float:
-    """Mean Jaccard similarity over all pairs of (at least two) answers."""
-    pairs = [
-        _jaccard(answers[i], answers[j])
-        for i in range(len(answers))
-        for j in range(i + 1, len(answers))
-    ]
+    """Mean Jaccard similarity (:func:`_jaccard`) over all pairs of (at least two) answers,
+    each answer's n-gram sets built once."""
+    words = [_words(a) for a in answers]
+    bigrams = [set(_ngrams(w, 2)) for w in words]
+    unigrams = [{(t,) for t in w} for w in words]
+    pairs = []
+    for i in range(len(answers)):
+        for j in range(i + 1, len(answers)):
+            sa, sb = bigrams[i], bigrams[j]
+            if not sa and not sb:
+                sa, sb = unigrams[i], unigrams[j]
+            union = len(sa | sb)
+            pairs.append(len(sa & sb) / union if union else 1.0)
     return math.fsum(pairs) / len(pairs)
 
 
@@ -88,9 +95,16 @@ def boilerplate(groups: Sequence[Sequence[str]], share: float = BOILERPLATE_SHAR
     return frozenset(gram for gram, count in counts.items() if count >= floor)
 
 
+SIMILARITY_ANSWERS = 16
+"""Per-input similarity compares the first this many rollouts (120 pairs), so K = 100 costs
+no more than K = 16; the duplicate rate counts every rollout."""
+
+
 def _discounted_similarity(answers: Sequence[str], shared: Bigrams) -> float:
-    """Mean pairwise Jaccard similarity of normalised bigram sets without the boilerplate;
-    two answers with nothing left are alike only when their normalised texts are equal."""
+    """Mean pairwise Jaccard similarity of normalised bigram sets without the boilerplate, over
+    the first SIMILARITY_ANSWERS answers; two answers with nothing left are alike only when
+    their normalised texts are equal."""
+    answers = answers[:SIMILARITY_ANSWERS]
     sets = [_bigrams(a) - shared for a in answers]
     texts = [normalise(a) for a in answers]
     pairs = []
@@ -110,7 +124,8 @@ def per_input_diversity(
     duplicate_threshold: float = 0.5,
 ) -> list[dict[str, Any]]:
     """One row per input (sorted): answers, duplicate rate (normalised answers equal to an
-    earlier rollout's), mean pairwise similarity with boilerplate discounted, reward spread
+    earlier rollout's), mean pairwise similarity with boilerplate discounted (first
+    SIMILARITY_ANSWERS rollouts), reward spread
     (population std of its rewards; None below two) and ``collapsed``: at least two answers
     and duplicate rate >= ``duplicate_threshold`` or similarity >= ``similarity_threshold``.
     """
