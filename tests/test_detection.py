@@ -315,8 +315,7 @@ def test_report_and_compare_take_a_baseline_run(tmp_path: Path) -> None:
     base, _ = P.planted_run(None, 0.0, 0.0, 0.5, 4, 1000)
     run = _sealed_run(tmp_path / "hacked", records)
     reference = _sealed_run(tmp_path / "sft", base)
-    alone = json.loads(cli("report", str(run), "--json").stdout)
-    assert not {(s["input_id"], s["rollout"]) for s in alone["suspects"]} & hacked
+    assert not _suspects(records) & hacked  # the run's own passing answers are inflated
     done = cli("report", str(run), "--baseline", str(reference), "--json")
     assert done.returncode == 0, done.stderr
     found = {(s["input_id"], s["rollout"]) for s in json.loads(done.stdout)["suspects"]}

@@ -292,6 +292,13 @@ def format_gold_fit(fit: Mapping[str, Any]) -> str:
     )
 
 
+def _cell(key: str, value: Any) -> str:
+    """A table cell; a CI as lo..hi in two significant digits, to fit a column."""
+    if key.endswith("_ci") and isinstance(value, (list, tuple)) and len(value) == 2:
+        return f"{value[0]:.2g}..{value[1]:.2g}"
+    return fmt(value)
+
+
 def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
     """Plain-text table of each metric (rows) across runs (columns), then the flags."""
     rows = result["runs"]
@@ -306,7 +313,7 @@ def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
     )
     lines += ["", header]
     for key in result["metrics"]:
-        cells = "".join(f"{fmt(row.get(key)):>{width}}" for row in rows)
+        cells = "".join(f" {_cell(key, row.get(key)):>{width - 1}}" for row in rows)
         lines.append(f"{labels[key]:<{label_width}}{cells}")
     if not result.get("fingerprints_match", True):
         lines.append("")
