@@ -329,6 +329,10 @@ def test_report_and_compare_take_a_baseline_run(tmp_path: Path) -> None:
     refused = cli("report", str(run), "--baseline", str(other))
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert "--baseline" in refused.stderr and "fingerprint" in refused.stderr
+    missing = cli("compare", str(reference), str(run), "--baseline", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    assert missing.stderr.strip().endswith("not a directory (expected a run directory)")
+    assert "--baseline" in missing.stderr
 
 
 def test_reward_auc_falls_when_the_proxy_is_hacked() -> None:

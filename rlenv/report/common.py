@@ -107,7 +107,10 @@ def load_run(run_dir: str | Path) -> RunData:
 def load_baseline(run_dir: str | Path, like: RunData) -> RunData:
     """The ``--baseline`` reference run: a run directory of the same env as ``like`` (same
     fingerprint, so the same reward model and verifiers), else a UserError naming both."""
-    baseline = load_run(run_dir)
+    try:
+        baseline = load_run(run_dir)
+    except UserError as exc:
+        raise UserError(f"--baseline: {exc}") from None
     if baseline.fingerprint and like.fingerprint and baseline.fingerprint != like.fingerprint:
         raise UserError(
             f"--baseline {baseline.run_dir}: env fingerprint {baseline.fingerprint[:12]} differs"
