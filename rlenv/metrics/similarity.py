@@ -70,7 +70,7 @@ def _mean_similarity(answers: Sequence[str]) -> float:
     each answer's n-gram sets built once."""
     words = [_words(a) for a in answers]
     bigrams = [set(_ngrams(w, 2)) for w in words]
-    unigrams = [{(t,) for t in w} for w in words]
+    unigrams: list[set[tuple[str, ...]]] = [{(t,) for t in w} for w in words]
     pairs = []
     for i in range(len(answers)):
         for j in range(i + 1, len(answers)):
