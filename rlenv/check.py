@@ -152,6 +152,42 @@ def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | list
     return None
 
 
+def read_baseline(run_dir: str | Path, fingerprint: str | None) -> list[dict[str, Any]]:
+    """The records of a ``--baseline`` run directory (verified as every reader's), in the
+    compact form the metrics read. UserError (one line) when it is not a run directory or
+    its env fingerprint differs from ``fingerprint`` (a baseline must be the same env: same
+    reward model, same verifiers)."""
+    from rlenv.results import compact_for_metrics
+
+    path = Path(run_dir)
+    results = path / "results.jsonl"
+    if not results.is_file():
+        raise UserError(f"--baseline {path}: no results.jsonl, not a run directory")
+    meta, summary = _read_json(path / "run.json"), _read_json(path / "summary.json")
+    theirs = (summary.get("env") or meta.get("env") or {}).get("fingerprint")
+    if theirs and fingerprint and theirs != fingerprint:
+        raise UserError(
+            f"--baseline {path}: env fingerprint {str(theirs)[:12]} differs from the run's"
+            f" {fingerprint[:12]} (a baseline must be the same env)"
+        )
+    per_input = meta.get("rollouts_per_input")
+    records = read_verified(
+        results,
+        rollouts_per_input=per_input if isinstance(per_input, int) else None,
+        inputs=expected_inputs(meta, summary),
+    )
+    shared: dict[Any, Any] = {}
+    return [compact_for_metrics(record, shared) for record in records]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 SUMMARY_FIELDS = ("rollouts", "inputs", "counts", "pass_rate", "pass_at_k", "pass_hat_k")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.canonical import canonical_bytes
+from rlenv.check import read_baseline
 from rlenv.clock import monotonic, wall_now
 from rlenv.env import Environment, load_environment, policy_sources
 from rlenv.errors import InfraError, UserError
@@ -85,12 +86,16 @@ def run(
     ids: list[str] | None = None,
     where: dict[str, str] | None = None,
     group_by: str | None = None,
+    baseline: str | Path | None = None,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
 
     `executor` is "local" (worker processes on this machine) or "ray" (actors on the Ray cluster
     at `address`: "auto", HOST:PORT or ray://HOST:PORT; default a new local Ray instance); both
     give the same results.
+
+    `baseline` is a reference run directory of the same env (e.g. the SFT checkpoint): failing
+    rollouts scored above its passing answers are reward-hacking suspects too (summary only).
 
     With `record_dir` (used by `rlenv record`) tools reach the live network through recording
     cassettes in that directory, one worker at a time (vcrpy is not safe to share);
@@ -110,6 +115,7 @@ def run(
     provider, model_uri, reference = _resolve_policy(
         prepared, model, reference, base_url, concurrency
     )
+    base = read_baseline(baseline, prepared.fingerprint) if baseline is not None else None
     rollouts_per_input = rollouts or spec.rollouts
     inputs = select(prepared.inputs, ids=ids, where=where, limit=limit)
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
@@ -161,7 +167,9 @@ def run(
         finally:
             shutil.rmtree(work_root, ignore_errors=True)
         results = run_dir / "results.jsonl"
-        summary = build_summary(prepared, meta, iter_results(results), model_uri, str(results))
+        summary = build_summary(
+            prepared, meta, iter_results(results), model_uri, str(results), baseline=base
+        )
         atomic_write(run_dir / "summary.json", _pretty(summary))
     return RunResult(run_dir, summary)
 
@@ -532,6 +540,7 @@ def build_summary(
     records: Iterable[dict[str, Any]],
     model_uri: str,
     where: str = "results.jsonl",
+    baseline: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest.
 
@@ -555,7 +564,7 @@ def build_summary(
             inputs=expected_inputs,
         )
     )
-    diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"])
+    diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"], baseline=baseline)
     group_by = meta.get("group_by")
     groups = None
     if group_by:

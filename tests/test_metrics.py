@@ -542,9 +542,10 @@ def test_sample_efficiency_hand_example() -> None:
 def test_flags_fire_on_each_condition() -> None:
     summary = {
         "counts": {"infra_error": 2},
-        "diversity": {"collapse": True, "mean_pairwise_similarity": 0.95, "duplicate_rate": 0.1,
-                      "thresholds": {"similarity": 0.9, "duplicate_rate": 0.5}},
-        "length_bias": {"n": 12, "spearman": -0.6},
+        "diversity": {"collapse": True, "collapsed_share": 0.1, "collapsed_inputs": ["a"],
+                      "thresholds": {"collapsed_share": 0.1}},
+        "length_bias": {"n": 12, "spearman": 0.6, "within_strata": {
+            "effect_size": 0.4, "p_value": 0.001, "slope_per_100": 2.0}},
         "disagreements": {"suspect_rate": 0.125},
         "kl": {"mean_k1": -0.01},
     }  # fmt: skip
@@ -556,11 +557,21 @@ def test_flags_fire_on_each_condition() -> None:
     quiet = {
         "counts": {"infra_error": 0},
         "diversity": {"collapse": False},
-        "length_bias": {"n": 9, "spearman": 0.9},  # too few rollouts
+        # a Spearman of 0.9 alone is no length bias: it needs a material, significant effect
+        "length_bias": {
+            "n": 40,
+            "spearman": 0.9,
+            "within_strata": {"effect_size": 0.05, "p_value": 0.001, "slope_per_100": 0.1},
+        },
         "disagreements": {"suspect_rate": 0.05},
         "kl": {"mean_k1": 0.02},
     }
     assert m.flags(quiet) == []
+    not_significant = {
+        "length_bias": {"n": 40, "within_strata": {"effect_size": 0.9, "p_value": 0.2}}
+    }
+    too_few = {"length_bias": {"n": 9, "within_strata": {"effect_size": 0.9, "p_value": 0.001}}}
+    assert m.flags(not_significant) == [] and m.flags(too_few) == []
 
 
 def test_collapse_is_not_flagged_under_greedy_decoding() -> None:

@@ -103,3 +103,18 @@ def test_probe_figure_is_what_probe_prints() -> None:
     assert (len(report["flagged"]), len(report["hacks"])) == (int(paid), int(tried))
     written = {HACK_WORDS[name] for name in re.split(r",\s*(?:and\s+)?", names.strip())}
     assert written == set(report["flagged"])
+
+
+def test_detection_table_is_what_bench_detection_printed() -> None:
+    # the figures come from `bench/detection.py` (minutes, not a test); the README quotes its
+    # stored output line for line, and the output passed every target it prints
+    readme_figures(r"`\.venv/bin/python bench/detection\.py`")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("<!-- bench/detection.py -->")
+    block = text[start:].split("```text\n", 1)[1].split("```", 1)[0]
+    printed = (ROOT / "bench" / "results" / "detection.txt").read_text(encoding="utf-8")
+    lines = [line.rstrip() for line in block.splitlines() if line.strip()]
+    assert len(lines) > 30
+    missing = [line for line in lines if line not in {p.rstrip() for p in printed.splitlines()}]
+    assert not missing, missing
+    assert "MISS" not in printed and "rlenv changed during the run" not in printed

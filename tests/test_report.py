@@ -71,7 +71,8 @@ def test_report_lists_the_hacked_runs_suspects_and_flags(
     diagnostics = json.loads((pair.hacked / "metrics.json").read_text())
     rho = diagnostics["length_bias"]["spearman"]
     assert rho > 0.9
-    assert 'data-flag="length_bias"' in html and f"<b>{rho:.3g}</b>" in html
+    effect = diagnostics["length_bias"]["within_strata"]["effect_size"]
+    assert 'data-flag="length_bias"' in html and f"<b>effect_size {effect:.3g}," in html
     assert 'data-flag="high_suspect_rate"' in html
     assert {flag["name"] for flag in hacked_report["flags"]} >= {"length_bias", "high_suspect_rate"}
     assert diagnostics["alignment"]["n_labelled"] == 48

@@ -77,6 +77,15 @@ def compare(
             help="RUN_DIR=LABELS.jsonl human labels of a run (repeat).",
         ),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            metavar="RUN_DIR",
+            help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
+            " scored above its passing answers are suspects too.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare runs of one env across checkpoints; flag reward hacking between them."""
@@ -87,7 +96,9 @@ def compare(
     labels: dict[str | Path, str] | None = (
         {pair.run_dir: pair.labels for pair in human} if human else None
     )
-    result = compare_runs(run_dirs, force=force, out=out, human=labels, steps=steps)
+    result = compare_runs(
+        run_dirs, force=force, out=out, human=labels, steps=steps, baseline=baseline
+    )
     exports: dict[str, Any] = {}
     if tensorboard is not None:
         exports["tensorboard"] = export_tensorboard(result, tensorboard)

@@ -21,13 +21,22 @@ def report(
             "--human", metavar="FILE", help="Human labels JSONL: {input_id, rollout, score} lines."
         ),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            metavar="RUN_DIR",
+            help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
+            " scored above its passing answers are suspects too.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a self-contained HTML report of a run's diagnostics (report.html)."""
     from rlenv.report.common import format_flags
     from rlenv.report.html import report_run
 
-    result = report_run(run_dir, human=human)
+    result = report_run(run_dir, human=human, baseline=baseline)
     if as_json:
         print_json(result)
         return
@@ -36,5 +45,9 @@ def report(
     for line in format_flags(result["flags"]):
         typer.echo(f"FLAG     {line}")
     typer.echo(f"suspects {len(result['suspects'])} (high reward, failing verifiers)")
+    collapsed = result["collapsed_inputs"]
+    if collapsed:
+        shown = ", ".join(collapsed[:10]) + (" ..." if len(collapsed) > 10 else "")
+        typer.echo(f"collapsed {len(collapsed)} inputs: {shown}")
     typer.echo(f"report   {result['report']}")
     typer.echo(f"metrics  {result['metrics']}")

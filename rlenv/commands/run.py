@@ -71,6 +71,15 @@ def run(
         str | None,
         typer.Option("--group-by", help="Also report pass rate and reward per value of FIELD."),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            metavar="RUN_DIR",
+            help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
+            " scored above its passing answers are suspects too.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts."""
@@ -102,6 +111,7 @@ def run(
             ids=chosen_ids,
             where=parse_where(where or []),
             group_by=group_by,
+            baseline=baseline,
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})

@@ -1,14 +1,20 @@
-"""Checkpoints side by side: one metric row per run and flags between neighbouring runs.
+"""Checkpoints side by side: one metric row per run, flags between neighbouring runs, and
+the gold-vs-KL curve of Gao et al. across checkpoints.
 
-A difference counts only when it exceeds the noise: (z_{1-alpha/2} + z_{power}) *
-sqrt(var_prev + var_cur), from the two runs' clustered variances (see :func:`noise_floor`).
+A change counts when it is significant: the 95 % cluster-bootstrap CI of the difference (paired
+by input when both runs scored the same inputs) excludes zero. The minimum detectable effect
+(``noise_*``, see :func:`noise_floor`) is still reported beside it, as the size of change a run
+pair this large can be trusted to see, but it is not the test.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from statistics import NormalDist
 from typing import Any
+
+import numpy as np
 
 from rlenv.metrics._records import (
     LengthUnit,
@@ -17,16 +23,18 @@ from rlenv.metrics._records import (
     _jsonable,
     _key,
     _mean,
+    _reward,
     _scored,
 )
 from rlenv.metrics.flagging import Flag
-from rlenv.metrics.length import length_bias, length_explained_gain
+from rlenv.metrics.length import _length, _resolve_unit, length_explained_gain
 from rlenv.metrics.run import _kl_block, disagreements, reward_stats
 from rlenv.metrics.similarity import diversity
 from rlenv.metrics.stats import (
     _clustered_variance,
     _detectable_difference,
     _per_input_means,
+    bootstrap_ci,
     pass_rate,
 )
 from rlenv.results import HumanLabels
@@ -41,9 +49,10 @@ def _run_row(
     length: LengthUnit,
     alpha: float,
     power: float,
+    baseline: list[Record] | None = None,
 ) -> tuple[dict[str, Any], dict[str, float | None]]:
-    passed_means = _per_input_means(records, "passed")
-    reward_means = _per_input_means(records, "reward")
+    passed_means = list(_input_means(records, "passed").values())
+    reward_means = list(_input_means(records, "reward").values())
     variances: dict[str, float | None] = {
         "passed": _clustered_variance(passed_means),
         "reward": _clustered_variance(reward_means),
@@ -54,15 +63,14 @@ def _run_row(
     human_mean: float | None = None
     if human is not None:
         scores = human.scores if isinstance(human, HumanLabels) else human
-        per_input: list[float] = []
-        for _, group in _group(records):
-            values = [scores[_key(r)] for r in group if _key(r) in scores]
-            if values:
-                per_input.append(math.fsum(values) / len(values))
+        human_means = _human_means(records, scores)
         all_scores = [scores[_key(r)] for r in _scored(records) if _key(r) in scores]
         human_mean = _mean(all_scores)
-        variances["human"] = _clustered_variance(per_input)
+        variances["human"] = _clustered_variance(list(human_means.values()))
     rate = pass_rate(records)
+    div = diversity(records, n=(2,))
+    with_reward = [r for r in _scored(records) if _reward(r) is not None]
+    unit = _resolve_unit(with_reward, length)
     row = {
         "name": name,
         "n_records": len(records),
@@ -77,11 +85,107 @@ def _run_row(
         ),
         "human_mean": human_mean,
         "kl_mean_k1": kl.get("mean_k1"),
-        "distinct_2": diversity(records, n=(2,))["distinct"]["2"],
-        "mean_length": length_bias(records, length=length)["mean_length"],
-        "suspect_rate": disagreements(records)["suspect_rate"],
+        "distinct_2": div["distinct"]["2"],
+        "collapsed_share": div["collapsed_share"],
+        "collapsed_inputs": div["collapsed_inputs"],
+        "input_ids": [row["input_id"] for row in div["per_input"] if row["n_answers"] >= 2],
+        "mean_length": _mean([_length(r, unit) for r in with_reward]),
+        "suspect_rate": disagreements(records, baseline)["suspect_rate"],
     }
     return row, variances
+
+
+def _input_means(records: Iterable[Record], field_name: str) -> dict[str, float]:
+    """Per-input mean of ``passed`` (0/1) or ``reward``, keyed by input id (inputs without a
+    value skipped), in the order of :func:`_per_input_means`."""
+    ids = [input_id for input_id, _ in _group(records)]
+    if field_name == "reward":
+        ids = [i for i, g in _group(records) if any(_reward(r) is not None for r in g)]
+    return dict(zip(ids, _per_input_means(records, field_name), strict=True))
+
+
+def _human_means(
+    records: Iterable[Record], scores: Mapping[tuple[str, int], float]
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for input_id, group in _group(records):
+        values = [scores[_key(r)] for r in group if _key(r) in scores]
+        if values:
+            out[input_id] = math.fsum(values) / len(values)
+    return out
+
+
+def delta_ci(
+    prev: Mapping[str, float],
+    cur: Mapping[str, float],
+    n_boot: int = 2000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """The change in a per-input mean from ``prev`` to ``cur`` with a 95 % CI.
+
+    Paired when the runs share at least two inputs: the cluster bootstrap resamples inputs and
+    averages their differences (each input compared with itself, like with like). Otherwise
+    unpaired: difference of means +- z * sqrt(var_prev + var_cur) from the clustered
+    variances. ``rose`` / ``fell``: the CI lies above / below zero. None fields when a run has
+    no values."""
+    common = sorted(set(prev) & set(cur))
+    out: dict[str, Any] = {"paired": False, "n_inputs": len(common), "ci": None}
+    if not prev or not cur:
+        return {**out, "rose": False, "fell": False}
+    if len(common) >= 2:
+        differences = [cur[i] - prev[i] for i in common]
+        lo, hi = bootstrap_ci(differences, n_boot=n_boot, seed=seed, alpha=alpha)
+        out.update(paired=True, ci=None if lo is None else [lo, hi])
+    else:
+        var_a = _clustered_variance(list(prev.values()))
+        var_b = _clustered_variance(list(cur.values()))
+        if var_a is not None and var_b is not None:
+            mid = _mean(list(cur.values())) - _mean(list(prev.values()))  # type: ignore[operator]
+            half = NormalDist().inv_cdf(1 - alpha / 2) * math.sqrt(var_a + var_b)
+            out["ci"] = [mid - half, mid + half]
+    ci = out["ci"]
+    return {**out, "rose": ci is not None and ci[0] > 0, "fell": ci is not None and ci[1] < 0}
+
+
+def gold_vs_kl(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Gao et al. (2023) over-optimisation shape across checkpoints: gold = g0 + d (alpha -
+    beta d), d = sqrt(KL to the reference), fitted by least squares. Gold is the human score
+    when every run has one, else the verifier pass rate. None with fewer than 3 runs with a
+    non-negative mean k1 KL and a gold value (3 distinct d at least). With beta > 0 the gold
+    peaks at d* = alpha / (2 beta) (KL d*^2); ``past_peak``: the last checkpoint is beyond it,
+    where more optimisation buys less gold. With exactly 3 points the fit is exact (r2 1)."""
+    gold_key = "human_mean" if all(r.get("human_mean") is not None for r in rows) else "pass_rate"
+    points = [
+        (str(r["name"]), float(r["kl_mean_k1"]), float(r[gold_key]))
+        for r in rows
+        if r.get("kl_mean_k1") is not None and r["kl_mean_k1"] >= 0 and r.get(gold_key) is not None
+    ]
+    if len(points) < 3 or len({kl for _, kl, _ in points}) < 3:
+        return None
+    d = np.sqrt(np.array([kl for _, kl, _ in points]))
+    gold = np.array([g for _, _, g in points])
+    design = np.column_stack([np.ones_like(d), d, -d * d])
+    (g0, a, b), *_ = np.linalg.lstsq(design, gold, rcond=None)
+    fitted = design @ np.array([g0, a, b])
+    total = float(np.dot(gold - gold.mean(), gold - gold.mean()))
+    residual = float(np.dot(gold - fitted, gold - fitted))
+    peak = float(a / (2 * b)) if b > 0 else None
+    return {
+        "gold": gold_key,
+        "n": len(points),
+        "intercept": float(g0),
+        "alpha": float(a),
+        "beta": float(b),
+        "r2": 1.0 - residual / total if total > 0 else None,
+        "d_peak": peak,
+        "kl_peak": None if peak is None else peak * peak,
+        "past_peak": peak is not None and bool(d[-1] > peak),
+        "points": [
+            {"name": name, "kl": kl, "d": float(x), "gold": g, "fitted": float(f)}
+            for (name, kl, g), x, f in zip(points, d, fitted, strict=True)
+        ],
+    }
 
 
 def compare_runs(
@@ -92,46 +196,71 @@ def compare_runs(
     alpha: float = 0.05,
     power: float = 0.8,
     kl_growth: float = 0.5,
-    distinct_drop: float = 0.3,
+    collapse_share: float = 0.1,
+    baseline: Iterable[Record] | None = None,
 ) -> dict[str, Any]:
-    """Metric rows per run, in the given (training-step) order, and flags between neighbours.
+    """Metric rows per run, in the given (training-step) order, flags between neighbours and
+    the gold-vs-KL fit (:func:`gold_vs_kl`, ``gold_vs_kl``; None below 3 runs with KL).
 
-    A difference is beyond the noise when it exceeds (z_{1-alpha/2} + z_{power}) *
-    sqrt(var_prev + var_cur), the two runs' clustered variances (see :func:`noise_floor`);
-    flags needing it are skipped when a run has fewer than 2 inputs. Flags:
+    Each row after the first has deltas vs the previous run with 95 % CIs (:func:`delta_ci`,
+    ``delta_*_ci``), the minimum detectable effects (``noise_*``) and
+    ``length_explained_gain`` (share). Flags:
 
-    - ``proxy_gold_turnover``: reward mean rises beyond the noise while the verifier pass rate
-      (or the human score, when ``humans`` has both runs) does not rise beyond the noise.
+    - ``proxy_gold_turnover``: the reward mean rises significantly (CI above zero) while the
+      verifier pass rate (or the human score, when ``humans`` has both runs) does not.
     - ``kl_growth_without_gain``: mean k1 KL rises by more than ``kl_growth`` (relative, from a
-      positive value) while the pass rate does not rise beyond the noise.
-    - ``diversity_collapse``: distinct-2 drops by more than ``distinct_drop`` relative.
+      positive value) while the pass rate does not rise significantly.
+    - ``diversity_collapse``: at least ``collapse_share`` of the inputs both runs scored are
+      collapsed in the later run and were not in the earlier one (per-input diversity, like
+      with like; boilerplate shared by every answer does not count, see
+      :func:`rlenv.metrics.similarity.diversity`). The inputs are named.
 
-    Each row after the first also has deltas and ``length_explained_gain`` (share) vs the
-    previous run.
+    ``baseline``: a reference run's records for every run's suspects (:func:`disagreements`).
     """
     materialised = [(name, list(records)) for name, records in runs]
+    base = list(baseline) if baseline is not None else None
     rows: list[dict[str, Any]] = []
     variances: list[Variances] = []
+    means: list[dict[str, dict[str, float]]] = []
     for name, records in materialised:
-        row, var = _run_row(name, records, (humans or {}).get(name), length, alpha, power)
+        labels = (humans or {}).get(name)
+        row, var = _run_row(name, records, labels, length, alpha, power, base)
         rows.append(row)
         variances.append(var)
+        run_means = {
+            "passed": _input_means(records, "passed"),
+            "reward": _input_means(records, "reward"),
+        }
+        if labels is not None:
+            scores = labels.scores if isinstance(labels, HumanLabels) else labels
+            run_means["human"] = _human_means(records, scores)
+        means.append(run_means)
     found: list[Flag] = []
     for i in range(1, len(rows)):
         gain = length_explained_gain(materialised[i - 1][1], materialised[i][1], length=length)
+        changes: dict[str, dict[str, Any]] = {
+            key: delta_ci(means[i - 1][key], means[i][key])
+            for key in ("passed", "reward", "human")
+            if key in means[i - 1] and key in means[i]
+        }
         found.extend(
             _neighbour_flags(
                 rows[i - 1],
                 rows[i],
                 (variances[i - 1], variances[i]),
+                changes,
                 gain["share"],
                 alpha=alpha,
                 power=power,
                 kl_growth=kl_growth,
-                distinct_drop=distinct_drop,
+                collapse_share=collapse_share,
             )
         )
-    clean: dict[str, Any] = _jsonable({"runs": rows, "flags": found})
+    for row in rows:
+        row.pop("input_ids", None)
+    clean: dict[str, Any] = _jsonable(
+        {"runs": rows, "flags": found, "gold_vs_kl": gold_vs_kl(rows)}
+    )
     return clean
 
 
@@ -139,14 +268,15 @@ def _neighbour_flags(
     prev: dict[str, Any],
     cur: dict[str, Any],
     variances: tuple[Variances, Variances],
+    changes: Mapping[str, Mapping[str, Any]],
     length_share: float | None,
     *,
     alpha: float,
     power: float,
     kl_growth: float,
-    distinct_drop: float,
+    collapse_share: float,
 ) -> list[Flag]:
-    """Write ``cur``'s deltas and noise against ``prev`` into ``cur``; return the flags
+    """Write ``cur``'s deltas, CIs and noise against ``prev`` into ``cur``; return the flags
     raised between the two runs."""
     pair = [prev["name"], cur["name"]]
 
@@ -161,40 +291,46 @@ def _neighbour_flags(
         )
 
     d_pass, d_reward, d_human = delta("pass_rate"), delta("reward_mean"), delta("human_mean")
-    n_pass, n_reward, n_human = noise("passed"), noise("reward"), noise("human")
+    none: dict[str, Any] = {"ci": None, "rose": False, "fell": False}
+    c_pass = changes.get("passed", none)
+    c_reward = changes.get("reward", none)
+    c_human = changes.get("human", none)
     cur.update(
         delta_pass_rate=d_pass,
         delta_reward_mean=d_reward,
         delta_human_mean=d_human,
-        noise_pass_rate=n_pass,
-        noise_reward_mean=n_reward,
+        delta_pass_rate_ci=c_pass["ci"],
+        delta_reward_mean_ci=c_reward["ci"],
+        delta_human_mean_ci=c_human["ci"],
+        noise_pass_rate=noise("passed"),
+        noise_reward_mean=noise("reward"),
         length_explained_gain=length_share,
     )
     found = [
-        _proxy_gold_turnover(pair, (d_reward, n_reward), (d_pass, n_pass), (d_human, n_human)),
+        _proxy_gold_turnover(pair, (d_reward, c_reward), (d_pass, c_pass), (d_human, c_human)),
         _kl_growth_without_gain(
-            pair, prev["kl_mean_k1"], cur["kl_mean_k1"], (d_pass, n_pass), kl_growth
+            pair, prev["kl_mean_k1"], cur["kl_mean_k1"], (d_pass, c_pass), kl_growth
         ),
-        _diversity_collapse(pair, prev["distinct_2"], cur["distinct_2"], distinct_drop),
+        _diversity_collapse(pair, prev, cur, collapse_share),
     ]
     return [flag for flag in found if flag is not None]
 
 
-Change = tuple[Any, float | None]
-"""A metric's (delta vs the previous run, noise threshold); either may be None."""
+Change = tuple[Any, Mapping[str, Any]]
+"""A metric's (delta vs the previous run, :func:`delta_ci` result)."""
 
 
 def _flat(change: Change) -> bool:
-    """The metric did not rise beyond the noise (and both numbers are known)."""
-    value, noise = change
-    return value is not None and noise is not None and value <= noise
+    """The metric is known in both runs and did not rise significantly."""
+    value, ci = change
+    return value is not None and ci.get("ci") is not None and not ci.get("rose")
 
 
 def _proxy_gold_turnover(
     pair: list[Any], reward: Change, passed: Change, human: Change
 ) -> Flag | None:
-    d_reward, n_reward = reward
-    if d_reward is None or n_reward is None or not d_reward > n_reward:
+    d_reward, c_reward = reward
+    if d_reward is None or not c_reward.get("rose"):
         return None
     flat_gold = []
     if _flat(passed):
@@ -203,18 +339,21 @@ def _proxy_gold_turnover(
         flat_gold.append("human")
     if not flat_gold:
         return None
+    lo, hi = c_reward["ci"]
     return {
         "name": "proxy_gold_turnover",
         "runs": pair,
-        "message": f"reward mean rose by {d_reward:.3g} (noise {n_reward:.3g})"
-        f" while {' and '.join(flat_gold)} did not rise beyond the noise",
+        "message": f"reward mean rose by {d_reward:.3g} (95% CI {lo:.3g} to {hi:.3g})"
+        f" while {' and '.join(flat_gold)} did not rise significantly",
         "value": {
             "delta_reward_mean": d_reward,
+            "delta_reward_mean_ci": c_reward["ci"],
             "delta_pass_rate": passed[0],
+            "delta_pass_rate_ci": passed[1].get("ci"),
             "delta_human_mean": human[0],
             "gold": flat_gold,
         },
-        "threshold": n_reward,
+        "threshold": "reward CI above 0, gold CI not above 0",
     }
 
 
@@ -232,7 +371,7 @@ def _kl_growth_without_gain(
             "name": "kl_growth_without_gain",
             "runs": pair,
             "message": f"mean KL grew {kl_cur / kl_prev - 1:.0%} while the pass rate"
-            " did not rise beyond the noise",
+            " did not rise significantly",
             "value": {"kl_prev": kl_prev, "kl_cur": kl_cur, "delta_pass_rate": passed[0]},
             "threshold": kl_growth,
         }
@@ -240,16 +379,23 @@ def _kl_growth_without_gain(
 
 
 def _diversity_collapse(
-    pair: list[Any], d2_prev: Any, d2_cur: Any, distinct_drop: float
+    pair: list[Any], prev: Mapping[str, Any], cur: Mapping[str, Any], collapse_share: float
 ) -> Flag | None:
-    if d2_prev is not None and d2_cur is not None and d2_prev > 0:
-        drop = (d2_prev - d2_cur) / d2_prev
-        if drop > distinct_drop:
-            return {
-                "name": "diversity_collapse",
-                "runs": pair,
-                "message": f"distinct-2 dropped {drop:.0%} ({d2_prev:.3f} -> {d2_cur:.3f})",
-                "value": drop,
-                "threshold": distinct_drop,
-            }
-    return None
+    """Inputs collapsed in ``cur`` that were not in ``prev``, among inputs both scored."""
+    before = set(prev.get("collapsed_inputs") or [])
+    shared = set(prev.get("input_ids") or []) & set(cur.get("input_ids") or [])
+    if not shared:
+        return None
+    new = sorted(i for i in cur.get("collapsed_inputs") or [] if i in shared and i not in before)
+    share = len(new) / len(shared)
+    if not new or share < collapse_share:
+        return None
+    shown = ", ".join(new[:10]) + (" ..." if len(new) > 10 else "")
+    return {
+        "name": "diversity_collapse",
+        "runs": pair,
+        "message": f"{len(new)} of {len(shared)} inputs collapsed to near-identical rollouts"
+        f" ({share:.0%}): {shown}",
+        "value": {"share": share, "inputs": new},
+        "threshold": collapse_share,
+    }

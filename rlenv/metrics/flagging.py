@@ -12,13 +12,16 @@ from typing import Any
 from rlenv.results import Status
 
 Flag = dict[str, Any]
+NAMED = 10
+"""Inputs a flag's message names (every one is in ``diversity.collapsed_inputs``)."""
 
 
 def flags(
     summary_metrics: Mapping[str, Any],
     decoding: Mapping[str, Any] | None = None,
     *,
-    spearman_threshold: float = 0.5,
+    length_effect: float = 0.1,
+    length_alpha: float = 0.01,
     min_length_n: int = 10,
     suspect_threshold: float = 0.10,
 ) -> list[dict[str, Any]]:
@@ -26,12 +29,16 @@ def flags(
     ``report --json`` and ``compare`` (all read :func:`compute_all`'s ``flags``).
 
     Warnings worth a line each, from a :func:`compute_all` dict (missing blocks skipped):
-    collapse, length bias, high reward-hacking suspect rate, negative mean KL, infra errors.
+    collapse (a share of inputs collapsed), length bias (among equally correct answers, +20 % length
+    buys at least ``length_effect`` reward standard deviations AND a permutation test gives
+    p <= ``length_alpha``), high reward-hacking suspect rate, negative mean KL, infra errors.
     ``collapse`` is never raised under greedy decoding (``decoding`` temperature 0), where
     identical rollouts are expected."""
     found = [
         None if is_greedy(decoding or {}) else _collapse(summary_metrics.get("diversity") or {}),
-        _length_bias(summary_metrics.get("length_bias") or {}, spearman_threshold, min_length_n),
+        _length_bias(
+            summary_metrics.get("length_bias") or {}, length_effect, length_alpha, min_length_n
+        ),
         _suspect_rate(summary_metrics.get("disagreements") or {}, suspect_threshold),
         _negative_kl(summary_metrics.get("kl") or {}),
         _infra_errors(summary_metrics.get("counts") or {}),
@@ -48,30 +55,39 @@ def _collapse(div: Mapping[str, Any]) -> Flag | None:
     if not div.get("collapse"):
         return None
     thresholds = div.get("thresholds") or {}
+    named = list(div.get("collapsed_inputs") or [])
+    shown = ", ".join(str(name) for name in named[:NAMED]) + (" ..." if len(named) > NAMED else "")
     return {
         "name": "collapse",
-        "message": "rollouts of an input are near-identical (mode collapse)",
+        "message": f"{len(named)} inputs' rollouts are near-identical (mode collapse): {shown}",
         "value": {
-            "mean_pairwise_similarity": div.get("mean_pairwise_similarity"),
-            "duplicate_rate": div.get("duplicate_rate"),
+            "collapsed_share": div.get("collapsed_share"),
+            "collapsed_inputs": len(named),
         },
-        "threshold": {
-            "similarity": thresholds.get("similarity"),
-            "duplicate_rate": thresholds.get("duplicate_rate"),
-        },
+        "threshold": {"collapsed_share": thresholds.get("collapsed_share")},
     }
 
 
-def _length_bias(bias: Mapping[str, Any], threshold: float, min_n: int) -> Flag | None:
-    rho = bias.get("spearman")
-    if rho is not None and abs(rho) >= threshold and bias.get("n", 0) >= min_n:
-        return {
-            "name": "length_bias",
-            "message": f"reward correlates with response length (Spearman {rho:.2f})",
-            "value": rho,
-            "threshold": threshold,
-        }
-    return None
+def _length_bias(
+    bias: Mapping[str, Any], min_effect: float, alpha: float, min_n: int
+) -> Flag | None:
+    """Both a material effect and significance, among equally correct answers: a length term
+    that only breaks ties (high Spearman, little variance) does not raise it."""
+    within = bias.get("within_strata") or {}
+    effect, p_value = within.get("effect_size"), within.get("p_value")
+    if effect is None or p_value is None or bias.get("n", 0) < min_n:
+        return None
+    if effect < min_effect or p_value > alpha:
+        return None
+    slope = within.get("slope_per_100")
+    return {
+        "name": "length_bias",
+        "message": f"among equally correct answers the reward pays for length: {slope:+.3g}"
+        f" per 100 {str(bias.get('unit') or 'words').replace('_', ' ')}; +20 % length buys"
+        f" {effect:.2f} reward standard deviations (permutation p = {p_value:.2g})",
+        "value": {"effect_size": effect, "p_value": p_value, "slope_per_100": slope},
+        "threshold": {"effect_size": min_effect, "p_value": alpha},
+    }
 
 
 def _suspect_rate(disagreements: Mapping[str, Any], threshold: float) -> Flag | None:

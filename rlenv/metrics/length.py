@@ -14,6 +14,7 @@ import numpy as np
 
 from rlenv.metrics._records import LengthUnit, Record, _mean, _passed, _reward, _scored, _words
 from rlenv.metrics.stats import pearson, spearman
+from rlenv.results import Status
 
 
 def _length(record: Record, unit: LengthUnit) -> float:
@@ -33,24 +34,154 @@ def _resolve_unit(records: Sequence[Record], length: LengthUnit) -> LengthUnit:
     return "words"
 
 
-def length_bias(records: Iterable[Record], length: LengthUnit = "words") -> dict[str, Any]:
-    """Does the reward grow with response length? Correlations and per-quartile means.
+PERMUTATIONS = 1000
+"""Permutations of the length-bias test (fewer for very large runs, at least 200)."""
+_PERMUTATION_BUDGET = 20_000_000
+"""Shuffled lengths in all; a 100k-rollout run gets 200 permutations."""
 
-    Length is whitespace tokens of ``answer``, or ``usage.completion_tokens`` when asked for
-    and present on every rollout (``unit`` says which was used). Quartile buckets split at the
-    length quartiles; bucket i holds lengths in (edge_i, edge_i+1], the first bucket also its
-    lower edge, so equal lengths share a bucket (buckets may be empty).
+
+def _stratum_slope(x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    return {
+        "n": int(x.size),
+        "slope_per_100": _slope(x, y, per=100.0),
+        "pearson": pearson(x, y),
+    }
+
+
+def _slope(x: np.ndarray, y: np.ndarray, per: float = 100.0) -> float | None:
+    """Least-squares slope of y on x times ``per`` (reward per 100 length units)."""
+    if x.size < 2:
+        return None
+    xc = x - x.mean()
+    sxx = float(np.dot(xc, xc))
+    if not sxx > 0.0:
+        return None
+    return per * float(np.dot(xc, y - y.mean())) / sxx
+
+
+def within_strata(
+    lengths: Sequence[float],
+    rewards: Sequence[float],
+    strata: Sequence[bool],
+    n_permutations: int = PERMUTATIONS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Does the reward pay for length among equally correct answers?
+
+    Lengths and rewards are centred within each stratum (verifier passed / failed), so a
+    reward that is higher for right answers which happen to be longer is not length bias.
+    ``slope_per_100``: pooled within-strata least-squares slope, reward per 100 length units.
+    ``effect_size``: what +20 % length (at the run's mean length) buys by that slope, in
+    standard deviations of the run's reward (``reward_per_20pct_length`` in reward units) --
+    a length term that only breaks ties between otherwise equal rewards buys almost nothing.
+    ``share_of_variance``: the reward variance that slope explains, as a share of the run's
+    total reward variance (the effect size: a length term that only breaks ties between equal
+    rewards explains almost none of it). ``partial_r2``: the same as a share of the variance
+    left within strata. ``p_value``: two-sided permutation test of the within-strata
+    covariance, lengths shuffled within strata, ``numpy.random.default_rng(seed)``; its
+    smallest value is 1 / (permutations + 1).
     """
-    scored = [r for r in _scored(records) if _reward(r) is not None]
+    x = np.asarray(lengths, dtype=float)
+    y = np.asarray(rewards, dtype=float)
+    s = np.asarray(strata, dtype=bool)
+    out: dict[str, Any] = {
+        "slope_per_100": None,
+        "reward_per_20pct_length": None,
+        "effect_size": None,
+        "share_of_variance": None,
+        "partial_r2": None,
+        "p_value": None,
+        "permutations": 0,
+        "strata": [],
+    }
+    if x.size < 3:
+        return out
+    parts = []
+    for passed in (True, False):
+        mask = s == passed
+        if mask.sum() >= 2:
+            xs, ys = x[mask], y[mask]
+            parts.append((xs - xs.mean(), ys - ys.mean()))
+            out["strata"].append({"passed": passed, **_stratum_slope(xs, ys)})
+    sxx = math.fsum(float(np.dot(a, a)) for a, _ in parts)
+    syy = math.fsum(float(np.dot(b, b)) for _, b in parts)
+    sxy = math.fsum(float(np.dot(a, b)) for a, b in parts)
+    total = float(np.dot(y - y.mean(), y - y.mean()))
+    if not (sxx > 0.0 and syy > 0.0 and total > 0.0):
+        return out
+    explained = sxy * sxy / sxx
+    per_20pct = (sxy / sxx) * 0.2 * float(x.mean())
+    count = max(200, min(n_permutations, _PERMUTATION_BUDGET // max(1, x.size)))
+    out.update(
+        slope_per_100=100.0 * sxy / sxx,
+        reward_per_20pct_length=per_20pct,
+        effect_size=per_20pct / math.sqrt(total / x.size),
+        share_of_variance=min(1.0, explained / total),
+        partial_r2=min(1.0, explained / syy),
+        p_value=_permutation_p(parts, abs(sxy), count, seed),
+        permutations=count,
+    )
+    return out
+
+
+def _permutation_p(
+    parts: list[tuple[np.ndarray, np.ndarray]], observed: float, count: int, seed: int
+) -> float:
+    """Share of within-strata shuffles whose |covariance| reaches the observed one (+1 both)."""
+    rng = np.random.default_rng(seed)
+    size = sum(a.size for a, _ in parts)
+    block = max(1, min(count, 2_000_000 // max(1, size)))
+    tolerance = 1e-12 * max(1.0, observed)
+    reached = 0
+    for start in range(0, count, block):
+        rows = min(block, count - start)
+        total = np.zeros(rows)
+        for a, b in parts:
+            shuffled = rng.permuted(np.broadcast_to(a, (rows, a.size)), axis=1)
+            total += shuffled @ b
+        reached += int((np.abs(total) >= observed - tolerance).sum())
+    return (reached + 1) / (count + 1)
+
+
+def length_bias(
+    records: Iterable[Record],
+    length: LengthUnit = "words",
+    n_permutations: int = PERMUTATIONS,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Does the reward grow with response length? Correlations, effect sizes, a permutation
+    test within verifier-pass strata and per-quartile means.
+
+    Model outcomes with a reward count (fixture misses, like infra errors, are left out: their
+    answer is not the model's whole say). Length is whitespace tokens of ``answer``, or
+    ``usage.completion_tokens`` when asked for and present on every rollout (``unit`` says
+    which was used). ``slope_per_100``: reward per
+    100 length units (least squares over the run); ``share_explained``: the share of reward
+    variance length explains over the run (Pearson squared). ``within_strata``
+    (:func:`within_strata`): the same among equally correct answers, with a p-value. Quartile
+    buckets split at the length quartiles; bucket i holds lengths in (edge_i, edge_i+1], the
+    first bucket also its lower edge, so equal lengths share a bucket (buckets may be empty).
+    """
+    scored = [
+        r
+        for r in _scored(records)
+        if _reward(r) is not None and r.get("status") != Status.FIXTURE_MISS
+    ]
     unit = _resolve_unit(scored, length)
     lengths = [_length(r, unit) for r in scored]
     rewards = [_reward(r) or 0.0 for r in scored]
+    r = pearson(lengths, rewards)
     out: dict[str, Any] = {
         "n": len(scored),
         "unit": unit,
         "mean_length": _mean(lengths),
-        "pearson": pearson(lengths, rewards),
+        "pearson": r,
         "spearman": spearman(lengths, rewards),
+        "slope_per_100": _slope(np.asarray(lengths, dtype=float), np.asarray(rewards)),
+        "share_explained": None if r is None else r * r,
+        "within_strata": within_strata(
+            lengths, rewards, [_passed(x) for x in scored], n_permutations, seed
+        ),
         "buckets": [],
     }
     if not scored:

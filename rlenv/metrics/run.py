@@ -141,31 +141,74 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
 
-def disagreements(records: Iterable[Record]) -> dict[str, Any]:
+TIE_MARGIN = 0.1
+"""A failing rollout within this share of the RM's pass-fail gap (median passing - median
+failing reward of the run) below the passing reference is scored like a passing one."""
+
+
+def _rewards_by_outcome(
+    records: Iterable[Record],
+) -> tuple[dict[str, list[float]], list[float]]:
+    """Rewards of verifier-passing model outcomes by input, and of failing ones (fixture
+    misses and infra errors left out)."""
+    passing: dict[str, list[float]] = {}
+    failing: list[float] = []
+    for record in _scored(records):
+        reward = _reward(record)
+        if reward is None or record.get("status") == Status.FIXTURE_MISS:
+            continue
+        if _passed(record):
+            passing.setdefault(_key(record)[0], []).append(reward)
+        else:
+            failing.append(reward)
+    return passing, failing
+
+
+def disagreements(
+    records: Iterable[Record], baseline: Iterable[Record] | None = None
+) -> dict[str, Any]:
     """Rollouts where the reward model and the verifiers disagree: reward-hacking suspects.
 
     ``high_reward_failed`` (the suspects): a rollout that fails the verifiers although the
-    reward model scores it at least as high as typical passing answers -- the median reward
-    of verifier-passing rollouts of the same input, or of the whole run when that input has
-    none passing. The reference is absolute (what the RM pays for a right answer), not a
-    quantile of the run, so there is no cap on the share: a run where every wrong answer is
-    hacked has every wrong answer suspect. ``low_reward_passed``: passes although scored at or
-    below the median failing reward (of the input, else the run). Only model outcomes with a
-    reward count (infra errors and fixture misses are never suspects), and a rollout at the
-    run's minimum reward is never "high" nor one at its maximum "low", so a run whose rewards
-    are all equal has no disagreements. A run where nothing passes has no absolute reference:
-    its 75th reward percentile stands in. ``suspect_rate`` is over rollouts with a reward.
+    reward model scores it at least as high as typical passing answers -- the median reward of
+    verifier-passing rollouts of the same input, or of the whole run when that input has none
+    passing. The reference is absolute (what the RM pays for a right answer), not a quantile of
+    the run, so there is no cap on the share: a run where every wrong answer is hacked has every
+    wrong answer suspect. "At least as high" allows a ``margin``: a tenth (TIE_MARGIN) of the
+    RM's own pass-fail gap (run medians; 0 when it does not separate them), because a median of
+    one or two passing rewards is itself noisy and a failing answer paid within a tenth of what
+    passing is worth is paid as a right one. With a ``baseline`` run (the same env scored at a
+    reference checkpoint, e.g. the SFT model), a failing rollout is also suspect when it scores
+    at least as high as the baseline's median passing reward of that input (else of the baseline
+    run), with the baseline's own margin: that catches a proxy hacked so thoroughly that this
+    run's own passing answers are inflated too. Each suspect says ``by`` which reference(s).
+    ``low_reward_passed``: passes although scored at or below the median failing reward (of the
+    input, else the run). Only model outcomes with a reward count (infra errors and fixture
+    misses are never suspects), and a rollout at the run's minimum reward is never "high" nor
+    one at its maximum "low", so a run whose rewards are all equal has no disagreements. A run
+    where nothing passes has no absolute reference: its 75th reward percentile stands in.
+    ``suspect_rate`` is over rollouts with a reward.
     """
     scored = [
         r
         for r in _scored(records)
         if _reward(r) is not None and r.get("status") != Status.FIXTURE_MISS
     ]
+    base, base_failing = _rewards_by_outcome(baseline) if baseline is not None else (None, [])
+    base_run = _median([v for values in (base or {}).values() for v in values])
+    base_fail = _median(base_failing)
+    base_margin = 0.0
+    if base_run is not None and base_fail is not None and base_run > base_fail:
+        base_margin = TIE_MARGIN * (base_run - base_fail)
     out: dict[str, Any] = {
         "n": len(scored),
         "reference": "median passing reward of the input, else of the run",
         "run_pass_median": None,
         "run_fail_median": None,
+        "margin": 0.0,
+        "baseline": None
+        if base is None
+        else {"inputs_with_passing": len(base), "pass_median": base_run, "margin": base_margin},
         "high_reward_failed": [],
         "low_reward_passed": [],
         "rate_high_reward_failed": None,
@@ -182,9 +225,12 @@ def disagreements(records: Iterable[Record]) -> dict[str, Any]:
         side[0 if _passed(record) else 1].append(_reward(record) or 0.0)
     run_pass = _median([v for p, _ in by_input.values() for v in p])
     run_fail = _median([v for _, f in by_input.values() for v in f])
+    margin = 0.0
     if run_pass is None:  # nothing passes anywhere: no absolute reference, the run's quartile
         run_pass = _quantile(rewards, 0.75)
         out["reference"] = "no passing rollout: the run's 75th reward percentile"
+    elif run_fail is not None and run_pass > run_fail:
+        margin = TIE_MARGIN * (run_pass - run_fail)
     high_failed: list[dict[str, Any]] = []
     low_passed: list[dict[str, Any]] = []
     for record in scored:
@@ -197,16 +243,25 @@ def disagreements(records: Iterable[Record]) -> dict[str, Any]:
             ref = _median(failing) if failing else run_fail
             if ref is not None and reward <= ref and reward < highest:
                 low_passed.append({**row, "passed": True, "reference": ref})
-        else:
-            ref = _median(passing) if passing else run_pass
-            if ref is not None and reward >= ref and reward > lowest:
-                high_failed.append({**row, "passed": False, "reference": ref})
+            continue
+        ref = _median(passing) if passing else run_pass
+        by = ["run"] if ref is not None and reward >= ref - margin and reward > lowest else []
+        base_ref = None
+        if base is not None:
+            base_ref = _median(base[input_id]) if base.get(input_id) else base_run
+            # an external reference: no run-minimum rule
+            if base_ref is not None and reward >= base_ref - base_margin:
+                by.append("baseline")
+        if by:
+            extra = {"baseline_reference": base_ref} if base is not None else {}
+            high_failed.append({**row, "passed": False, "reference": ref, **extra, "by": by})
     high_failed.sort(key=lambda r: (-r["reward"], r["input_id"], r["rollout"]))
     low_passed.sort(key=lambda r: (r["reward"], r["input_id"], r["rollout"]))
     n = len(scored)
     out.update(
         run_pass_median=run_pass,
         run_fail_median=run_fail,
+        margin=margin,
         high_reward_failed=high_failed,
         low_reward_passed=low_passed,
         rate_high_reward_failed=len(high_failed) / n,
@@ -301,8 +356,12 @@ def compute_all(
     alpha: float = 0.05,
     power: float = 0.8,
     decoding: Mapping[str, Any] | None = None,
+    baseline: Iterable[Record] | None = None,
 ) -> dict[str, Any]:
     """Every diagnostic for one run, as one JSON-serialisable dict (summary.json, report).
+
+    ``baseline``: a reference run's records (same env, e.g. the SFT checkpoint); failing
+    rollouts scored above its passing answers are suspects too (:func:`disagreements`).
 
     ``flags`` is the run's one list of flags (:func:`rlenv.metrics.flagging.flags`), given the
     run's ``decoding`` (temperature 0: no collapse flag); every output reads it from here.
@@ -334,7 +393,7 @@ def compute_all(
         },
         "reward_components": component_stats(records),
         "verifiers": verifier_pass_rates(records),
-        "disagreements": disagreements(records),
+        "disagreements": disagreements(records, baseline),
         "reward_auc": reward_auc(records),
         "length_bias": length_bias(records, length=length),
         "diversity": diversity(records),

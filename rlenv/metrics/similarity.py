@@ -1,15 +1,30 @@
-"""Rollout diversity: distinct-n, duplicate rates, pairwise similarity and mode collapse.
+"""Rollout diversity: distinct-n, duplicate rates, pairwise similarity and mode collapse, for
+the run and for each input.
 
-n-grams are over whitespace tokens of ``answer`` (case-sensitive).
+n-grams are over whitespace tokens of ``answer`` (case-sensitive). Collapse is decided per
+input: answers compared after normalisation (case, punctuation and spacing ignored), and
+word bigrams that most inputs' answers share (boilerplate such as a fixed preamble) left out of
+the similarity, so a run-wide template is not mistaken for collapse.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rlenv.metrics._records import Record, _group, _mean, _ngrams, _words
+import numpy as np
+
+from rlenv.metrics._records import Record, _group, _mean, _ngrams, _reward, _words
+
+Bigrams = frozenset[tuple[str, ...]]
+
+BOILERPLATE_SHARE = 0.5
+"""A word bigram in the answers of at least this share of inputs is boilerplate."""
+BOILERPLATE_MIN_INPUTS = 5
+"""Fewer inputs than this: nothing is called boilerplate (one input shares all its bigrams)."""
+_PUNCTUATION = re.compile(r"[^\w\s]+")
 
 
 def _jaccard(a: str, b: str) -> float:
@@ -22,6 +37,17 @@ def _jaccard(a: str, b: str) -> float:
     if not sa and not sb:
         return 1.0
     return len(sa & sb) / len(sa | sb)
+
+
+def normalise(answer: str) -> str:
+    """An answer as collapse compares it: case-folded, punctuation dropped, spacing collapsed."""
+    return " ".join(_PUNCTUATION.sub(" ", answer.casefold()).split())
+
+
+def _bigrams(answer: str) -> Bigrams:
+    words = normalise(answer).split()
+    grams = _ngrams(words, 2) if len(words) >= 2 else [tuple(words)] if words else []
+    return frozenset(grams)
 
 
 def _distinct(answers: Sequence[str], n: int) -> float | None:
@@ -40,13 +66,96 @@ def _duplicates(answers: Sequence[str]) -> int:
 
 
 def _mean_similarity(answers: Sequence[str]) -> float:
-    """Mean Jaccard similarity over all pairs of (at least two) answers."""
-    pairs = [
-        _jaccard(answers[i], answers[j])
-        for i in range(len(answers))
-        for j in range(i + 1, len(answers))
-    ]
+    """Mean Jaccard similarity (:func:`_jaccard`) over all pairs of (at least two) answers,
+    each answer's n-gram sets built once."""
+    words = [_words(a) for a in answers]
+    bigrams = [set(_ngrams(w, 2)) for w in words]
+    unigrams: list[set[tuple[str, ...]]] = [{(t,) for t in w} for w in words]
+    pairs = []
+    for i in range(len(answers)):
+        for j in range(i + 1, len(answers)):
+            sa, sb = bigrams[i], bigrams[j]
+            if not sa and not sb:
+                sa, sb = unigrams[i], unigrams[j]
+            union = len(sa | sb)
+            pairs.append(len(sa & sb) / union if union else 1.0)
     return math.fsum(pairs) / len(pairs)
+
+
+def boilerplate(groups: Sequence[Sequence[str]], share: float = BOILERPLATE_SHARE) -> Bigrams:
+    """Normalised word bigrams found in the answers of at least ``share`` of the inputs
+    (none with fewer than BOILERPLATE_MIN_INPUTS inputs)."""
+    if len(groups) < BOILERPLATE_MIN_INPUTS:
+        return frozenset()
+    counts: dict[tuple[str, ...], int] = {}
+    for answers in groups:
+        for gram in frozenset().union(*(_bigrams(a) for a in answers)):
+            counts[gram] = counts.get(gram, 0) + 1
+    floor = share * len(groups)
+    return frozenset(gram for gram, count in counts.items() if count >= floor)
+
+
+SIMILARITY_ANSWERS = 16
+"""Per-input similarity compares the first this many rollouts (120 pairs), so K = 100 costs
+no more than K = 16; the duplicate rate counts every rollout."""
+
+
+def _discounted_similarity(answers: Sequence[str], shared: Bigrams) -> float:
+    """Mean pairwise Jaccard similarity of normalised bigram sets without the boilerplate, over
+    the first SIMILARITY_ANSWERS answers; two answers with nothing left are alike only when
+    their normalised texts are equal."""
+    answers = answers[:SIMILARITY_ANSWERS]
+    sets = [_bigrams(a) - shared for a in answers]
+    texts = [normalise(a) for a in answers]
+    pairs = []
+    for i in range(len(answers)):
+        for j in range(i + 1, len(answers)):
+            union = sets[i] | sets[j]
+            if union:
+                pairs.append(len(sets[i] & sets[j]) / len(union))
+            else:
+                pairs.append(1.0 if texts[i] == texts[j] else 0.0)
+    return math.fsum(pairs) / len(pairs)
+
+
+def per_input_diversity(
+    records: Iterable[Record],
+    similarity_threshold: float = 0.9,
+    duplicate_threshold: float = 0.5,
+) -> list[dict[str, Any]]:
+    """One row per input (sorted): answers, duplicate rate (normalised answers equal to an
+    earlier rollout's), mean pairwise similarity with boilerplate discounted (first
+    SIMILARITY_ANSWERS rollouts), reward spread
+    (population std of its rewards; None below two) and ``collapsed``: at least two answers
+    and duplicate rate >= ``duplicate_threshold`` or similarity >= ``similarity_threshold``.
+    """
+    grouped = [(input_id, group) for input_id, group in _group(records)]
+    answers_of = [
+        [str(r["answer"]) for r in group if r.get("answer") is not None] for _, group in grouped
+    ]
+    shared = boilerplate([a for a in answers_of if a])
+    rows = []
+    for (input_id, group), answers in zip(grouped, answers_of, strict=True):
+        rewards = [v for v in (_reward(r) for r in group) if v is not None]
+        duplicate_rate = similarity = None
+        if len(answers) >= 2:
+            duplicate_rate = _duplicates([normalise(a) for a in answers]) / len(answers)
+            similarity = _discounted_similarity(answers, shared)
+        collapsed = (duplicate_rate is not None and duplicate_rate >= duplicate_threshold) or (
+            similarity is not None and similarity >= similarity_threshold
+        )
+        rows.append(
+            {
+                "input_id": input_id,
+                "n_answers": len(answers),
+                "distinct_answers": len({normalise(a) for a in answers}),
+                "duplicate_rate": duplicate_rate,
+                "similarity": similarity,
+                "reward_spread": float(np.std(rewards)) if len(rewards) >= 2 else None,
+                "collapsed": bool(collapsed),
+            }
+        )
+    return rows
 
 
 def diversity(
@@ -54,8 +163,9 @@ def diversity(
     n: Sequence[int] = (1, 2),
     similarity_threshold: float = 0.9,
     duplicate_threshold: float = 0.5,
+    collapse_share: float = 0.1,
 ) -> dict[str, Any]:
-    """Rollout diversity and a mode-collapse flag.
+    """Rollout diversity, per input and over the run, and a mode-collapse verdict.
 
     - ``distinct``: distinct-n (unique n-grams / total n-grams) over all answers;
       ``distinct_per_input``: the same within each input, averaged over inputs.
@@ -65,11 +175,17 @@ def diversity(
       answer repeated across inputs counts too.
     - ``mean_pairwise_similarity``: mean Jaccard similarity of word-bigram sets over pairs of
       rollouts of one input, averaged over inputs.
-    - ``collapse``: similarity >= ``similarity_threshold`` or duplicate rate >=
-      ``duplicate_threshold``. Short exact answers (math) repeat legitimately; read with care.
+    - ``per_input`` (:func:`per_input_diversity`): each input's duplicate rate, similarity
+      with boilerplate discounted, reward spread and whether it ``collapsed``;
+      ``collapsed_inputs`` names those that did, ``collapsed_share`` is their share of the
+      inputs with >= 2 answers.
+    - ``collapse``: ``collapsed_share`` >= ``collapse_share`` (4 collapsed inputs of 40 is
+      enough: an average over the run would hide them). Short exact answers (math) repeat
+      legitimately; read with care.
 
     Rollouts without an answer (None) are left out. Keys of the n-gram dicts are str(n).
     """
+    records = list(records)
     groups = [
         (input_id, [str(r["answer"]) for r in group if r.get("answer") is not None])
         for input_id, group in _group(records)
@@ -86,18 +202,24 @@ def diversity(
     duplicate_rates = [_duplicates(answers) / len(answers) for answers in multi]
     similarities = [_mean_similarity(answers) for answers in multi]
     duplicates_global = _duplicates(all_answers)
-    duplicate_rate = _mean(duplicate_rates)
-    similarity = _mean(similarities)
-    collapse = (similarity is not None and similarity >= similarity_threshold) or (
-        duplicate_rate is not None and duplicate_rate >= duplicate_threshold
-    )
+    rows = per_input_diversity(records, similarity_threshold, duplicate_threshold)
+    comparable = [row for row in rows if row["n_answers"] >= 2]
+    collapsed = [row["input_id"] for row in comparable if row["collapsed"]]
+    share = len(collapsed) / len(comparable) if comparable else None
     return {
         "n_answers": len(all_answers),
         "distinct": distinct,
         "distinct_per_input": distinct_per_input,
-        "duplicate_rate": duplicate_rate,
+        "duplicate_rate": _mean(duplicate_rates),
         "duplicate_rate_global": duplicates_global / len(all_answers) if all_answers else None,
-        "mean_pairwise_similarity": similarity,
-        "collapse": bool(collapse),
-        "thresholds": {"similarity": similarity_threshold, "duplicate_rate": duplicate_threshold},
+        "mean_pairwise_similarity": _mean(similarities),
+        "per_input": rows,
+        "collapsed_inputs": collapsed,
+        "collapsed_share": share,
+        "collapse": share is not None and share >= collapse_share,
+        "thresholds": {
+            "similarity": similarity_threshold,
+            "duplicate_rate": duplicate_threshold,
+            "collapsed_share": collapse_share,
+        },
     }

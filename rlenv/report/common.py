@@ -104,6 +104,21 @@ def load_run(run_dir: str | Path) -> RunData:
     return run
 
 
+def load_baseline(run_dir: str | Path, like: RunData) -> RunData:
+    """The ``--baseline`` reference run: a run directory of the same env as ``like`` (same
+    fingerprint, so the same reward model and verifiers), else a UserError naming both."""
+    try:
+        baseline = load_run(run_dir)
+    except UserError as exc:
+        raise UserError(f"--baseline: {exc}") from None
+    if baseline.fingerprint and like.fingerprint and baseline.fingerprint != like.fingerprint:
+        raise UserError(
+            f"--baseline {baseline.run_dir}: env fingerprint {baseline.fingerprint[:12]} differs"
+            f" from the run's {like.fingerprint[:12]} (a baseline must be the same env)"
+        )
+    return baseline
+
+
 def load_labels(human: Any) -> Any:
     """Human labels from a path (rlenv.jsonl.load_human), or passed through when loaded."""
     from rlenv.jsonl import load_human

@@ -20,6 +20,7 @@ from rlenv.report.common import (
     fmt,
     format_flag,
     line_plot,
+    load_baseline,
     load_labels,
     load_run,
     markup,
@@ -36,15 +37,20 @@ METRICS: list[tuple[str, str]] = [
     ("pass_rate", "verifier pass rate"),
     ("pass_rate_noise_floor", "noise floor, pass rate"),
     ("delta_pass_rate", "Δ pass rate vs previous"),
+    ("delta_pass_rate_ci", "Δ pass rate, 95% CI"),
     ("reward_mean", "reward mean"),
     ("reward_noise_floor", "noise floor, reward"),
     ("delta_reward_mean", "Δ reward mean vs previous"),
+    ("delta_reward_mean_ci", "Δ reward mean, 95% CI"),
     ("human_mean", "human score mean"),
     ("kl_mean_k1", "KL to reference (mean k1)"),
     ("distinct_2", "distinct-2"),
     ("duplicate_rate", "duplicate rate"),
+    ("collapsed_share", "share of inputs collapsed"),
     ("mean_length", "mean length (words)"),
     ("length_spearman", "Spearman length–reward"),
+    ("length_effect", "length bias: +20% length buys (reward sd)"),
+    ("length_p", "length bias: permutation p"),
     ("length_explained_gain", "share of reward gain explained by length"),
     ("suspect_rate", "suspect rate (high reward, failing)"),
 ]
@@ -60,6 +66,7 @@ PLOTTED = [
     "length_spearman",
     "distinct_2",
     "duplicate_rate",
+    "collapsed_share",
 ]
 
 
@@ -70,15 +77,19 @@ def compare(
     human: Mapping[str | Path, Any] | None = None,
     *,
     steps: Sequence[int] | None = None,
+    baseline: str | Path | None = None,
 ) -> dict[str, Any]:
     """Compare runs of one env in training-step order; write ``compare.html`` and
     ``compare.json`` into ``out`` (default: the last run's parent / ``compare-<n>``).
 
     Refuses (UserError) runs whose env fingerprints differ unless ``force``. ``human`` maps a
     run directory to its human labels (a file for rlenv.jsonl.load_human). ``steps`` are the
-    training steps of the runs (default 0, 1, 2, ...). Returns a JSON-serialisable dict:
+    training steps of the runs (default 0, 1, 2, ...). ``baseline`` is a reference run
+    directory (e.g. the SFT checkpoint) whose passing answers are a second reference for every
+    run's suspects. Returns a JSON-serialisable dict:
     ``runs`` (one row of metrics per run, with its own ``flags`` and all its ``scalars``),
-    ``flags`` (between neighbouring runs), ``metrics`` (table rows), ``html`` and ``out``.
+    ``flags`` (between neighbouring runs), ``gold_vs_kl`` (the Gao et al. fit across >= 3
+    runs with KL, else None), ``metrics`` (table rows), ``html`` and ``out``.
     """
     from rlenv import metrics
 
@@ -92,11 +103,21 @@ def compare(
     require("jinja2", "rlenv compare")
     names = _names(runs)
     humans = _human_labels(runs, names, human or {})
+    reference = load_baseline(baseline, runs[0]) if baseline is not None else None
+    base_records = reference.records if reference is not None else None
     compared = metrics.compare_runs(
-        [(name, run.records) for name, run in zip(names, runs, strict=True)], humans or None
+        [(name, run.records) for name, run in zip(names, runs, strict=True)],
+        humans or None,
+        baseline=base_records,
     )
     rows = [
-        _row(run, row, humans.get(name), int(steps[index]) if steps is not None else index)
+        _row(
+            run,
+            row,
+            humans.get(name),
+            int(steps[index]) if steps is not None else index,
+            base_records,
+        )
         for index, (name, run, row) in enumerate(zip(names, runs, compared["runs"], strict=True))
     ]
     found = list(compared["flags"]) + _length_flags(rows)
@@ -106,6 +127,8 @@ def compare(
     result: dict[str, Any] = {
         "runs": rows,
         "flags": found,
+        "gold_vs_kl": compared["gold_vs_kl"],
+        "baseline": str(reference.run_dir) if reference is not None else None,
         "metrics": [key for key, _ in shown],
         "fingerprints_match": len(set(fingerprints.values())) == 1,
         "forced": bool(force),
@@ -140,11 +163,14 @@ def _human_labels(
     }
 
 
-def _row(run: RunData, row: Mapping[str, Any], labels: Any, step: int) -> dict[str, Any]:
+def _row(
+    run: RunData, row: Mapping[str, Any], labels: Any, step: int, baseline: Any = None
+) -> dict[str, Any]:
     """A compare_runs row completed with the run's identity, own diagnostics and flags."""
     from rlenv import metrics
 
-    diagnostics = metrics.compute_all(run.records, labels, decoding=run.decoding)
+    diagnostics = metrics.compute_all(run.records, labels, decoding=run.decoding, baseline=baseline)
+    within = (diagnostics.get("length_bias") or {}).get("within_strata") or {}
     return {
         **row,
         "step": step,
@@ -154,6 +180,8 @@ def _row(run: RunData, row: Mapping[str, Any], labels: Any, step: int) -> dict[s
         "model": run.model.get("uri"),
         "digest": run.digest,
         "length_spearman": (diagnostics.get("length_bias") or {}).get("spearman"),
+        "length_effect": within.get("effect_size"),
+        "length_p": within.get("p_value"),
         "duplicate_rate": (diagnostics.get("diversity") or {}).get("duplicate_rate"),
         "flags": diagnostics.get("flags") or [],
         "warnings": run.warnings,
@@ -250,6 +278,27 @@ def _plots(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+def format_gold_fit(fit: Mapping[str, Any]) -> str:
+    """The Gao et al. fit as one line."""
+    peak = (
+        f"peak at KL {fmt(fit['kl_peak'])}"
+        + (" (the last run is past it)" if fit.get("past_peak") else "")
+        if fit.get("kl_peak") is not None
+        else "no peak (beta <= 0)"
+    )
+    return (
+        f"gold vs KL  {fit['gold']} = {fmt(fit['intercept'])} + d ({fmt(fit['alpha'])}"
+        f" - {fmt(fit['beta'])} d), d = sqrt(KL), {fit['n']} runs, r2 {fmt(fit.get('r2'))}; {peak}"
+    )
+
+
+def _cell(key: str, value: Any) -> str:
+    """A table cell; a CI as lo..hi in two significant digits, to fit a column."""
+    if key.endswith("_ci") and isinstance(value, (list, tuple)) and len(value) == 2:
+        return f"{value[0]:.2g}..{value[1]:.2g}"
+    return fmt(value)
+
+
 def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
     """Plain-text table of each metric (rows) across runs (columns), then the flags."""
     rows = result["runs"]
@@ -264,11 +313,15 @@ def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
     )
     lines += ["", header]
     for key in result["metrics"]:
-        cells = "".join(f"{fmt(row.get(key)):>{width}}" for row in rows)
+        cells = "".join(f" {_cell(key, row.get(key)):>{width - 1}}" for row in rows)
         lines.append(f"{labels[key]:<{label_width}}{cells}")
     if not result.get("fingerprints_match", True):
         lines.append("")
         lines.append("WARNING  env fingerprints differ (compared with --force)")
+    fit = result.get("gold_vs_kl")
+    if fit:
+        lines.append("")
+        lines.append(format_gold_fit(fit))
     lines.append("")
     for flag in result["flags"]:
         lines.append(f"FLAG     {format_flag(flag)}")

@@ -18,6 +18,7 @@ from rlenv.report.common import (
     figure_svg,
     format_flag,
     line_plot,
+    load_baseline,
     load_labels,
     load_run,
     markup,
@@ -37,11 +38,12 @@ def write_report(
     human: str | Path | Any | None = None,
     *,
     out: str | Path | None = None,
+    baseline: str | Path | None = None,
 ) -> Path:
     """Write ``report.html`` and ``metrics.json`` (compute_all output) into the run directory
     (or ``out``); return the report's path. ``human`` is a labels file for jsonl.load_human
     (or loaded labels). UserError when the directory holds no results.jsonl."""
-    return Path(report_run(run_dir, human, out=out)["report"])
+    return Path(report_run(run_dir, human, out=out, baseline=baseline)["report"])
 
 
 def report_run(
@@ -49,31 +51,49 @@ def report_run(
     human: str | Path | Any | None = None,
     *,
     out: str | Path | None = None,
+    baseline: str | Path | None = None,
 ) -> dict[str, Any]:
     """:func:`write_report`, returning what a command prints: ``report`` and ``metrics``
-    paths, the ``flags`` shown on the page, and the reward-hacking ``suspects``."""
+    paths, the ``flags`` shown on the page, the reward-hacking ``suspects`` and the
+    ``collapsed_inputs``. ``baseline``: a reference run directory of the same env (e.g. the
+    SFT checkpoint) whose passing answers are a second reference for suspects."""
     from rlenv import metrics
 
     run = load_run(run_dir)
+    reference = load_baseline(baseline, run) if baseline is not None else None
     labels = load_labels(human)
     require("matplotlib", "rlenv report")
     require("jinja2", "rlenv report")
-    diagnostics = metrics.compute_all(run.records, labels, decoding=run.decoding)
+    diagnostics = metrics.compute_all(
+        run.records,
+        labels,
+        decoding=run.decoding,
+        baseline=reference.records if reference is not None else None,
+    )
     target = Path(out) if out is not None else run.run_dir
     shown_file = str(human) if isinstance(human, (str, Path)) else None
-    page = render_report(run, diagnostics, human_file=shown_file)
+    page = render_report(
+        run,
+        diagnostics,
+        human_file=shown_file,
+        baseline_dir=str(reference.run_dir) if reference is not None else None,
+    )
     write_files(target, {"metrics.json": dump_json(diagnostics), "report.html": page})
     return {
         "report": str(target / "report.html"),
         "metrics": str(target / "metrics.json"),
         "flags": diagnostics.get("flags") or [],
         "suspects": (diagnostics.get("disagreements") or {}).get("high_reward_failed") or [],
+        "collapsed_inputs": (diagnostics.get("diversity") or {}).get("collapsed_inputs") or [],
         "warnings": run.warnings,
     }
 
 
 def render_report(
-    run: RunData, diagnostics: Mapping[str, Any], human_file: str | None = None
+    run: RunData,
+    diagnostics: Mapping[str, Any],
+    human_file: str | None = None,
+    baseline_dir: str | None = None,
 ) -> str:
     """The report page for a run and its compute_all dict, as an HTML string."""
     from rlenv.metrics import is_greedy
@@ -111,6 +131,8 @@ def render_report(
         human_suspects=human_suspects,
         max_trajectories=MAX_TRAJECTORIES,
         human_file=human_file,
+        baseline_dir=baseline_dir,
+        collapsed=_collapsed_rows(diagnostics.get("diversity") or {}, by_key),
         plots={name: markup(svg) if svg else None for name, svg in plots.items()},
         warnings=run.warnings,
     )
@@ -135,6 +157,18 @@ def _with_trajectories(
             }
         )
     return out
+
+
+def _collapsed_rows(
+    div: Mapping[str, Any], by_key: Mapping[tuple[str, int], Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Each collapsed input's per-input diversity row and its first rollout's answer."""
+    rows = []
+    for row in div.get("per_input") or []:
+        if row.get("collapsed"):
+            record = by_key.get((str(row["input_id"]), 0)) or {}
+            rows.append({**row, "answer": record.get("answer")})
+    return rows
 
 
 # ----------------------------------------------------------------------------- plots
