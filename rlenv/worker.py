@@ -464,8 +464,8 @@ class WorldRuntime:
         replayed = None
         if hasattr(self.policy, "trajectory"):
             replayed = self.policy.trajectory(record.id, task.rollout)
-        signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
-        try:
+        try:  # the timer is armed inside the try: a short one may fire at once
+            signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
             if replayed is not None:
                 trajectory = Trajectory(messages=replayed)
             else:

@@ -29,9 +29,15 @@ BaseUrlOpt = Annotated[
     str | None,
     typer.Option("--base-url", help="OpenAI-compatible server URL (or OPENAI_BASE_URL)."),
 ]
-RolloutsOpt = Annotated[int | None, typer.Option(min=1, help="Rollouts per input (K).")]
-LimitOpt = Annotated[int | None, typer.Option(min=1, help="Only the first N inputs.")]
-ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Rollouts in flight at once.")]
+# upper bounds as in the library (rlenv.spec.MAX_ROLLOUTS, rlenv.runner.MAX_LIMIT and
+# MAX_CONCURRENCY), repeated here so `rlenv --help` imports no library module
+RolloutsOpt = Annotated[
+    int | None, typer.Option(min=1, max=100_000, help="Rollouts per input (K).")
+]
+LimitOpt = Annotated[
+    int | None, typer.Option(min=1, max=1_000_000_000, help="Only the first N inputs.")
+]
+ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=1024, help="Rollouts in flight at once.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
 
