@@ -15,8 +15,8 @@ SAFE_INTEGER = 2**53 - 1
 """The largest integer RFC 8785 canonical JSON holds exactly (an IEEE double's integer range)."""
 MAX_DEPTH = 64
 """How deeply user JSON/YAML may nest (lists and mappings); deeper is refused, not recursed."""
-MAX_VALUES = 1_000_000
-"""How many values a user document may expand to (a YAML alias bomb stops here)."""
+MAX_VALUES = 200_000
+"""How many values a user YAML document may expand to (a YAML alias bomb stops here)."""
 
 JsonPath = tuple[str | int, ...]
 
@@ -26,21 +26,22 @@ def json_problem(
     *,
     also: tuple[type, ...] = (),
     max_depth: int = MAX_DEPTH,
-    max_values: int = MAX_VALUES,
+    max_values: int | None = None,
 ) -> tuple[JsonPath, str] | None:
     """The first place where `value` is not strict, canonicalisable JSON, and what is wrong.
 
     Refused: integers beyond +/-(2**53 - 1), NaN and infinities, non-string mapping keys, any
     type that is not JSON (set, bytes...; `also` admits more, e.g. dates in YAML), nesting
-    deeper than `max_depth` and more than `max_values` values in all (counted with shared
-    parts counted each time they appear, as a YAML alias expands). Walked without recursion.
+    deeper than `max_depth` and, with `max_values` (MAX_VALUES for YAML), more values in all
+    (shared parts counted each time they appear, as a YAML alias expands them). Walked without
+    recursion.
     """
     stack: list[tuple[JsonPath, Any, int]] = [((), value, 0)]
     seen = 0
     while stack:
         path, item, depth = stack.pop()
         seen += 1
-        if seen > max_values:
+        if max_values is not None and seen > max_values:
             return path, f"expands to more than {max_values:,} values (YAML aliases?)"
         if item is None or isinstance(item, bool | str):
             continue

@@ -213,6 +213,8 @@ def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
         raise UserError(f"--out {run_dir} exists and is not a directory")
     if resume and not (run_dir / "run.json").is_file():
         raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
+    if not resume and (run_dir / "run.json").exists() and not (run_dir / LOCK_NAME).exists():
+        _refuse_earlier_run(run_dir)  # before the lock file is added to it
     lock = FileLock(run_dir / LOCK_NAME, timeout=0, preserve_lock_file=True)
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -278,6 +280,8 @@ def _resolve_policy(
 ) -> tuple[Provider, str, str | None]:
     """The policy's provider, its model URI and the KL reference (argument or spec)."""
     spec = prepared.loaded.spec
+    if model is not None and not model.strip():
+        raise UserError("--model is empty: pass a model URI or leave it out for the spec's")
     model_uri = model or spec.model
     if not model_uri:
         raise UserError("no model: pass --model URI or set 'model' in the spec")
@@ -392,10 +396,7 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
         records = read_results(results, repair=True)
         return {(str(record["input_id"]), int(record["rollout"])) for record in records}
     if run_dir.exists() and any(entry.name != LOCK_NAME for entry in run_dir.iterdir()):
-        raise UserError(
-            f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
-            " directory"
-        )
+        _refuse_earlier_run(run_dir)
     try:
         atomic_write(meta_path, _pretty({**meta, "rlenv_version": __version__}))
         results.touch()
@@ -405,6 +406,13 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
             f"--out {run_dir}: cannot write the run directory: {exc.strerror}"
         ) from None
     return set()
+
+
+def _refuse_earlier_run(run_dir: Path) -> None:
+    raise UserError(
+        f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
+        " directory"
+    )
 
 
 def _short(document: Any, dotted: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rlenv.canonical import SAFE_INTEGER, json_problem
+from rlenv.canonical import MAX_DEPTH, MAX_VALUES, SAFE_INTEGER, json_problem
 from rlenv.errors import SpecError
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -339,7 +339,25 @@ def _strip_union_noise(loc: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class _SpecLoader(yaml.SafeLoader):
-    """The safe loader, refusing a mapping that gives one key twice (YAML would keep the last)."""
+    """The safe loader, refusing a mapping that gives one key twice (YAML would keep the last)
+    and nesting deeper than MAX_DEPTH as soon as it is read (PyYAML's scanner slows down with
+    every open flow level, and its composer recurses: 5 000 `[` took seconds, then crashed)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH + 1:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested more than {MAX_DEPTH} levels deep",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
@@ -378,7 +396,7 @@ def read_yaml(path: Path, text: str) -> tuple[yaml.Node | None, Any]:
         raise SpecError("invalid YAML: nested too deeply", where=where) from None
     finally:
         loader.dispose()
-    found = json_problem(raw, also=(date,))
+    found = json_problem(raw, also=(date,), max_values=MAX_VALUES)
     if found is not None:
         loc, problem = found
         line = _line_of(node, loc)

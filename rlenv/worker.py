@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import shutil
 import signal
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from rlenv.agent import (
     run_sync,
 )
 from rlenv.canonical import canonical_bytes, directory_manifest
-from rlenv.errors import FixtureMiss, ModelOutputError, VerifierCrash
+from rlenv.errors import FixtureMiss, ModelOutputError, RunFailed, UserError, VerifierCrash
 from rlenv.files import sys_path
 from rlenv.grading import (
     PENDING,
@@ -552,15 +553,27 @@ def _ungraded(config: Any, why: str) -> dict[str, Any]:
 # -- process entry points (module-level so a process pool can pickle them) -----------------
 
 _runtime: WorldRuntime | None = None
+_start_error: str | None = None
 
 
 def init_worker(config: WorkerConfig) -> None:
-    global _runtime
+    global _runtime, _start_error
     if config.parent_pid is not None:
         from rlenv.world.reaper import bind_to_parent
 
         bind_to_parent(config.parent_pid)
-    _runtime = WorldRuntime(config)
+    try:
+        _runtime = WorldRuntime(config)
+    except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
+        _start_error = exc.message if isinstance(exc, UserError) else _describe(exc)
+
+
+def worker_ready() -> int:
+    """The first call into a new worker: its pid, or RunFailed saying why it could not start
+    (the pool's own report would be a traceback per worker on stderr)."""
+    if _start_error is not None:
+        raise RunFailed(f"frozen-world worker failed to start: {_start_error}")
+    return os.getpid()
 
 
 def _cleaned(function: Any) -> Any:
@@ -578,6 +591,7 @@ def _cleaned(function: Any) -> Any:
 
 
 def _get() -> WorldRuntime:
+    worker_ready()
     assert _runtime is not None, "worker not initialised"
     return _runtime
 

@@ -1,8 +1,13 @@
-"""The bad-input catalog (beyond test_spec.py) and `verify --perturb`."""
+"""The bad-input catalog (beyond test_spec.py; issue 13 items 4 and 5), fuzzing of the CLI and
+the readers, and `verify --perturb`."""
 
 from __future__ import annotations
 
+import json
+import os
+import resource
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,8 @@ from hypothesis import strategies as st
 
 from rlenv.errors import SpecError
 from rlenv.spec import load_spec
-from tests.conftest import EnvBuilder, cli
+from tests.bad_inputs import CATALOG, Env, attempt, invoke
+from tests.conftest import RLENV, EnvBuilder, cli
 
 POLICY = "def policy(messages, tools, ctx):\n    return messages[-1]['content'].split()[-1]\n"
 

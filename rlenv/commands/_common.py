@@ -136,15 +136,22 @@ def bad_parameter_line(error: typer.BadParameter) -> str:
     return error.format_message()
 
 
-def run_app(app: typer.Typer) -> int:
-    """Run the CLI and return its exit code; a bad option value is one line, exit code 2."""
+def run_app(app: typer.Typer, args: list[str] | None = None) -> int:
+    """Run the CLI on `args` (default: sys.argv) and return its exit code; a bad option value
+    is one line, exit code 2."""
     try:
-        result = app(standalone_mode=False)
+        result = app(args=args, prog_name="rlenv", standalone_mode=False)
     except typer.BadParameter as error:
         typer.echo(f"rlenv: error: {bad_parameter_line(error)}", err=True)
         return error.exit_code
-    except typer.TyperException as error:  # other usage errors: click's usage line and hint
-        error.show()  # type: ignore[attr-defined]  # every TyperException is a ClickException
+    except typer.TyperException as error:  # other usage errors: one line and where to look
+        if type(error).__name__ == "NoArgsIsHelpError":  # `rlenv` alone: the help text
+            error.show()  # type: ignore[attr-defined]
+            return getattr(error, "exit_code", 2)
+        message = " ".join(error.format_message().split())  # type: ignore[attr-defined]
+        context = getattr(error, "ctx", None)
+        hint = f" (see `{context.command_path} --help`)" if context is not None else ""
+        typer.echo(f"rlenv: error: {message}{hint}", err=True)
         return getattr(error, "exit_code", 2)
     except typer.Abort:
         typer.echo("Aborted!", err=True)

@@ -50,7 +50,7 @@ class LocalExecutor:
                 initargs=(config,),
             )
             # start every worker now, while the frozen environment variables are set
-            futures = [self.pool.submit(os.getpid) for _ in range(self.workers * 2)]
+            futures = [self.pool.submit(worker.worker_ready) for _ in range(self.workers * 2)]
             for future in futures:
                 future.result()
         except BrokenProcessPool as exc:

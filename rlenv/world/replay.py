@@ -89,7 +89,9 @@ def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
     try:
         loaded = FilesystemPersister.load_cassette(str(path), serializer=_serializer_for(path))
     except Exception as exc:  # vcrpy raises several kinds for unreadable files
-        message = f"cassette cannot be read: {type(exc).__name__}: {exc}"
+        text = " ".join(str(exc).split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        message = f"cassette cannot be read: {type(exc).__name__}: {text}"
         raise SpecError(message, where=str(path)) from None
     requests, responses = loaded[0], loaded[1]
     interactions = list(zip(requests, responses, strict=False))
