@@ -97,14 +97,18 @@ def invoke(args: list[str]) -> Outcome:
     from rlenv.commands._common import run_app
 
     out, err = io.StringIO(), io.StringIO()
+    saved = sys.argv
+    sys.argv = ["rlenv", *args]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
-            code: int | str = run_app(app, args)
+            code: int | str = run_app(app)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:
             code = "traceback"
             err.write(traceback.format_exc())
+        finally:
+            sys.argv = saved
     return Outcome(code, out.getvalue(), err.getvalue())
 
 
@@ -375,14 +379,14 @@ def _catalog() -> list[Case]:
         "deep-flow-list",
         _spec_text("a: " + "[" * 5_000 + "]" * 5_000 + "\n"),
         2,
-        "nested too deeply",
+        "nested more than 64 levels deep",
     )
     add(
         c,
         "deep-flow-map",
         _spec_text("a: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n"),
         2,
-        "nested too deeply",
+        "nested more than 64 levels deep",
     )
     add(
         c,

@@ -51,8 +51,12 @@ class LocalExecutor:
             )
             # start every worker now, while the frozen environment variables are set
             futures = [self.pool.submit(worker.worker_ready) for _ in range(self.workers * 2)]
-            for future in futures:
-                future.result()
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # a worker that cannot start: stop the others now
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                raise
         except BrokenProcessPool as exc:
             raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
         finally:
