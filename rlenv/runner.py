@@ -219,14 +219,14 @@ def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-    except OSError as exc:
-        raise UserError(
-            f"--out {run_dir}: cannot create the run directory: {exc.strerror}"
-        ) from None
-    except Timeout:
+    except Timeout:  # before OSError: filelock's Timeout is a TimeoutError
         raise UserError(
             f"--out {run_dir} is in use by another rlenv run (it holds {LOCK_NAME});"
             " wait for it to finish or choose another directory"
+        ) from None
+    except OSError as exc:
+        raise UserError(
+            f"--out {run_dir}: cannot create the run directory: {exc.strerror}"
         ) from None
     try:
         yield

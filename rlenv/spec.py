@@ -382,8 +382,9 @@ def read_yaml(path: Path, text: str) -> tuple[yaml.Node | None, Any]:
     """Parse a user YAML file into its node tree and value, or raise one SpecError naming
     file:line: bad syntax, a duplicate key, nesting past MAX_DEPTH, an alias bomb, a value
     canonical JSON cannot hold (huge integer, NaN, set, binary)."""
-    loader = _SpecLoader(text)
+    loader: _SpecLoader | None = None
     try:
+        loader = _SpecLoader(text)  # the reader refuses non-printable characters at once
         node = loader.get_single_node()
         raw = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
@@ -392,10 +393,11 @@ def read_yaml(path: Path, text: str) -> tuple[yaml.Node | None, Any]:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecError(f"invalid YAML: {problem}", where=where) from None
     except RecursionError:
-        where = f"{path}:{loader.get_mark().line + 1}"
+        where = f"{path}:{loader.get_mark().line + 1}" if loader else str(path)
         raise SpecError("invalid YAML: nested too deeply", where=where) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     found = json_problem(raw, also=(date,), max_values=MAX_VALUES)
     if found is not None:
         loc, problem = found

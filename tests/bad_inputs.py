@@ -334,6 +334,8 @@ def _catalog() -> list[Case]:
     add(c, "char-device", lambda e, t: ["validate", "/dev/zero"], 2, "not a regular file")
     add(c, "over-16-MiB", _big_spec, 2, "is refused")
     add(c, "not-utf8", _spec_bytes(b"name: \xff\n"), 2, "spec file is not UTF-8")
+    add(c, "non-printable-char", _spec_bytes(b"name: a\x07b\n"), 2, "invalid YAML")
+    add(c, "nul-byte", _spec_bytes(b"name: a\x00\n"), 2, "invalid YAML")
     add(c, "empty", _spec_text(""), 2, "spec is empty")
     add(c, "only-comment", _spec_text("# nothing\n"), 2, "spec is empty")
     add(c, "top-level-list", _spec_text("- a\n- b\n"), 2, "expected a mapping")
