@@ -11,6 +11,70 @@ from typing import Any
 
 import rfc8785
 
+SAFE_INTEGER = 2**53 - 1
+"""The largest integer RFC 8785 canonical JSON holds exactly (an IEEE double's integer range)."""
+MAX_DEPTH = 64
+"""How deeply user JSON/YAML may nest (lists and mappings); deeper is refused, not recursed."""
+MAX_VALUES = 200_000
+"""How many values a user YAML document may expand to (a YAML alias bomb stops here)."""
+
+JsonPath = tuple[str | int, ...]
+
+
+def json_problem(
+    value: Any,
+    *,
+    also: tuple[type, ...] = (),
+    max_depth: int = MAX_DEPTH,
+    max_values: int | None = None,
+) -> tuple[JsonPath, str] | None:
+    """The first place where `value` is not strict, canonicalisable JSON, and what is wrong.
+
+    Refused: integers beyond +/-(2**53 - 1), NaN and infinities, non-string mapping keys, any
+    type that is not JSON (set, bytes...; `also` admits more, e.g. dates in YAML), nesting
+    deeper than `max_depth` and, with `max_values` (MAX_VALUES for YAML), more values in all
+    (shared parts counted each time they appear, as a YAML alias expands them). Walked without
+    recursion.
+    """
+    stack: list[tuple[JsonPath, Any, int]] = [((), value, 0)]
+    seen = 0
+    while stack:
+        path, item, depth = stack.pop()
+        seen += 1
+        if max_values is not None and seen > max_values:
+            return path, f"expands to more than {max_values:,} values (YAML aliases?)"
+        if item is None or isinstance(item, bool | str):
+            continue
+        if isinstance(item, int):
+            if not -SAFE_INTEGER <= item <= SAFE_INTEGER:
+                digits = len(str(abs(item))) if abs(item).bit_length() < 14_000 else "many"
+                return path, (
+                    f"integer with {digits} digits is outside +/-(2**53 - 1), which canonical"
+                    " JSON cannot hold exactly; write it as a string"
+                )
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path, f"{item} is not a JSON number (NaN and infinities are not JSON)"
+            continue
+        if isinstance(item, dict | list | tuple):
+            if depth >= max_depth:
+                return path, f"nested more than {max_depth} levels deep"
+            children: list[tuple[JsonPath, Any, int]] = []
+            if isinstance(item, dict):
+                for key, child in item.items():
+                    if not isinstance(key, str):
+                        return path, f"mapping key {key!r} is a {type(key).__name__}, not a string"
+                    children.append(((*path, key), child, depth + 1))
+            else:
+                children = [((*path, index), child, depth + 1) for index, child in enumerate(item)]
+            stack.extend(reversed(children))  # popped in document order
+            continue
+        if also and isinstance(item, also):
+            continue
+        return path, f"a {type(item).__name__} is not JSON"
+    return None
+
 
 def _clean(value: Any) -> Any:
     """Make a value canonicalisable: tuples become lists, non-finite floats become None."""
@@ -23,6 +87,11 @@ def _clean(value: Any) -> Any:
     if isinstance(value, Path):
         return str(value)
     return value
+
+
+def plain_json(value: Any) -> Any:
+    """`value` as the canonical form sees it: non-finite floats are null, tuples lists."""
+    return _clean(value)
 
 
 def canonical_bytes(value: Any) -> bytes:

@@ -272,22 +272,31 @@ def check_importable(env: Environment) -> None:
 
 
 def check_policy_importable(env: Environment) -> None:
-    """The spec's own python: model, when the run calls it, imports and is callable.
-
-    A model given on the command line instead is the provider registry's to resolve.
-    """
+    """The policy the run will call has a known scheme, and a python: one imports and is
+    callable (the spec's `model`, or `--model`: a worker must not be the first to find out)."""
     from rlenv.providers.base import import_ref
+    from rlenv.providers.registry import scheme_of
 
-    uri = env.loaded.spec.model
-    if env.model or not uri or not uri.startswith("python:"):
+    uri = env.model or env.loaded.spec.model
+    if not uri:
         return
-    ref = uri[len("python:") :]
+    from_spec = not env.model
+    where = env.where("model") if from_spec else "--model"
+    try:
+        scheme, ref = scheme_of(uri)
+    except UserError as exc:
+        raise UserError(exc.message, where=where) from None
+    if scheme.name != "python":
+        return
     if ":" not in ref:
-        return  # not a python: URI at all; resolving the provider says so ("bad model URI")
-    with sys_path(env.loaded.python_paths()), _located(env, "model"):
-        policy = import_ref(ref, what=f"model {uri}")
+        raise UserError(f"bad model URI {uri!r}: expected python:pkg.module:function", where=where)
+    with sys_path(env.loaded.python_paths()):
+        try:
+            policy = import_ref(ref, what=f"model {uri}")
+        except UserError as exc:
+            raise UserError(exc.message, where=where) from None
     if not callable(policy):
-        raise UserError(f"model {uri}: {ref} is not callable", where=env.where("model"))
+        raise UserError(f"model {uri}: {ref} is not callable", where=where)
 
 
 def check_cassette_secrets(env: Environment) -> None:

@@ -8,6 +8,7 @@ class UserError(Exception):
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
         self.where = where
+        self.message = message
         super().__init__(f"{where}: {message}" if where else message)
 
 

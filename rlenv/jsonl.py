@@ -9,8 +9,40 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlenv.canonical import json_problem
 from rlenv.errors import UserError
 from rlenv.results import HumanLabels
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a JSONL file, split on newlines only: U+2028, U+0085 and the
+    other characters `str.splitlines` breaks on are valid inside a JSON string."""
+    text = path.read_text(encoding="utf-8")
+    for number, line in enumerate(text.split("\n"), start=1):
+        yield number, line.removesuffix("\r")
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def parse_json_line(line: str) -> Any:
+    """One strict JSON value, or ValueError with a short reason: no NaN/Infinity literals,
+    no integer past 2**53 or nesting past MAX_DEPTH (canonical JSON could not hold them)."""
+    try:
+        value = json.loads(line, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(exc.msg) from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:  # an integer with more digits than int() converts, a constant
+        raise ValueError(str(exc).split(";")[0]) from None
+    found = json_problem(value)
+    if found is not None:
+        loc, problem = found
+        field = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc)
+        raise ValueError(f"{field.lstrip('.')}: {problem}" if field else problem)
+    return value
 
 
 def read_objects(
@@ -18,17 +50,19 @@ def read_objects(
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Yield ("file:line", object) for every non-blank line; raise `error` on anything else."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = list(json_lines(path))
     except UnicodeDecodeError:
         raise error(f"{what} is not UTF-8 text", where=str(path)) from None
-    for number, line in enumerate(lines, start=1):
+    except OSError as exc:
+        raise error(f"cannot read {what}: {exc.strerror}", where=str(path)) from None
+    for number, line in lines:
         if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise error(f"invalid JSON: {exc.msg}", where=where) from None
+            data = parse_json_line(line)
+        except ValueError as exc:
+            raise error(f"invalid JSON: {exc}", where=where) from None
         if not isinstance(data, dict):
             raise error("expected a JSON object per line", where=where)
         yield where, data

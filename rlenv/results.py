@@ -7,6 +7,7 @@ record, the metrics that score it and the report that shows it (README: "The res
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -15,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Literal, NotRequired, TypedDict
 
-from rlenv.canonical import canonical_bytes, sha256_bytes
+from rlenv.canonical import canonical_bytes, plain_json, sha256_bytes
 
 
 class Status(StrEnum):
@@ -154,8 +155,18 @@ def run_digest(records: Iterable[dict[str, Any]]) -> str:
 
 
 def encode_line(record: dict[str, Any]) -> bytes:
-    """One results line: sorted keys, compact; its digest field carries the canonical hash."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """One results line: sorted keys, compact; its digest field carries the canonical hash.
+
+    Every line is strict JSON: a NaN or infinity that reached the record is written as null,
+    as the digest already saw it (never a bare `NaN`).
+    """
+    return json.dumps(
+        plain_json(record),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
+    ).encode()
 
 
 class ResultsWriter:
@@ -166,16 +177,27 @@ class ResultsWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.handle: IO[bytes] = open(path, "ab")
+        self.handle: IO[bytes] = open(path, "ab", buffering=0)
 
     def write(self, record: dict[str, Any]) -> None:
-        self.handle.write(encode_line(record) + b"\n")
-        self.handle.flush()
+        """Append one line whole, or not at all: a write that fails part-way (disk full) is
+        cut back off, so the file never ends in a torn line."""
+        line = memoryview(encode_line(record) + b"\n")
+        start = os.fstat(self.handle.fileno()).st_size
+        try:
+            while line:
+                written = self.handle.write(line) or 0
+                line = line[written:]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.handle.fileno(), start)
+            raise
 
     def close(self) -> None:
-        self.handle.flush()
-        os.fsync(self.handle.fileno())
-        self.handle.close()
+        try:
+            os.fsync(self.handle.fileno())
+        finally:
+            self.handle.close()
 
 
 def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:

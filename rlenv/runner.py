@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from rlenv.canonical import canonical_bytes
 from rlenv.check import read_baseline
 from rlenv.clock import monotonic, wall_now
 from rlenv.env import Environment, load_environment, policy_sources
-from rlenv.errors import InfraError, UserError
+from rlenv.errors import InfraError, RunFailed, UserError
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir
 from rlenv.inputs import InputRecord, select
@@ -27,10 +28,13 @@ from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_refer
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import ResultsWriter, RunDigest, iter_results, read_results
 from rlenv.seeding import derive_seed
+from rlenv.spec import MAX_ROLLOUTS
 from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig, tool_schemas
 
 DEFAULT_CONCURRENCY = 4
+MAX_CONCURRENCY = 1024  # worker processes at most (one per slot)
+MAX_LIMIT = 1_000_000_000
 
 
 @dataclass
@@ -145,33 +149,75 @@ def run(
     }
     if group_by:
         meta["group_by"] = group_by
+    created = not run_dir.exists()
     with _run_dir_lock(run_dir, resume):
         done = _open_run_dir(run_dir, meta, resume)
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
         total = len(inputs) * rollouts_per_input
-        work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
-        try:
-            config = _worker_config(prepared, provider, work_root, record_dir, meta, grader_cache)
-            config.service_routes = dict(service_routes or {})
-            _run_tasks(
-                prepared,
-                provider,
-                tasks,
-                config,
-                run_dir / "results.jsonl",
-                kind=executor,
-                address=address,
-                concurrency=1 if record_dir is not None else concurrency,
-                advance=lambda n: progress(len(done) + n, total) if progress else None,
-            )
-        finally:
-            shutil.rmtree(work_root, ignore_errors=True)
         results = run_dir / "results.jsonl"
-        summary = build_summary(
-            prepared, meta, iter_results(results), model_uri, str(results), baseline=base
-        )
-        atomic_write(run_dir / "summary.json", _pretty(summary))
+        try:
+            with _writes_to(run_dir):
+                work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
+                try:
+                    config = _worker_config(
+                        prepared, provider, work_root, record_dir, meta, grader_cache
+                    )
+                    config.service_routes = dict(service_routes or {})
+                    _run_tasks(
+                        prepared,
+                        provider,
+                        tasks,
+                        config,
+                        results,
+                        kind=executor,
+                        address=address,
+                        concurrency=1 if record_dir is not None else concurrency,
+                        advance=lambda n: progress(len(done) + n, total) if progress else None,
+                    )
+                finally:
+                    shutil.rmtree(work_root, ignore_errors=True)
+                summary = build_summary(
+                    prepared, meta, iter_results(results), model_uri, str(results), baseline=base
+                )
+                atomic_write(run_dir / "summary.json", _pretty(summary))
+        except BaseException:
+            if not resume:
+                _discard_if_empty(run_dir, created)
+            raise
     return RunResult(run_dir, summary)
+
+
+@contextmanager
+def _writes_to(run_dir: Path) -> Iterator[None]:
+    """A write into the run directory that fails (disk full, quota, file size limit) ends the
+    run with exit code 1 and one line; the finished rollouts stay for --resume."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None and not str(exc.filename).startswith(str(run_dir)):
+            raise
+        if exc.filename is None and exc.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise
+        raise RunFailed(
+            f"cannot write to {run_dir}: {exc.strerror}; the finished rollouts are kept:"
+            " make room and continue with --resume"
+        ) from None
+
+
+def _discard_if_empty(run_dir: Path, created: bool) -> None:
+    """A new run that ends before its first rollout is finished leaves nothing behind (no
+    run.json blocking the next `run` on this --out); one with rollouts stays for --resume."""
+    results = run_dir / "results.jsonl"
+    try:
+        if read_results(results):
+            return
+        for name in ("results.jsonl", "run.json"):
+            (run_dir / name).unlink(missing_ok=True)
+        if created:
+            (run_dir / LOCK_NAME).unlink(missing_ok=True)
+            run_dir.rmdir()
+    except OSError:
+        pass
 
 
 LOCK_NAME = ".rlenv.lock"
@@ -193,14 +239,20 @@ def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
         raise UserError(f"--out {run_dir} exists and is not a directory")
     if resume and not (run_dir / "run.json").is_file():
         raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume and (run_dir / "run.json").exists() and not (run_dir / LOCK_NAME).exists():
+        _refuse_earlier_run(run_dir)  # before the lock file is added to it
     lock = FileLock(run_dir / LOCK_NAME, timeout=0, preserve_lock_file=True)
     try:
+        run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
-    except Timeout:
+    except Timeout:  # before OSError: filelock's Timeout is a TimeoutError
         raise UserError(
             f"--out {run_dir} is in use by another rlenv run (it holds {LOCK_NAME});"
             " wait for it to finish or choose another directory"
+        ) from None
+    except OSError as exc:
+        raise UserError(
+            f"--out {run_dir}: cannot create the run directory: {exc.strerror}"
         ) from None
     try:
         yield
@@ -237,10 +289,12 @@ def _check_options(
     if concurrency < 1:
         raise UserError("--concurrency must be at least 1")
     check_executor(executor, address)
-    if rollouts is not None and rollouts < 1:
-        raise UserError("--rollouts must be at least 1")
-    if limit is not None and limit < 1:
-        raise UserError("--limit must be at least 1")
+    if rollouts is not None and not 1 <= rollouts <= MAX_ROLLOUTS:
+        raise UserError(f"--rollouts must be between 1 and {MAX_ROLLOUTS}")
+    if limit is not None and not 1 <= limit <= MAX_LIMIT:
+        raise UserError(f"--limit must be between 1 and {MAX_LIMIT}")
+    if concurrency > MAX_CONCURRENCY:
+        raise UserError(f"--concurrency must be at most {MAX_CONCURRENCY}")
     if not 0 <= expensive_fraction <= 1:
         raise UserError("--expensive-fraction must be between 0 and 1")
 
@@ -264,6 +318,8 @@ def _resolve_policy(
 ) -> tuple[Provider, str, str | None]:
     """The policy's provider, its model URI and the KL reference (argument or spec)."""
     spec = prepared.loaded.spec
+    if model is not None and not model.strip():
+        raise UserError("--model is empty: pass a model URI or leave it out for the spec's")
     model_uri = model or spec.model
     if not model_uri:
         raise UserError("no model: pass --model URI or set 'model' in the spec")
@@ -381,13 +437,23 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
         records = read_results(results, repair=True)
         return {(str(record["input_id"]), int(record["rollout"])) for record in records}
     if run_dir.exists() and any(entry.name != LOCK_NAME for entry in run_dir.iterdir()):
+        _refuse_earlier_run(run_dir)
+    try:
+        atomic_write(meta_path, _pretty({**meta, "rlenv_version": __version__}))
+        results.touch()
+    except OSError as exc:
+        meta_path.unlink(missing_ok=True)
         raise UserError(
-            f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
-            " directory"
-        )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write(meta_path, _pretty({**meta, "rlenv_version": __version__}))
+            f"--out {run_dir}: cannot write the run directory: {exc.strerror}"
+        ) from None
     return set()
+
+
+def _refuse_earlier_run(run_dir: Path) -> None:
+    raise UserError(
+        f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
+        " directory"
+    )
 
 
 def _short(document: Any, dotted: str) -> str:

@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
+import stat
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rlenv.canonical import MAX_DEPTH, MAX_VALUES, SAFE_INTEGER, json_problem
 from rlenv.errors import Problems, SpecError, UserError
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
@@ -24,8 +26,16 @@ Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
 DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
 
 
+MAX_SPEC_BYTES = 16 << 20
+MAX_ROLLOUTS = 100_000
+"""Rollouts per input, in the spec or from --rollouts (more is a typo, not a run)."""
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+MIN_TIMEOUT_S = 0.01
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # floats are finite: NaN and infinities have no canonical JSON form
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Decoding(Strict):
@@ -36,7 +46,7 @@ class Decoding(Strict):
     max_tokens: int = Field(512, ge=1)
     min_tokens: int = Field(0, ge=0)
     stop: list[str] = Field(default_factory=list)
-    seed: int | None = None
+    seed: int | None = Field(None, ge=-SAFE_INTEGER, le=SAFE_INTEGER)
 
 
 class FileRef(Strict):
@@ -157,7 +167,9 @@ class Verifier(Strict):
     when: When | None = None
     judge: Judge | None = None  # type: judge
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False
+    )
 
     @model_validator(mode="after")
     def _check_required(self) -> Verifier:
@@ -285,8 +297,8 @@ class Service(Strict):
 
 
 class Limits(Strict):
-    max_turns: int = Field(8, ge=1)
-    timeout_s: float = Field(60.0, gt=0)
+    max_turns: int = Field(8, ge=1, le=10_000)
+    timeout_s: float = Field(60.0, ge=MIN_TIMEOUT_S, le=MAX_TIMEOUT_S)
 
 
 class RewardComponent(Strict):
@@ -344,7 +356,7 @@ class EnvSpec(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][\w.-]*$")
     version: int = Field(1, ge=1)
     description: str = ""
-    seed: int
+    seed: int = Field(ge=-SAFE_INTEGER, le=SAFE_INTEGER)
     time: datetime
     model: str | None = None
     reference: str | None = None
@@ -360,7 +372,7 @@ class EnvSpec(Strict):
     verifiers: list[Verifier] = Field(min_length=1)
     reward_model: RewardModel | None = None
     reward: CompositeReward | None = None
-    rollouts: int = Field(1, ge=1)
+    rollouts: int = Field(1, ge=1, le=MAX_ROLLOUTS)
     limits: Limits = Field(default_factory=Limits)  # type: ignore[arg-type]
     scrub: Scrub | None = None
     python_path: list[str] = Field(default_factory=lambda: ["."])
@@ -510,25 +522,107 @@ def json_schema() -> dict[str, Any]:
     return document
 
 
+class _SpecLoader(yaml.SafeLoader):
+    """The safe loader, refusing a mapping that gives one key twice (YAML would keep the last)
+    and nesting deeper than MAX_DEPTH as soon as it is read (PyYAML's scanner slows down with
+    every open flow level, and its composer recurses: 5 000 `[` took seconds, then crashed)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH + 1:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested more than {MAX_DEPTH} levels deep",
+                    self.peek_event().start_mark,
+                )
+            return super().compose_node(parent, index)  # type: ignore[no-any-return]
+        finally:
+            self._depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            first: dict[str, int] = {}
+            for key_node, _ in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                    continue
+                line = key_node.start_mark.line + 1
+                if key_node.value in first:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"duplicate key {key_node.value!r} (first on line"
+                        f" {first[key_node.value]}; YAML would silently keep the last)",
+                        key_node.start_mark,
+                    )
+                first[key_node.value] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_yaml(path: Path, text: str) -> tuple[yaml.Node | None, Any]:
+    """Parse a user YAML file into its node tree and value, or raise one SpecError naming
+    file:line: bad syntax, a duplicate key, nesting past MAX_DEPTH, an alias bomb, a value
+    canonical JSON cannot hold (huge integer, NaN, set, binary)."""
+    loader: _SpecLoader | None = None
+    try:
+        loader = _SpecLoader(text)  # the reader refuses non-printable characters at once
+        node = loader.get_single_node()
+        raw = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"invalid YAML: {problem}", where=where) from None
+    except RecursionError:
+        where = f"{path}:{loader.get_mark().line + 1}" if loader else str(path)
+        raise SpecError("invalid YAML: nested too deeply", where=where) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    found = json_problem(raw, also=(date,), max_values=MAX_VALUES)
+    if found is not None:
+        loc, problem = found
+        line = _line_of(node, loc)
+        where = f"{path}:{line}" if line else str(path)
+        raise SpecError(f"{_format_loc(loc)}: {problem}", where=where)
+    return node, raw
+
+
+def read_user_text(path: Path, what: str, limit: int = MAX_SPEC_BYTES) -> str:
+    """A user's text file, refused in one line when it is missing, not a regular file (a FIFO
+    would block the read forever, /dev/zero never end), too large or not UTF-8."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise SpecError(f"{what} not found", where=str(path)) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read {what}: {exc.strerror}", where=str(path)) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise SpecError(f"is a directory, expected a {what}", where=str(path))
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(
+            f"not a regular file (FIFO, socket or device), expected a {what}", where=str(path)
+        )
+    if info.st_size > limit:
+        raise SpecError(
+            f"{what} is {info.st_size:,} bytes; more than {limit:,} is refused", where=str(path)
+        )
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{what} is not UTF-8 text", where=str(path)) from None
+    except OSError as exc:
+        raise SpecError(f"cannot read {what}: {exc.strerror}", where=str(path)) from None
+
+
 def load_spec(path: str | Path) -> LoadedSpec:
     """Load and validate an env spec; raise SpecError with file:line: field: problem."""
     spec_path = Path(path)
-    if not spec_path.exists():
-        raise SpecError("spec file not found", where=str(spec_path))
-    if spec_path.is_dir():
-        raise SpecError("is a directory, expected a YAML spec file", where=str(spec_path))
-    try:
-        text = spec_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read spec: {exc}", where=str(spec_path)) from None
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{spec_path}:{mark.line + 1}" if mark else str(spec_path)
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"invalid YAML: {problem}", where=where) from None
+    text = read_user_text(spec_path, "spec file")
+    node, raw = read_yaml(spec_path, text)
     if raw is None:
         raise SpecError("spec is empty, expected a mapping of fields", where=str(spec_path))
     if not isinstance(raw, dict):

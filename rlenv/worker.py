@@ -31,7 +31,7 @@ from rlenv.agent import (
     run_sync,
 )
 from rlenv.canonical import canonical_bytes, directory_manifest
-from rlenv.errors import FixtureMiss, ModelOutputError, VerifierCrash
+from rlenv.errors import FixtureMiss, ModelOutputError, RunFailed, UserError, VerifierCrash
 from rlenv.files import sys_path
 from rlenv.grading import (
     NOT_APPLICABLE,
@@ -508,8 +508,8 @@ class WorldRuntime:
         replayed = None
         if hasattr(self.policy, "trajectory"):
             replayed = self.policy.trajectory(record.id, task.rollout)
-        signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
-        try:
+        try:  # the timer is armed inside the try: a short one may fire at once
+            signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
             if replayed is not None:
                 trajectory = Trajectory(messages=replayed)
             else:
@@ -596,15 +596,27 @@ def _ungraded(config: Any, why: str) -> dict[str, Any]:
 # -- process entry points (module-level so a process pool can pickle them) -----------------
 
 _runtime: WorldRuntime | None = None
+_start_error: str | None = None
 
 
 def init_worker(config: WorkerConfig) -> None:
-    global _runtime
+    global _runtime, _start_error
     if config.parent_pid is not None:
         from rlenv.world.reaper import bind_to_parent
 
         bind_to_parent(config.parent_pid)
-    _runtime = WorldRuntime(config)
+    try:
+        _runtime = WorldRuntime(config)
+    except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
+        _start_error = exc.message if isinstance(exc, UserError) else _describe(exc)
+
+
+def worker_ready() -> int:
+    """The first call into a new worker: its pid, or RunFailed saying why it could not start
+    (the pool's own report would be a traceback per worker on stderr)."""
+    if _start_error is not None:
+        raise RunFailed(f"frozen-world worker failed to start: {_start_error}")
+    return os.getpid()
 
 
 def _cleaned(function: Any) -> Any:
@@ -622,6 +634,7 @@ def _cleaned(function: Any) -> Any:
 
 
 def _get() -> WorldRuntime:
+    worker_ready()
     assert _runtime is not None, "worker not initialised"
     return _runtime
 

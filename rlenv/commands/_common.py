@@ -29,9 +29,15 @@ BaseUrlOpt = Annotated[
     str | None,
     typer.Option("--base-url", help="OpenAI-compatible server URL (or OPENAI_BASE_URL)."),
 ]
-RolloutsOpt = Annotated[int | None, typer.Option(min=1, help="Rollouts per input (K).")]
-LimitOpt = Annotated[int | None, typer.Option(min=1, help="Only the first N inputs.")]
-ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Rollouts in flight at once.")]
+# upper bounds as in the library (rlenv.spec.MAX_ROLLOUTS, rlenv.runner.MAX_LIMIT and
+# MAX_CONCURRENCY), repeated here so `rlenv --help` imports no library module
+RolloutsOpt = Annotated[
+    int | None, typer.Option(min=1, max=100_000, help="Rollouts per input (K).")
+]
+LimitOpt = Annotated[
+    int | None, typer.Option(min=1, max=1_000_000_000, help="Only the first N inputs.")
+]
+ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=1024, help="Rollouts in flight at once.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
 
 
@@ -145,15 +151,22 @@ def bad_parameter_line(error: typer.BadParameter) -> str:
     return error.format_message()
 
 
-def run_app(app: typer.Typer) -> int:
-    """Run the CLI and return its exit code; a bad option value is one line, exit code 2."""
+def run_app(app: typer.Typer, args: list[str] | None = None) -> int:
+    """Run the CLI on `args` (default: sys.argv) and return its exit code; a bad option value
+    is one line, exit code 2."""
     try:
-        result = app(standalone_mode=False)
+        result = app(args=args, prog_name="rlenv", standalone_mode=False)
     except typer.BadParameter as error:
         typer.echo(f"rlenv: error: {bad_parameter_line(error)}", err=True)
         return error.exit_code
-    except typer.TyperException as error:  # other usage errors: click's usage line and hint
-        error.show()  # type: ignore[attr-defined]  # every TyperException is a ClickException
+    except typer.TyperException as error:  # other usage errors: one line and where to look
+        if type(error).__name__ == "NoArgsIsHelpError":  # `rlenv` alone: the help text
+            error.show()  # type: ignore[attr-defined]
+            return getattr(error, "exit_code", 2)
+        message = " ".join(error.format_message().split())  # type: ignore[attr-defined]
+        context = getattr(error, "ctx", None)
+        hint = f" (see `{context.command_path} --help`)" if context is not None else ""
+        typer.echo(f"rlenv: error: {message}{hint}", err=True)
         return getattr(error, "exit_code", 2)
     except typer.Abort:
         typer.echo("Aborted!", err=True)

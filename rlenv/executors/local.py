@@ -50,9 +50,13 @@ class LocalExecutor:
                 initargs=(config,),
             )
             # start every worker now, while the frozen environment variables are set
-            futures = [self.pool.submit(os.getpid) for _ in range(self.workers * 2)]
-            for future in futures:
-                future.result()
+            futures = [self.pool.submit(worker.worker_ready) for _ in range(self.workers * 2)]
+            try:
+                for future in futures:
+                    future.result()
+            except BaseException:  # a worker that cannot start: stop the others now
+                self.pool.shutdown(wait=True, cancel_futures=True)
+                raise
         except BrokenProcessPool as exc:
             raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
         finally:

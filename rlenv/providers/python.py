@@ -33,7 +33,12 @@ def normalise_reply(value: Any) -> dict[str, Any]:
         return {"role": "assistant", "content": value}
     if not isinstance(value, dict):
         raise ModelOutputError(f"policy returned {type(value).__name__}, expected str or dict")
-    message: dict[str, Any] = {"role": "assistant", "content": value.get("content")}
+    content = value.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ModelOutputError(
+            f"policy returned content of type {type(content).__name__}, expected str"
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": content}
     calls = value.get("tool_calls") or []
     if calls:
         if not isinstance(calls, list):

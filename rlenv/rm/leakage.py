@@ -286,21 +286,24 @@ def check_leakage(
 
 def read_records(path: str | Path) -> list[Any]:
     """A JSONL file of records (or JSON strings), for the spec's training_prompts/pairs files."""
-    import json
-
     from rlenv.errors import UserError
+    from rlenv.jsonl import json_lines, parse_json_line
 
     path = Path(path)
     if not path.is_file():
         raise UserError("file not found", where=str(path))
     records: list[Any] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:
+        lines = list(json_lines(path))
+    except UnicodeDecodeError:
+        raise UserError("not UTF-8 text", where=str(path)) from None
+    for number, line in lines:
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"invalid JSON: {exc.msg}", where=f"{path}:{number}") from None
+            records.append(parse_json_line(line))
+        except ValueError as exc:
+            raise UserError(f"invalid JSON: {exc}", where=f"{path}:{number}") from None
     return records
 
 

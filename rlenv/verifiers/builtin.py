@@ -10,6 +10,7 @@ import math
 import re
 import string
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from rlenv.canonical import sha256_file
 from rlenv.errors import FixtureMiss, UserError, VerifierCrash
@@ -234,7 +235,7 @@ class BuiltVerifier:
 
     def __call__(self, context: VerifierContext) -> VerifierResult:
         try:
-            passed, score, detail = self.check(context)
+            passed, score, detail = _checked_output(*self.check(context))
         except FixtureMiss as exc:  # a judge reply never recorded: no verdict can be given
             raise VerifierCrash(f"verifier {self.config.label}: {exc}") from None
         except Exception as exc:  # a verifier that crashes fails the rollout, not the run
@@ -244,6 +245,21 @@ class BuiltVerifier:
                 f"verifier {self.config.label}: {type(exc).__name__}: {exc}"
             ) from None
         return VerifierResult(self.config.label, self.config.type, passed, score, detail)
+
+
+def _checked_output(passed: Any, score: Any, detail: Any) -> tuple[bool, float, str | None]:
+    """What a verifier returned, as a record can hold it (strict JSON); else TypeError/
+    ValueError, which fail the rollout's verdict like a crash: a bool, a finite score, a
+    string detail (a set or bytes is not JSON, NaN not a number)."""
+    if not isinstance(passed, bool):
+        raise TypeError(f"returned passed={type(passed).__name__}; expected a bool")
+    if isinstance(score, bool) or not isinstance(score, int | float):
+        raise TypeError(f"returned score={type(score).__name__}; expected a number")
+    if not math.isfinite(score):
+        raise ValueError(f"returned score {score}; expected a finite number")
+    if detail is not None and not isinstance(detail, str):
+        raise TypeError(f"returned detail={type(detail).__name__}; expected a string or None")
+    return passed, float(score), detail
 
 
 def build_verifiers(configs: list[Verifier]) -> list[BuiltVerifier]:

@@ -89,10 +89,42 @@ def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
     try:
         loaded = FilesystemPersister.load_cassette(str(path), serializer=_serializer_for(path))
     except Exception as exc:  # vcrpy raises several kinds for unreadable files
-        message = f"cassette cannot be read: {type(exc).__name__}: {exc}"
+        text = " ".join(str(exc).split())
+        text = text if len(text) <= 300 else text[:297] + "..."
+        message = f"cassette cannot be read: {type(exc).__name__}: {text}"
         raise SpecError(message, where=str(path)) from None
     requests, responses = loaded[0], loaded[1]
-    return list(zip(requests, responses, strict=False))
+    interactions = list(zip(requests, responses, strict=False))
+    for number, (request, response) in enumerate(interactions):
+        problem = _interaction_problem(request, response)
+        if problem:
+            raise SpecError(f"interaction {number}: {problem}", where=str(path))
+    return interactions
+
+
+def _interaction_problem(request: Any, response: Any) -> str | None:
+    """What makes a recorded interaction unplayable (replay would crash or invent a status):
+    a request without a text method and URL or with a body that is not text, a response
+    without a numeric HTTP status, headers or a text body."""
+    if not isinstance(request.method, str) or not isinstance(request.uri, str):
+        return "request needs a 'method' and a 'uri' string"
+    if request.body is not None and not isinstance(request.body, bytes | str):
+        return f"request.body is a {type(request.body).__name__}; expected a string or null"
+    if not isinstance(response, dict):
+        return f"response is a {type(response).__name__}; expected a mapping"
+    status = response.get("status")
+    code = status.get("code") if isinstance(status, dict) else None
+    if isinstance(code, bool) or not isinstance(code, int) or not 100 <= code <= 599:
+        return f"response.status.code is {code!r}; expected an HTTP status 100-599"
+    headers = response.get("headers", {})
+    if not isinstance(headers, dict) or not all(
+        isinstance(value, str | list) for value in headers.values()
+    ):
+        return "response.headers must map names to a string or a list of strings"
+    body = response.get("body")
+    if not isinstance(body, dict) or not isinstance(body.get("string"), bytes | str):
+        return "response.body needs a 'string' (the recorded body text)"
+    return None
 
 
 def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
