@@ -67,6 +67,7 @@ def report_run(
         "report": str(target / "report.html"),
         "metrics": str(target / "metrics.json"),
         "flags": diagnostics.get("flags") or [],
+        "errors": diagnostics.get("errors") or [],
         "suspects": (diagnostics.get("disagreements") or {}).get("high_reward_failed") or [],
         "warnings": run.warnings,
     }
