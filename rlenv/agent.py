@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from rlenv.errors import FixtureMiss, InfraError, ModelOutputError
+from rlenv.errors import FixtureMiss, InfraError, ModelOutputError, PolicyCrash
 from rlenv.providers.base import ModelReply
 
 T = TypeVar("T")
@@ -26,12 +26,19 @@ class ToolCrash(Exception):
     BaseException): the rollout ends as ``tool_error``. A tool raising an ordinary Exception is
     answered to the model as an ``error: ...`` tool message instead (a tool's way to say no)."""
 
+    def __init__(self, message: str, frames: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.frames = frames or []
+
 
 @dataclass
 class ToolOutcome:
     content: str
     fixture: str  # "hit" | "miss" | "fallback" | "none"
     ok: bool
+    error: str | None = None  # the tool itself raised (not a bad call by the model)
+    traceback: list[str] = field(default_factory=list)  # the env's frames of that error
+    unreachable: bool = False  # ... because a connection could not be made
 
 
 @dataclass
@@ -40,6 +47,7 @@ class Trajectory:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     status: str = "ok"
     error: str | None = None
+    traceback: list[str] = field(default_factory=list)  # the env's frames of `error`
     usage: dict[str, int] = field(
         default_factory=lambda: {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
     )
@@ -105,16 +113,21 @@ async def rollout_loop(
                     arguments: Any = parse_arguments(function.get("arguments", ""))
                 except ValueError:
                     arguments = function.get("arguments")
-                trajectory.tool_calls.append(
-                    {
-                        "turn": turn,
-                        "id": call["id"],
-                        "name": function["name"],
-                        "arguments": arguments,
-                        "fixture": outcome.fixture,
-                        "ok": outcome.ok,
-                    }
-                )
+                record: dict[str, Any] = {
+                    "turn": turn,
+                    "id": call["id"],
+                    "name": function["name"],
+                    "arguments": arguments,
+                    "fixture": outcome.fixture,
+                    "ok": outcome.ok,
+                }
+                if outcome.error is not None:  # the tool raised (other records stay as they were)
+                    record["error"] = outcome.error
+                    if outcome.traceback:
+                        record["traceback"] = outcome.traceback
+                    if outcome.unreachable:
+                        record["unreachable"] = True
+                trajectory.tool_calls.append(record)
                 trajectory.messages.append(
                     {
                         "role": "tool",
@@ -133,6 +146,10 @@ async def rollout_loop(
         trajectory.status, trajectory.error = "fixture_miss", str(exc)
     except ToolCrash as exc:
         trajectory.status, trajectory.error = "tool_error", str(exc)
+        trajectory.traceback = exc.frames
+    except PolicyCrash as exc:  # the trajectory up to the crash is kept
+        trajectory.status, trajectory.error = "policy_error", str(exc)
+        trajectory.traceback = exc.frames
     except RolloutTimeout as exc:
         trajectory.status, trajectory.error = "timeout", str(exc) or "rollout timed out"
     return trajectory

@@ -299,6 +299,90 @@ def check_policy_importable(env: Environment) -> None:
         raise UserError(f"model {uri}: {ref} is not callable", where=where)
 
 
+# How rlenv calls each python callable of a spec (worker.py, verifiers/builtin.py, rewards.py,
+# providers/python.py): (field, positional arguments, documented signature)
+TOOL_CALL = ("arguments", "ctx")
+TOOL_SIGNATURE = "def tool(arguments: dict, ctx) -> str | JSON value"
+VERIFIER_CALL = ("answer", "input", "ctx")
+VERIFIER_SIGNATURE = (
+    "def check(answer: str | None, input: dict, ctx, **options)"
+    " -> bool | float | (bool, detail) | {passed, score?, detail?}"
+)
+REWARD_CALL = ("prompt", "answer", "ctx")
+REWARD_SIGNATURE = "def score(prompt: list[message], answer: str | None, ctx, **options) -> float"
+POLICY_CALL = ("messages", "tools", "ctx")
+POLICY_SIGNATURE = (
+    "def policy(messages: list[message], tools: list[tool schema], ctx) -> str | message"
+)
+
+
+def _call_problem(function: object, positional: tuple[str, ...], options: dict) -> str | None:
+    """Why `function(*positional, **options)` would raise TypeError before running its body:
+    ``score(prompt, answer): too many positional arguments``; None when it binds, or when
+    Python cannot tell (a builtin without a signature)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(function)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(*positional, **options)
+    except TypeError as exc:
+        return f"{getattr(function, '__name__', 'it')}{signature}: {exc}"
+    return None
+
+
+def check_signatures(env: Environment) -> None:
+    """Every python callable of the spec can be called the way rlenv calls it: tools,
+    python verifiers, a python reward model and the spec's python policy (inspect.signature
+    against the documented call, nothing is run)."""
+    from rlenv.providers.base import import_ref
+
+    spec = env.loaded.spec
+    Loc = tuple[str | int, ...]
+    checks: list[tuple[Loc, str, str, tuple[str, ...], dict[str, Any], str]] = []
+    for index, tool in enumerate(spec.tools):
+        name = f"tools[{index}].function"
+        checks.append(
+            (("tools", index, "function"), name, tool.function, TOOL_CALL, {}, TOOL_SIGNATURE)
+        )
+    for index, verifier in enumerate(spec.verifiers):
+        if verifier.type == "python" and verifier.function:
+            loc: Loc = ("verifiers", index, "function")
+            name = f"verifiers[{index}].function"
+            options = dict(verifier.options)
+            checks.append(
+                (loc, name, verifier.function, VERIFIER_CALL, options, VERIFIER_SIGNATURE)
+            )
+    reward = spec.reward_model
+    if reward is not None and reward.function:
+        loc = ("reward_model", "function")
+        options = dict(reward.options)
+        checks.append(
+            (loc, "reward_model.function", reward.function, REWARD_CALL, options, REWARD_SIGNATURE)
+        )
+    uri = spec.model or ""
+    if env.purpose in WITH_POLICY and not env.model and uri.startswith("python:"):
+        ref = uri[len("python:") :]
+        if ":" in ref:
+            checks.append((("model",), "model", ref, POLICY_CALL, {}, POLICY_SIGNATURE))
+    with sys_path(env.loaded.python_paths()):
+        for loc, name, ref, positional, options, documented in checks:
+            try:
+                function = import_ref(ref, what=name)
+            except UserError:  # not importable: the importable checks' to say
+                continue
+            problem = _call_problem(function, positional, options)
+            if problem:
+                called = ", ".join([*positional, *(f"{key}=..." for key in options)])
+                raise UserError(
+                    f"{name}: {ref} cannot be called as ({called}): {problem};"
+                    f" expected {documented}",
+                    where=env.where(*loc),
+                )
+
+
 def check_cassette_secrets(env: Environment) -> None:
     """A committed cassette must not carry a credential (not when recording: it scrubs)."""
     from rlenv.world.replay import load_index
@@ -432,6 +516,7 @@ CHECKS: tuple[Check, ...] = (
     Check("train_inputs", check_train_inputs, ALL, needs=("inputs",)),
     Check("importable", check_importable, ALL),
     Check("policy_importable", check_policy_importable, WITH_POLICY),
+    Check("signatures", check_signatures, ALL, needs=("importable",)),
     Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES, needs=("cassette_files",)),
     Check("leakage", check_leakage, ALL, needs=("inputs", "reward_model_files", "importable")),
     Check("deferrable", check_deferrable, frozenset({"run", "record"}), needs=("importable",)),

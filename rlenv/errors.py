@@ -51,3 +51,60 @@ class FixtureMiss(Exception):
 class VerifierCrash(Exception):
     """A verifier tried to end its process (SystemExit, KeyboardInterrupt or another
     BaseException): the rollout's status is ``verifier_error`` and it does not pass."""
+
+    def __init__(self, message: str, frames: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.frames = frames or []
+
+
+class PolicyCrash(Exception):
+    """An in-world policy raised (or tried to end its process): the rollout is a policy error.
+    ``frames`` is the short traceback of the env's own code (:func:`env_frames`)."""
+
+    def __init__(self, message: str, frames: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.frames = frames or []
+
+
+TRACEBACK_FRAMES = 5
+"""How many of the env's innermost frames an error keeps."""
+
+
+def env_frames(exc: BaseException, limit: int = TRACEBACK_FRAMES) -> list[str]:
+    """The short traceback of an error in env code: its innermost frames that belong to the
+    env (not rlenv, the standard library or installed packages), one line each:
+    ``my_env/tools.py:12 in search: return data["b"]``.
+
+    Files are named by module (``pkg/mod.py``), never by host path, so a record that carries
+    them keeps the same digest on every machine.
+    """
+    import linecache
+    import os
+    import sysconfig
+    import traceback
+
+    installed = {
+        os.path.realpath(path)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))
+    }
+    frames: list[str] = []
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        filename = frame.f_code.co_filename
+        module = str(frame.f_globals.get("__name__") or "")
+        if filename.startswith("<") or module == "rlenv" or module.startswith("rlenv."):
+            continue
+        real = os.path.realpath(filename)
+        parts = real.split(os.sep)
+        if "site-packages" in parts or "dist-packages" in parts:
+            continue
+        if any(real.startswith(root + os.sep) for root in installed):
+            continue
+        if module and module != "__main__":
+            shown = module.replace(".", "/")
+            shown += "/__init__.py" if filename.endswith("__init__.py") else ".py"
+        else:
+            shown = os.path.basename(filename)
+        code = linecache.getline(filename, lineno).strip()
+        frames.append(f"{shown}:{lineno} in {frame.f_code.co_name}" + (f": {code}" if code else ""))
+    return frames[-limit:]

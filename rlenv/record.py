@@ -1,9 +1,15 @@
 """`rlenv record`: run the policy with tools live once, and keep their HTTP as cassettes.
 
-Secrets are scrubbed before anything is written; error responses are not kept unless the spec
-asks; the spec's pinned cassette hashes are updated so `validate` passes afterwards. The spec's
-services are started here, under libfaketime at the spec's instant, and stopped afterwards;
-cassettes hold their logical URLs only.
+Secrets are scrubbed before anything is written; error responses (HTTP >= 400, empty bodies)
+are kept too, scrubbed, unless the spec says ``scrub: {record_errors: false}`` (a model's bad
+request then replays as it was answered, not as a miss); the spec's pinned cassette hashes are
+updated so `validate` passes afterwards.
+
+A recording that could not see the world is refused (RunFailed, exit 1) and writes nothing:
+a tool request that could not connect (the service is down), a policy or tool that crashed, a
+model endpoint that failed.
+The spec's services are started here, under libfaketime at the spec's instant, and stopped
+afterwards; cassettes hold their logical URLs only.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from rlenv.canonical import sha256_file
 from rlenv.clock import wall_now
 from rlenv.errors import RunFailed, UserError
 from rlenv.files import atomic_write
+from rlenv.results import iter_results
 from rlenv.runner import run
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers.judge import merge_recording
@@ -33,6 +40,7 @@ class RecordResult:
     summary: dict[str, object] = field(default_factory=dict)
     services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
     warnings: list[str] = field(default_factory=list)
+    record_errors: bool = True  # error responses were kept (scrubbed)
 
 
 def record(
@@ -78,10 +86,13 @@ def record(
                 record_dir=record_dir,
                 service_routes=routes,
             )
+        _refuse_broken_recording(scratch / "run" / "results.jsonl")
+        from rlenv.worker import record_errors
+
         outcome = RecordResult(
-            summary={"counts": result.summary["counts"]},
-            services={service.name: service.base_url for service in loaded.spec.services},
+            summary={"counts": result.summary["counts"]}, record_errors=record_errors(loaded)
         )
+        outcome.services = {service.name: service.base_url for service in loaded.spec.services}
         findings = []
         text = loaded.path.read_text(encoding="utf-8")
         updated = text
@@ -113,6 +124,7 @@ def record(
                 "path": str(target),
                 "interactions": count,
                 "new": count - before[tool.name],
+                "error_responses": sum(_is_error(response) for _, response in interactions),
                 "sha256": digest,
             }
             if tool.cassette.sha256 and tool.cassette.sha256 != digest:
@@ -162,9 +174,54 @@ def _services(loaded: LoadedSpec) -> contextlib.AbstractContextManager[dict[str,
     return started_services(list(loaded.spec.services), loaded.root, {**FROZEN_ENV, **clock})
 
 
+def _is_error(response: dict[str, object]) -> bool:
+    status = response.get("status")
+    code = status.get("code", 0) if isinstance(status, dict) else 0
+    body = response.get("body")
+    text = body.get("string") if isinstance(body, dict) else None
+    return int(code or 0) >= 400 or not text
+
+
+def _refuse_broken_recording(results: Path) -> None:
+    """RunFailed when the recording did not see the world it was meant to record: a tool
+    request that could not connect, a crashed policy or tool, a failed model endpoint."""
+    crashed: list[str] = []
+    unreachable: list[str] = []
+    calls = rollouts = 0
+    for record in iter_results(results):
+        rollouts += 1
+        where = f"input {record['input_id']}, rollout {record['rollout']}"
+        for call in record.get("tool_calls") or []:
+            calls += 1
+            if call.get("unreachable"):
+                unreachable.append(f"tool {call['name']!r} ({where}): {call.get('error')}")
+        if record.get("status") in ("policy_error", "tool_error", "verifier_error", "infra_error"):
+            frames = "".join(f"\n  at {frame}" for frame in record.get("traceback") or [])
+            crashed.append(f"{record['status']} ({where}): {record.get('error')}{frames}")
+    if unreachable:
+        raise RunFailed(
+            f"record: {len(unreachable)} of {calls} tool requests could not connect (is the"
+            f" service running?); first: {unreachable[0]}; nothing written"
+        )
+    if crashed:
+        raise RunFailed(
+            f"record: {len(crashed)} of {rollouts} rollouts failed; first: {crashed[0]};"
+            " nothing written"
+        )
+
+
 def pinned_hash_lines(result: RecordResult) -> list[str]:
-    return [
+    lines = [
         f"{name}: {info['interactions']} interactions ({info['new']} new)"
         + (f", sha256 {info['sha256']}" if "sha256" in info else f" — {info.get('note')}")
         for name, info in sorted(result.cassettes.items())
     ]
+    kept = {name: info.get("error_responses", 0) for name, info in result.cassettes.items()}
+    kept = {name: count for name, count in kept.items() if count}
+    if result.record_errors:
+        counts = ", ".join(f"{name} {count}" for name, count in sorted(kept.items())) or "none"
+        lines.append(
+            f"error responses (HTTP >= 400, empty bodies) are recorded, scrubbed: {counts}"
+            " (scrub: {record_errors: false} drops them)"
+        )
+    return lines

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -49,6 +49,10 @@ class Status(StrEnum):
     ``Exception`` only sets ``reward_error`` and keeps the status."""
 
 
+VERIFIER_ERROR = "verifier error: "
+"""How a verifier's ``detail`` starts when the verifier itself raised."""
+
+
 class VerifierResult(TypedDict):
     """One verifier's verdict on a rollout; ``passed`` is None when it was not graded."""
 
@@ -57,6 +61,7 @@ class VerifierResult(TypedDict):
     passed: bool | None
     score: float | None
     detail: str | None  # "pending" while deferred to `rlenv grade`, "not sampled" if skipped
+    traceback: NotRequired[list[str]]  # the env's frames, when the verifier raised
 
 
 class ToolCallRecord(TypedDict):
@@ -68,6 +73,9 @@ class ToolCallRecord(TypedDict):
     arguments: Any  # the parsed JSON object, or the raw string when it was not valid JSON
     fixture: str  # "hit" | "miss" | "fallback" | "none"
     ok: bool
+    error: NotRequired[str]  # the tool itself raised ("TYPE: message"; not a bad call)
+    traceback: NotRequired[list[str]]  # the env's frames of that error
+    unreachable: NotRequired[bool]  # ... because a connection could not be made
 
 
 class RolloutRecord(TypedDict):
@@ -88,8 +96,10 @@ class RolloutRecord(TypedDict):
     reward: float | None
     usage: dict[str, int]
     world: dict[str, Any]
+    traceback: NotRequired[list[str]]  # the env's own frames of `error` (innermost last)
     reward_error: NotRequired[str]
     rewards: NotRequired[dict[str, float | None]]  # composite reward: each component + "total"
+    reward_traceback: NotRequired[list[str]]
     grading: NotRequired[Literal["pending"]]
     timing: NotRequired[dict[str, Any]]
     logprobs: NotRequired[list[Any]]
@@ -267,6 +277,8 @@ def compact_for_metrics(record: dict[str, Any], shared: dict[Any, Any]) -> dict[
         "answer": record.get("answer"),
         "verifiers": shared[verifiers],
     }
+    ran, failed = components(record)
+    compact["components"] = (same(ran), failed)
     tokens = (record.get("usage") or {}).get("completion_tokens")
     if tokens:
         compact["usage"] = {"completion_tokens": tokens}
@@ -275,6 +287,71 @@ def compact_for_metrics(record: dict[str, Any], shared: dict[Any, Any]) -> dict[
     if record.get("rewards") is not None:
         compact["rewards"] = record["rewards"]
     return compact
+
+
+# the component a rollout's status blames (tool_error and verifier_error name theirs)
+_STATUS_COMPONENT = {
+    Status.INFRA_ERROR: "endpoint",
+    Status.POLICY_ERROR: "policy",
+    Status.MODEL_ERROR: "model output",
+    Status.TIMEOUT: "timeout",
+    Status.FIXTURE_MISS: "fixtures",
+}
+
+
+def components(record: Mapping[str, Any]) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+    """Which parts of the env a rollout exercised, and which of them failed, with the error.
+
+    Parts: ``endpoint`` (every rollout), ``policy``, ``model output``, ``timeout`` and
+    ``fixtures`` (every rollout the endpoint answered), ``tool NAME`` (once per call),
+    ``verifier NAME`` (each graded verifier) and ``reward model`` (each rollout it scored).
+    A failure is ``{"component", "error", "traceback"}``: the record's status blames one
+    part; a tool that raised, a verifier whose detail is a verifier error and a reward error
+    blame theirs.
+    """
+    status = record.get("status")
+    ran = ["endpoint"]
+    failed: list[dict[str, Any]] = []
+
+    def fail(component: str, error: Any, frames: Any) -> None:
+        failed.append({"component": component, "error": error, "traceback": list(frames or [])})
+
+    error, frames = record.get("error"), record.get("traceback")
+    if status == Status.INFRA_ERROR:
+        fail("endpoint", error, frames)
+        return tuple(ran), failed
+    ran += ["policy", "model output", "timeout", "fixtures"]
+    if status in _STATUS_COMPONENT:
+        fail(_STATUS_COMPONENT[Status(status)], error, frames)
+    for call in record.get("tool_calls") or []:
+        ran.append(f"tool {call.get('name')}")
+        if call.get("error") is not None:
+            fail(f"tool {call.get('name')}", call["error"], call.get("traceback"))
+    if status == Status.TOOL_ERROR:  # the call that crashed is not in tool_calls
+        ran.append(_named(error, "tool"))
+        fail(ran[-1], error, frames)
+    for verifier in record.get("verifiers") or []:
+        if verifier.get("passed") is None:
+            continue
+        ran.append(f"verifier {verifier.get('name')}")
+        if str(verifier.get("detail") or "").startswith(VERIFIER_ERROR):
+            fail(ran[-1], verifier["detail"], verifier.get("traceback"))
+    if status == Status.VERIFIER_ERROR:
+        ran.append(_named(error, "verifier"))
+        fail(ran[-1], error, frames)
+    if record.get("reward") is not None or record.get("reward_error"):
+        ran.append("reward model")
+        if record.get("reward_error"):
+            fail("reward model", record["reward_error"], record.get("reward_traceback"))
+    return tuple(ran), failed
+
+
+def _named(error: Any, kind: str) -> str:
+    """``tool NAME`` from an error ``tool NAME: TYPE: message`` (``tool ?`` if not so)."""
+    text = str(error or "")
+    if text.startswith(f"{kind} ") and ": " in text:
+        return text.split(": ", 1)[0]
+    return f"{kind} ?"
 
 
 def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:

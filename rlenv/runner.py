@@ -46,6 +46,17 @@ class RunResult:
     def digest(self) -> str:
         return str(self.summary["digest"])
 
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        """The flags that say the run could not produce the scores it promises (exit 1)."""
+        return [flag for flag in self.summary.get("flags") or [] if flag.get("fails_run")]
+
+
+RETRYABLE = ("infra_error", "timeout")
+"""Statuses `--resume --retry-errors` may run again (the model's outcomes are never retried)."""
+RETRIED_FILE = "retried.jsonl"
+"""Where `--retry-errors` keeps the records it replaced (nothing from a run is thrown away)."""
+
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[-48:] or "model"
@@ -91,6 +102,9 @@ def run(
     where: dict[str, str] | None = None,
     group_by: str | None = None,
     baseline: str | Path | None = None,
+    retry: Iterable[str] = (),
+    retries: int | None = None,
+    request_timeout: float | None = None,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
 
@@ -107,8 +121,15 @@ def run(
 
     `ids` and `where` choose inputs (by id; by field values), before `limit`; `group_by` names
     an input field whose values split the summary's pass rate and reward (``groups``).
+
+    With `resume`, `retry` names statuses (of :data:`RETRYABLE`) whose rollouts run again;
+    their earlier records move to RUN_DIR/retried.jsonl. `base_url` may differ on resume (it
+    is infrastructure, not the model): run.json keeps every base URL used, without
+    credentials. `retries` and `request_timeout` tune an API model's (openai:) client.
     """
+    retry = tuple(sorted(set(retry)))
     _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
+    _check_retry(retry, resume)
     prepared = load_environment(
         spec_path,
         purpose="record" if record_dir is not None else "run",
@@ -117,7 +138,7 @@ def run(
     )
     spec = prepared.loaded.spec
     provider, model_uri, reference = _resolve_policy(
-        prepared, model, reference, base_url, concurrency
+        prepared, model, reference, base_url, concurrency, retries, request_timeout
     )
     base = read_baseline(baseline, prepared.fingerprint) if baseline is not None else None
     rollouts_per_input = rollouts or spec.rollouts
@@ -151,7 +172,7 @@ def run(
         meta["group_by"] = group_by
     created = not run_dir.exists()
     with _run_dir_lock(run_dir, resume):
-        done = _open_run_dir(run_dir, meta, resume)
+        done = _open_run_dir(run_dir, meta, resume, retry)
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
         total = len(inputs) * rollouts_per_input
         results = run_dir / "results.jsonl"
@@ -223,7 +244,9 @@ def _discard_if_empty(run_dir: Path, created: bool) -> None:
 LOCK_NAME = ".rlenv.lock"
 # run.json fields that do not change results: where the spec file lives, where rollouts ran and
 # which isolation mechanisms the machine offers (the digest is the same under all of them)
-_RESUME_FREE = frozenset({"spec", "executor", "world", "group_by"})
+_RESUME_FREE = frozenset({"spec", "executor", "world", "group_by", "base_url_history"})
+# ... and inside `model`: the endpoint's URL (a model served elsewhere is the same model)
+_RESUME_FREE_MODEL = frozenset({"base_url"})
 
 
 @contextmanager
@@ -268,6 +291,8 @@ def _first_difference(earlier: Any, now: Any, path: str = "") -> str | None:
         for key in [*now, *(key for key in earlier if key not in now)]:
             if not path and key in _RESUME_FREE:
                 continue
+            if path == "model." and key in _RESUME_FREE_MODEL:
+                continue
             found = _first_difference(earlier.get(key), now.get(key), f"{path}{key}.")
             if found:
                 return found
@@ -309,12 +334,28 @@ def _model_identity(prepared: Environment, provider: Provider, model_uri: str) -
     return identity
 
 
+def _check_retry(retry: tuple[str, ...], resume: bool) -> None:
+    """--retry-errors names retryable statuses, and only continues a run (--resume)."""
+    if not retry:
+        return
+    unknown = [status for status in retry if status not in RETRYABLE]
+    if unknown:
+        raise UserError(
+            f"retry: {unknown[0]!r} is not retryable; choose from {', '.join(RETRYABLE)}"
+        )
+    if not resume:
+        flag = "--retry-errors" if "infra_error" in retry else "--retry-timeouts"
+        raise UserError(f"{flag} re-runs rollouts of an earlier run: add --resume --out DIR")
+
+
 def _resolve_policy(
     prepared: Environment,
     model: str | None,
     reference: str | None,
     base_url: str | None,
     concurrency: int,
+    retries: int | None = None,
+    request_timeout: float | None = None,
 ) -> tuple[Provider, str, str | None]:
     """The policy's provider, its model URI and the KL reference (argument or spec)."""
     spec = prepared.loaded.spec
@@ -325,11 +366,23 @@ def _resolve_policy(
         raise UserError("no model: pass --model URI or set 'model' in the spec")
     reference = reference or spec.reference
     check_reference(model_uri, reference)
+    api = model_uri.startswith("openai:")
+    if not api and (retries is not None or request_timeout is not None):
+        option = "--retries" if retries is not None else "--request-timeout"
+        raise UserError(f"{option} is for API models (openai:), not {model_uri.split(':')[0]}:")
+    if retries is not None and retries < 0:
+        raise UserError("--retries must be at least 0")
+    if request_timeout is not None and not request_timeout > 0:
+        raise UserError("--request-timeout must be more than 0 seconds")
     options: dict[str, Any] | None = None
     if reference:
         options = {"reference": reference}
-    elif model_uri.startswith("openai:"):
+    elif api:
         options = {"max_connections": max(256, concurrency), "pools": max(1, concurrency // 8)}
+        if retries is not None:
+            options["max_retries"] = retries
+        if request_timeout is not None:
+            options["request_timeout"] = request_timeout
     return resolve_provider(model_uri, base_url=base_url, options=options), model_uri, reference
 
 
@@ -410,8 +463,14 @@ def _work_parent() -> str | None:
     return None
 
 
-def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tuple[str, int]]:
-    """Create the run directory, or reopen it for --resume; never overwrite an earlier run."""
+def _open_run_dir(
+    run_dir: Path, meta: dict[str, Any], resume: bool, retry: tuple[str, ...] = ()
+) -> set[tuple[str, int]]:
+    """Create the run directory, or reopen it for --resume; never overwrite an earlier run.
+
+    On resume, records whose status is in `retry` move to retried.jsonl (their rollouts run
+    again), and a new base URL is added to run.json's `base_url_history`.
+    """
     results = run_dir / "results.jsonl"
     meta_path = run_dir / "run.json"
     if run_dir.exists() and not run_dir.is_dir():
@@ -435,6 +494,9 @@ def _open_run_dir(run_dir: Path, meta: dict[str, Any], resume: bool) -> set[tupl
                 " results would mix settings: use another --out"
             )
         records = read_results(results, repair=True)
+        if retry:
+            records = _set_aside(run_dir, records, retry)
+        _note_base_url(meta_path, earlier, now)
         return {(str(record["input_id"]), int(record["rollout"])) for record in records}
     if run_dir.exists() and any(entry.name != LOCK_NAME for entry in run_dir.iterdir()):
         _refuse_earlier_run(run_dir)
@@ -454,6 +516,45 @@ def _refuse_earlier_run(run_dir: Path) -> None:
         f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
         " directory"
     )
+
+
+def _set_aside(
+    run_dir: Path, records: list[dict[str, Any]], retry: tuple[str, ...]
+) -> list[dict[str, Any]]:
+    """Move the records to retry from results.jsonl to retried.jsonl; return those kept.
+
+    retried.jsonl is appended (and flushed) first, then results.jsonl is replaced atomically:
+    a crash in between leaves a record in both files, never in neither.
+    """
+    from rlenv.results import encode_line
+
+    again = [record for record in records if record.get("status") in retry]
+    if not again:
+        return records
+    kept = [record for record in records if record.get("status") not in retry]
+    with open(run_dir / RETRIED_FILE, "ab") as handle:
+        handle.write(b"".join(encode_line(record) + b"\n" for record in again))
+        handle.flush()
+        os.fsync(handle.fileno())
+    atomic_write(
+        run_dir / "results.jsonl", b"".join(encode_line(record) + b"\n" for record in kept)
+    )
+    return kept
+
+
+def _note_base_url(meta_path: Path, earlier: dict[str, Any], now: dict[str, Any]) -> None:
+    """run.json: the model's base URL is the latest, `base_url_history` every one used (as
+    `public_url` wrote them: no credentials)."""
+    old = (earlier.get("model") or {}).get("base_url")
+    new = (now.get("model") or {}).get("base_url")
+    if old == new:
+        return
+    history = list(earlier.get("base_url_history") or [old])
+    if new not in history:
+        history.append(new)
+    updated = {**earlier, "model": {**earlier["model"], "base_url": new}}
+    updated["base_url_history"] = history
+    atomic_write(meta_path, _pretty(updated))
 
 
 def _short(document: Any, dotted: str) -> str:
@@ -679,6 +780,7 @@ def build_summary(
         "hazards": _hazards(meta) if meta.get("reference") else [],
         "world": meta.get("world") or world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},
+        "errors": diagnostics["errors"],
         "flags": diagnostics["flags"],
         "digest": totals.digest,
         "rlenv_version": __version__,

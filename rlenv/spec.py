@@ -236,7 +236,8 @@ class Scrub(Strict):
     """Extra secret names to scrub when recording (headers, query, body fields)."""
 
     extra_names: list[str] = Field(default_factory=list)
-    record_errors: bool = False
+    # `rlenv record` keeps error responses (HTTP >= 400, empty bodies), scrubbed, unless false
+    record_errors: bool = True
     # cassette findings `validate` accepts: `sha256:HEX` of the flagged value (as the refusal
     # prints it) or `CASSETTE#interaction N`; never the value itself
     allow: list[str] = Field(default_factory=list)

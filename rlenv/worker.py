@@ -31,7 +31,15 @@ from rlenv.agent import (
     run_sync,
 )
 from rlenv.canonical import canonical_bytes, directory_manifest
-from rlenv.errors import FixtureMiss, ModelOutputError, RunFailed, UserError, VerifierCrash
+from rlenv.errors import (
+    FixtureMiss,
+    ModelOutputError,
+    PolicyCrash,
+    RunFailed,
+    UserError,
+    VerifierCrash,
+    env_frames,
+)
 from rlenv.files import sys_path
 from rlenv.grading import (
     NOT_APPLICABLE,
@@ -55,10 +63,6 @@ from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_s
 from rlenv.world.replay import FixtureEvent, replay_cassette, spec_indexes
 from rlenv.world.scrub import spec_scrubber
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
-
-
-class PolicyCrash(Exception):
-    """The in-world policy raised; the rollout is a policy error."""
 
 
 @dataclass
@@ -108,6 +112,8 @@ class Verdict:
     status: str | None = None  # verifier_error / reward_error: env code tried to end the process
     error: str | None = None
     rewards: dict[str, float | None] | None = None  # the composite reward's components + total
+    traceback: list[str] = field(default_factory=list)  # the env's frames of `error`
+    reward_traceback: list[str] = field(default_factory=list)  # ... of `reward_error`
 
 
 def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
@@ -257,13 +263,15 @@ class WorldRuntime:
         context = ToolContext(
             seed, seed_everything(seed), record.id, task.rollout, workdir, turn, dict(self.services)
         )
-        content, ok, events = self._invoke_tool(name, arguments, context)
-        return ToolOutcome(content, _fixture_use(name, events), ok)
+        outcome, events = self._invoke_tool(name, arguments, context)
+        outcome.fixture = _fixture_use(name, events)
+        return outcome
 
     def _invoke_tool(
         self, name: str, arguments: dict[str, Any], context: ToolContext
-    ) -> tuple[str, bool, list[FixtureEvent]]:
-        """The tool's content and success, and the fixture events its HTTP produced."""
+    ) -> tuple[ToolOutcome, list[FixtureEvent]]:
+        """The tool's outcome (fixture use not yet judged), and the fixture events its HTTP
+        produced."""
         cassette = self.cassette
         events_before = len(cassette.events) if cassette else 0
         if cassette is not None:
@@ -274,19 +282,24 @@ class WorldRuntime:
                 with self._recording(name):
                     result = self.tool_functions[name](arguments, context)
                 content = result if isinstance(result, str) else canonical_bytes(result).decode()
-                ok = True
+                outcome = ToolOutcome(content, "none", True)
             except RolloutTimeout:
                 raise
             except Exception as exc:  # a fixture miss is judged from the events
-                content, ok = self.sanitise(f"error: {type(exc).__name__}: {exc}"), False
+                error = self.sanitise(_describe(exc))
+                outcome = ToolOutcome(
+                    f"error: {error}", "none", False, error, env_frames(exc), _unreachable(exc)
+                )
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
-                raise ToolCrash(self.sanitise(f"tool {name}: {_describe(exc)}")) from None
+                raise ToolCrash(
+                    self.sanitise(f"tool {name}: {_describe(exc)}"), env_frames(exc)
+                ) from None
             finally:
                 if cassette is not None:
                     type(cassette).current = None
                     events = cassette.events[events_before:]
                     del cassette.events[events_before:]
-        return content, ok, events
+        return outcome, events
 
     def grade(
         self,
@@ -341,7 +354,7 @@ class WorldRuntime:
         return recording_cassette(
             Path(self.config.record_dir) / f"{name}.yaml",
             spec_scrubber(self.loaded),
-            record_errors=bool(self.loaded.spec.scrub and self.loaded.spec.scrub.record_errors),
+            record_errors=record_errors(self.loaded),
         )
 
     def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
@@ -380,6 +393,7 @@ class WorldRuntime:
             verdict.results = self.grade(context, task, record.id, verdict.changes)
         except VerifierCrash as exc:
             verdict.passed, verdict.status, verdict.error = False, "verifier_error", str(exc)
+            verdict.traceback = exc.frames
             return verdict
         if self.cache is not None:
             verdict.cache_counts = {
@@ -402,9 +416,11 @@ class WorldRuntime:
                 verdict.reward = self.reward(reward_context)
             except Exception as exc:
                 verdict.reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
+                verdict.reward_traceback = env_frames(exc)
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
                 verdict.reward_error = self.sanitise(_describe(exc))
                 verdict.status, verdict.error = "reward_error", f"reward model: {_describe(exc)}"
+                verdict.reward_traceback = verdict.traceback = env_frames(exc)
         if self.loaded.spec.reward is not None:
             seed_everything(derive_seed(seed, "reward", "components"))
             verdict.rewards, error = composite(
@@ -442,8 +458,13 @@ class WorldRuntime:
         }
         if verdict.rewards is not None:
             output["rewards"] = verdict.rewards
+        frames = verdict.traceback if verdict.error else trajectory.traceback
+        if output["error"] and frames:  # only on errors: other records stay as they were
+            output["traceback"] = frames
         if verdict.reward_error:
             output["reward_error"] = verdict.reward_error
+            if verdict.reward_traceback:
+                output["reward_traceback"] = verdict.reward_traceback
         if any(result["detail"] == PENDING for result in verdict.results):
             output["grading"] = PENDING
         if verdict.cache_counts is not None:
@@ -512,20 +533,15 @@ class WorldRuntime:
             signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
             if replayed is not None:
                 trajectory = Trajectory(messages=replayed)
-            else:
-                try:
-                    trajectory = run_sync(
-                        rollout_loop(
-                            messages,
-                            spec.limits.max_turns,
-                            self._model_caller(task),
-                            self._tool_caller(task),
-                        )
+            else:  # a policy crash ends the loop as policy_error, its trajectory kept
+                trajectory = run_sync(
+                    rollout_loop(
+                        messages,
+                        spec.limits.max_turns,
+                        self._model_caller(task),
+                        self._tool_caller(task),
                     )
-                except PolicyCrash as exc:
-                    trajectory = Trajectory(
-                        messages=messages, status="policy_error", error=str(exc)
-                    )
+                )
         except RolloutTimeout:
             trajectory = Trajectory(messages=messages, status="timeout", error="rollout timed out")
         finally:
@@ -555,7 +571,7 @@ class WorldRuntime:
                 except (ModelOutputError, RolloutTimeout, FixtureMiss, ToolCrash):
                     raise
                 except BaseException as exc:  # SystemExit, KeyboardInterrupt too
-                    raise PolicyCrash(self.sanitise(_describe(exc))) from None
+                    raise PolicyCrash(self.sanitise(_describe(exc)), env_frames(exc)) from None
 
         return call_model
 
@@ -576,14 +592,49 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """Whether an error (or one it was raised from) is a connection that could not be made:
+    refused, unknown host, or a client library's connect error (httpx, requests, urllib3,
+    aiohttp, urllib). `rlenv record` refuses a recording where a service was not there."""
+    import socket
+
+    names = {"ConnectError", "ConnectTimeout", "ConnectionError", "NewConnectionError"}
+    names |= {"ClientConnectorError", "NetworkRefused"}
+    seen: set[int] = set()
+    queue: list[BaseException | None] = [exc]
+    while queue:
+        current = queue.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionError | socket.gaierror):
+            return True
+        if any(kind.__name__ in names for kind in type(current).__mro__):
+            return True
+        reason = getattr(current, "reason", None)  # urllib's URLError(reason=OSError)
+        queue += [current.__cause__, current.__context__]
+        if isinstance(reason, BaseException):
+            queue.append(reason)
+    return False
+
+
+def record_errors(loaded: LoadedSpec) -> bool:
+    """Whether `rlenv record` keeps error responses (HTTP >= 400, empty bodies): yes unless
+    the spec says ``scrub: {record_errors: false}``."""
+    scrub = loaded.spec.scrub
+    return scrub is None or scrub.record_errors
+
+
 def _fixture_use(name: str, events: list[FixtureEvent]) -> str:
     """How a tool call used its fixtures: hit, fallback or none; a miss ends the rollout even
     if the tool caught the exception."""
     misses = [event for event in events if event.outcome == "miss"]
     if misses:
+        first = misses[0]
         raise FixtureMiss(
-            f"unrecorded request for tool {name!r}: {misses[0].method} {misses[0].url}"
-            " (record it with `rlenv record`, or declare an on_miss fallback)"
+            f"unrecorded request for tool {name!r}: {first.method} {first.url}"
+            + (f" body sha256:{first.body_sha256[:16]}" if first.body_sha256 else "")
+            + " (record it with `rlenv record`, or declare an on_miss fallback)"
         )
     outcomes = {event.outcome for event in events}
     return "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"

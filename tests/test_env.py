@@ -77,6 +77,12 @@ def _policy_importable(env: EnvBuilder) -> Path:
     return env.write("")  # the spec's model is python:MOD:policy, and MOD has no policy
 
 
+def _signatures(env: EnvBuilder) -> Path:
+    """The issue's reward model: importable, but called with one argument too many."""
+    reward = {"function": f"{env.module}:words"}
+    return env.write(POLICY + "def words(prompt, answer):\n    return 1.0\n", reward_model=reward)
+
+
 def _cassette_secrets(env: EnvBuilder) -> Path:
     env.root.mkdir(parents=True, exist_ok=True)
     interaction = {
@@ -137,6 +143,12 @@ BROKEN: dict[str, tuple[Callable[[EnvBuilder], Path], str]] = {
     "verifiers_apply": (_verifiers_apply, "input 'a': no verifier applies to it"),
     "importable": (_importable, "tools[0].function: cannot import module 'no_such_module_h2'"),
     "policy_importable": (_policy_importable, "has no 'policy'"),
+    "signatures": (
+        _signatures,
+        "reward_model.function: {module}:words cannot be called as (prompt, answer, ctx):"
+        " words(prompt, answer): too many positional arguments; expected def score(prompt:"
+        " list[message], answer: str | None, ctx, **options) -> float",
+    ),
     "cassette_secrets": (_cassette_secrets, "leaky.yaml holds a secret-looking value"),
     "leakage": (_leakage, "held-out leakage"),
     "deferrable": (_deferrable, "a file_state verifier cannot be deferred"),
@@ -159,6 +171,7 @@ def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
         "train_inputs",
         "importable",
         "policy_importable",
+        "signatures",
         "cassette_secrets",
         "leakage",
         "deferrable",
@@ -182,7 +195,7 @@ def test_each_check_refuses_its_broken_spec(env_builder: EnvBuilder, name: str) 
     build, fragment = BROKEN[name]
     with pytest.raises(UserError) as error:
         _load(build(env_builder), name)
-    assert fragment in str(error.value)
+    assert fragment.format(module=env_builder.module) in str(error.value)
 
 
 @pytest.mark.parametrize("name", list(BROKEN))
@@ -191,6 +204,7 @@ def test_every_check_is_needed(
 ) -> None:
     """Without the check, its broken spec is not refused for that reason."""
     build, fragment = BROKEN[name]
+    fragment = fragment.format(module=env_builder.module)
     spec = build(env_builder)
     monkeypatch.setattr(rlenv.env, "CHECKS", tuple(c for c in CHECKS if c.name != name))
     try:

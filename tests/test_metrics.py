@@ -553,7 +553,8 @@ def test_flags_fire_on_each_condition() -> None:
     assert [f["name"] for f in found] == [
         "collapse", "length_bias", "high_suspect_rate", "negative_kl", "infra_errors"
     ]  # fmt: skip
-    assert all(set(f) == {"name", "message", "value", "threshold"} for f in found)
+    assert all(set(f) == {"name", "message", "value", "threshold", "fails_run"} for f in found)
+    assert not any(f["fails_run"] for f in found), "none of these fails a run"
     quiet = {
         "counts": {"infra_error": 0},
         "diversity": {"collapse": False},
@@ -691,3 +692,46 @@ def test_kl_growth_survives_an_infinite_token() -> None:
     step1 = [{**r, "kl": {"k1": [0.2, None], "k3": [0.2, None]}} for r in step0]
     names = [f["name"] for f in m.compare_runs([("a", step0), ("b", step1)])["flags"]]
     assert "kl_growth_without_gain" in names
+
+
+def test_failing_parts_are_flags_with_their_first_error_and_fail_the_run() -> None:
+    """A part failing on more than half of its rollouts fails the run; at half it does not;
+    a tool is flagged only when every call failed, and never fails the run."""
+
+    def record(input_id: str, rollout: int, **fields: Any) -> dict[str, Any]:
+        base = rec(input_id, rollout, True, reward=0.5)
+        base.update({"input_index": int(input_id[1:]), "tool_calls": [], **fields})
+        return base
+
+    bad_reward = {
+        "reward": None,
+        "reward_error": "KeyError: 'x'",
+        "reward_traceback": ["m.py:3 in f"],
+    }
+    failing_call = [{"name": "t", "error": "ValueError: no", "ok": False}]
+    half = [record("i0", 0, **bad_reward), record("i0", 1), record("i1", 0, **bad_reward),
+            record("i1", 1)]  # fmt: skip
+    result = m.compute_all(half)
+    assert [(r["component"], r["failed"], r["of"]) for r in result["errors"]] == [
+        ("reward model", 2, 4)
+    ]
+    assert result["errors"][0]["first"] == {
+        "input_id": "i0", "rollout": 0, "error": "KeyError: 'x'", "traceback": ["m.py:3 in f"]
+    }  # fmt: skip
+    assert "reward_model_failed" not in {f["name"] for f in result["flags"]}, "half is not more"
+    more = [*half[:3], record("i1", 1, **bad_reward)]
+    flag = {f["name"]: f for f in m.compute_all(more)["flags"]}["reward_model_failed"]
+    assert flag["fails_run"] and flag["value"] == 0.75 and flag["threshold"] == 0.5
+    assert flag["first_error"]["error"] == "KeyError: 'x'"
+    assert "reward model failed on 3 of 4 rollouts; first (input i0, rollout 0)" in flag["message"]
+    tools = [record("i0", 0, tool_calls=failing_call), record("i0", 1, tool_calls=failing_call)]
+    flags = {f["name"]: f for f in m.compute_all(tools)["flags"]}
+    assert flags["tool_failed"]["fails_run"] is False
+    tools[1]["tool_calls"] = [{"name": "t", "ok": False}]  # a bad call by the model: no error
+    assert "tool_failed" not in {f["name"] for f in m.compute_all(tools)["flags"]}
+    infra = [record("i0", 0, status="infra_error", error="down", passed=None), record("i0", 1)]
+    flag = {f["name"]: f for f in m.compute_all(infra)["flags"]}["infra_errors"]
+    assert flag["fails_run"] is False and flag["first_error"]["error"] == "down"
+    infra[1].update(status="infra_error", error="down", passed=None)
+    flag = {f["name"]: f for f in m.compute_all(infra)["flags"]}["infra_errors"]
+    assert flag["fails_run"] is True

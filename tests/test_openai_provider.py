@@ -398,7 +398,9 @@ INPUTS = [
 ]
 
 
-def run_cli(spec: Path, out: Path, base_url: str, *extra: str) -> dict[str, Any]:
+def run_cli(
+    spec: Path, out: Path, base_url: str, *extra: str, exit_code: int = 0
+) -> dict[str, Any]:
     result = cli(
         "run",
         str(spec),
@@ -413,7 +415,7 @@ def run_cli(spec: Path, out: Path, base_url: str, *extra: str) -> dict[str, Any]
         env=CLI_ENV,
         timeout=120,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == exit_code, result.stderr
     return json.loads(result.stdout)
 
 
@@ -529,7 +531,8 @@ def test_unreachable_base_url_every_rollout_infra_error(
     env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
     spec = env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=spec_tools())
-    summary = run_cli(spec, tmp_path / "run", f"http://127.0.0.1:{closed_port()}")
+    # every rollout an infra error: the run could not produce its scores (exit 1)
+    summary = run_cli(spec, tmp_path / "run", f"http://127.0.0.1:{closed_port()}", exit_code=1)
     assert summary["counts"] == {"infra_error": 4}
     assert summary["rollouts"] == 4
     for record in read_jsonl(tmp_path / "run" / "results.jsonl"):

@@ -9,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl, require_tool
@@ -120,9 +121,12 @@ def policy(messages, tools, ctx):
 FORMS = ["bearer", "api_key_header", "cookie", "query", "json_body", "form_body", "url_credentials"]
 
 
-def test_record_scrubs_every_secret_form_and_skips_errors(
-    env_builder: EnvBuilder, tmp_path: Path
+@pytest.mark.parametrize("record_errors", [True, False], ids=["default", "record_errors_false"])
+def test_record_scrubs_every_secret_form_and_keeps_errors(
+    env_builder: EnvBuilder, tmp_path: Path, record_errors: bool
 ) -> None:
+    """Error responses are recorded by default (scrubbed like the rest), and `record` says so;
+    `scrub: {record_errors: false}` drops them (that request then replays as a miss)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -134,6 +138,7 @@ def test_record_scrubs_every_secret_form_and_skips_errors(
         tools=[{"name": "call", "function": "MOD:call", "cassette": {"path": "call.yaml"}}],
         verifiers=[{"type": "regex", "pattern": "done"}],
         rollouts=1,
+        **({} if record_errors else {"scrub": {"record_errors": False}}),
     )
     env = {"ECHO_URL": url, "THE_SECRET": SECRET}
     try:
@@ -145,16 +150,93 @@ def test_record_scrubs_every_secret_form_and_skips_errors(
     assert SECRET not in cassette_text
     assert "9f8e7d6c" not in cassette_text
     interactions = yaml.safe_load(cassette_text)["interactions"]
-    assert len(interactions) == len(FORMS), "the 500 response is not recorded"
-    assert all(i["response"]["status"]["code"] == 200 for i in interactions)
+    codes = sorted(i["response"]["status"]["code"] for i in interactions)
+    if record_errors:
+        assert codes == [200] * len(FORMS) + [500], "the 500 response is recorded, scrubbed"
+        assert "error responses (HTTP >= 400, empty bodies) are recorded, scrubbed: call 1" in (
+            result.stdout
+        )
+    else:
+        assert codes == [200] * len(FORMS), "the 500 response is not recorded"
+        assert "error responses" not in result.stdout
     # replay with the echo server gone: every recorded form hits, the error one misses
     run = cli("run", str(spec), "--out", str(tmp_path / "replay"), "--json", env=env)
     assert run.returncode == 0, run.stderr
     records = {r["input_id"]: r for r in read_jsonl(tmp_path / "replay" / "results.jsonl")}
     for form in FORMS:
         assert records[form]["tool_calls"][0]["fixture"] == "hit", (form, records[form]["error"])
-    assert records["error"]["status"] == "fixture_miss"
+    if record_errors:  # the model's request is answered as it was when recorded
+        assert records["error"]["status"] == "ok"
+        assert records["error"]["tool_calls"][0]["fixture"] == "hit"
+    else:
+        assert records["error"]["status"] == "fixture_miss"
     assert os.environ.get("THE_SECRET") is None
+
+
+def test_record_refuses_when_the_service_is_down(tmp_path: Path) -> None:
+    """The issue's `record` with the service down: `"counts": {"ok": 4}`, "nothing written",
+    exit 0. Now: exit 1, the first connection error named, nothing written."""
+    spec = _copy_search_env(tmp_path)
+    port = _free_port()
+    result = cli(
+        "record", str(spec), "--limit", "2", "--rollouts", "1",
+        env={"RLENV_SEARCH_URL": f"http://127.0.0.1:{port}"},
+    )  # fmt: skip
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "2 of 2 tool requests could not connect (is the service running?)" in result.stderr
+    assert "first: tool 'search' (input " in result.stderr and "ConnectError" in result.stderr
+    assert "nothing written" in result.stderr
+    assert not (spec.parent / "cassettes").exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+CRASHING_POLICY = """
+import httpx, os
+
+def call(args, ctx):
+    return httpx.get(os.environ["ECHO_URL"] + "/a").json()
+
+def policy(messages, tools, ctx):
+    if messages[-1]["role"] != "tool":
+        return {"tool_calls": [{"id": "c", "function": {"name": "call", "arguments": "{}"}}]}
+    return answer(messages[0]["content"])
+
+def answer(prompt):
+    return {"x": "done"}[prompt]
+"""
+
+
+def test_record_refuses_a_policy_crash(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """A policy crash during recording was only found at run time."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    spec = env_builder.write(
+        CRASHING_POLICY,
+        inputs=[{"id": "x", "prompt": "x"}, {"id": "y", "prompt": "y"}],
+        tools=[{"name": "call", "function": "MOD:call", "cassette": {"path": "call.yaml"}}],
+        verifiers=[{"type": "regex", "pattern": "done"}],
+        rollouts=1,
+    )
+    try:
+        result = cli(
+            "record", str(spec), env={"ECHO_URL": f"http://127.0.0.1:{server.server_address[1]}"}
+        )
+    finally:
+        server.shutdown()
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert "record: 1 of 2 rollouts failed; first: policy_error (input y, rollout 0):" in (
+        result.stderr
+    )
+    assert "KeyError: 'y'" in result.stderr
+    assert f"at {env_builder.module}.py:13 in answer: return" in result.stderr
+    assert not (spec.parent / "call.yaml").exists(), "nothing written"
 
 
 LEAKS = {

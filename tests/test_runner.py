@@ -209,11 +209,18 @@ def test_resume_refuses_a_different_model(tmp_path: Path) -> None:
 
 
 def test_policy_crash_is_classified_not_fatal(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """Every rollout is classified and the run completes with its summary; a policy failing on
+    every rollout then fails the run (exit 1, the flag policy_failed)."""
     spec = env_builder.write("def policy(messages, tools, ctx):\n    raise RuntimeError('boom')\n")
-    summary = _run(spec, tmp_path / "crash")
+    result = cli("run", str(spec), "--out", str(tmp_path / "crash"), "--json")
+    assert result.returncode == 1 and "policy_failed" in result.stderr, result.stderr
+    summary = json.loads(result.stdout)
     assert summary["counts"] == {"policy_error": 4}
     record = read_jsonl(tmp_path / "crash" / "results.jsonl")[0]
     assert record["error"] == "RuntimeError: boom" and record["passed"] is False
+    assert record["traceback"] == [
+        f"{env_builder.module}.py:2 in policy: raise RuntimeError('boom')"
+    ]
 
 
 def test_max_turns_and_bad_tool_arguments(env_builder: EnvBuilder, tmp_path: Path) -> None:

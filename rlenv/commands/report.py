@@ -33,7 +33,7 @@ def report(
     as_json: JsonOpt = False,
 ) -> None:
     """Write a self-contained HTML report of a run's diagnostics (report.html)."""
-    from rlenv.report.common import format_flags
+    from rlenv.report.common import format_errors, format_flags
     from rlenv.report.html import report_run
 
     result = report_run(run_dir, human=human, baseline=baseline)
@@ -42,6 +42,8 @@ def report(
         return
     for warning in result["warnings"]:
         typer.echo(f"WARNING  {warning}")
+    for index, line in enumerate(format_errors(result["errors"])):
+        typer.echo(("errors   " if index == 0 else "         ") + line)
     for line in format_flags(result["flags"]):
         typer.echo(f"FLAG     {line}")
     typer.echo(f"suspects {len(result['suspects'])} (high reward, failing verifiers)")

@@ -80,12 +80,34 @@ def run(
             " scored above its passing answers are suspects too.",
         ),
     ] = None,
+    retry_errors: Annotated[
+        bool,
+        typer.Option("--retry-errors", help="With --resume: run the infra_error rollouts again."),
+    ] = False,
+    retry_timeouts: Annotated[
+        bool,
+        typer.Option("--retry-timeouts", help="With --resume: run the timeout rollouts again."),
+    ] = False,
+    retries: Annotated[
+        int | None,
+        typer.Option(min=0, help="API models: retries of a failed request (default 4)."),
+    ] = None,
+    request_timeout: Annotated[
+        float | None,
+        typer.Option(help="API models: seconds before one request times out (default 60)."),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Score a model in a frozen env: every held-out input x K rollouts."""
+    """Score a model in a frozen env: every held-out input x K rollouts.
+
+    Exit 1 (after writing results and summary) when the run could not produce the scores it
+    promises: a flag with fails_run (infra errors, or the policy, the fixtures, a verifier or
+    the reward model failing on more than half of the rollouts)."""
     if resume and out is None:
         fail("--resume needs --out DIR (the run directory to continue)", 2)
     from rlenv.inputs import parse_where
+
+    retry = ["infra_error"] * retry_errors + ["timeout"] * retry_timeouts
     from rlenv.report.text import format_summary
     from rlenv.runner import run as run_env
 
@@ -112,8 +134,19 @@ def run(
             where=parse_where(where or []),
             group_by=group_by,
             baseline=baseline,
+            retry=retry,
+            retries=retries,
+            request_timeout=request_timeout,
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})
     else:
         typer.echo(format_summary(result.summary, result.run_dir))
+    if result.failures:
+        first = result.failures[0]
+        more = f" (and {len(result.failures) - 1} more flags)" if len(result.failures) > 1 else ""
+        fail(
+            f"the run could not produce the scores it promises: {first['name']}:"
+            f" {first['message']}{more}; results and summary are in {result.run_dir}",
+            1,
+        )

@@ -1,7 +1,10 @@
-"""Warnings worth a line each, and the one rule for greedy decoding.
+"""Warnings worth a line each, the one rule for greedy decoding, and the one rule for a run
+that could not produce its scores.
 
-Every flag is a dict ``{"name", "message", "value", "threshold"}``: what was seen, the number
-that raised it and the threshold it crossed.
+Every flag is a dict ``{"name", "message", "value", "threshold", "fails_run"}``: what was seen,
+the number that raised it, the threshold it crossed, and whether the run failed (``rlenv run``
+exits 1). A flag about failing env parts also carries ``first_error`` (input, rollout, error,
+traceback).
 """
 
 from __future__ import annotations
@@ -14,6 +17,19 @@ from rlenv.results import Status
 Flag = dict[str, Any]
 NAMED = 10
 """Inputs a flag's message names (every one is in ``diversity.collapsed_inputs``)."""
+
+FAIL_SHARE = 0.5
+"""A part of the env that failed on more than this share of its rollouts fails the run: the
+pass rate (endpoint, policy, fixtures, a verifier) or the reward (reward model) would be a
+measurement of the failure, not of the model."""
+
+# component -> flag name, for the parts whose failure on > FAIL_SHARE fails the run
+_FAILING = {
+    "policy": "policy_failed",
+    "fixtures": "fixture_misses",
+    "verifier": "verifier_failed",
+    "reward model": "reward_model_failed",
+}
 
 
 def flags(
@@ -31,9 +47,15 @@ def flags(
     Warnings worth a line each, from a :func:`compute_all` dict (missing blocks skipped):
     collapse (a share of inputs collapsed), length bias (among equally correct answers, +20 % length
     buys at least ``length_effect`` reward standard deviations AND a permutation test gives
-    p <= ``length_alpha``), high reward-hacking suspect rate, negative mean KL, infra errors.
-    ``collapse`` is never raised under greedy decoding (``decoding`` temperature 0), where
-    identical rollouts are expected."""
+    p <= ``length_alpha``), high reward-hacking suspect rate, negative mean KL, infra errors,
+    then the env's failing parts (``errors`` block). ``collapse`` is never raised under greedy
+    decoding (``decoding`` temperature 0), where identical rollouts are expected.
+
+    A run fails (``fails_run``) when the endpoint (infra errors), the policy, the fixtures
+    (misses), a verifier or the reward model failed on more than :data:`FAIL_SHARE` of the
+    rollouts it served. A tool that failed on every call is flagged but does not fail the run
+    (a tool raising is answered to the model: its way to say no)."""
+    rows = {row["component"]: row for row in summary_metrics.get("errors") or []}
     found = [
         None if is_greedy(decoding or {}) else _collapse(summary_metrics.get("diversity") or {}),
         _length_bias(
@@ -41,9 +63,10 @@ def flags(
         ),
         _suspect_rate(summary_metrics.get("disagreements") or {}, suspect_threshold),
         _negative_kl(summary_metrics.get("kl") or {}),
-        _infra_errors(summary_metrics.get("counts") or {}),
+        _infra_errors(summary_metrics.get("counts") or {}, rows.get("endpoint")),
     ]
-    return [flag for flag in found if flag is not None]
+    found += [_failing_part(row) for row in rows.values() if row["component"] != "endpoint"]
+    return [{"fails_run": False, **flag} for flag in found if flag is not None]
 
 
 def is_greedy(decoding: Mapping[str, Any]) -> bool:
@@ -115,13 +138,54 @@ def _negative_kl(kl: Mapping[str, Any]) -> Flag | None:
     return None
 
 
-def _infra_errors(counts: Mapping[str, Any]) -> Flag | None:
+def _first(row: Mapping[str, Any] | None) -> str:
+    first = (row or {}).get("first")
+    if not first:
+        return ""
+    return f"; first (input {first['input_id']}, rollout {first['rollout']}): {first['error']}"
+
+
+def _infra_errors(counts: Mapping[str, Any], row: Mapping[str, Any] | None) -> Flag | None:
     infra = counts.get(Status.INFRA_ERROR, 0)
     if not infra:
         return None
-    return {
+    flag: Flag = {
         "name": "infra_errors",
-        "message": f"{infra} rollouts failed on infrastructure (excluded from scores)",
+        "message": f"{infra} rollouts failed on infrastructure (excluded from scores)"
+        + _first(row),
         "value": infra,
         "threshold": 0,
+    }
+    if row is not None:
+        flag["fails_run"] = row["share"] > FAIL_SHARE
+        flag["first_error"] = row["first"]
+    return flag
+
+
+def _failing_part(row: Mapping[str, Any]) -> Flag | None:
+    """A part of the env failing on more than FAIL_SHARE of its rollouts (a tool: on every
+    call), with its first error."""
+    component = str(row["component"])
+    kind = component.split(" ", 1)[0] if component.startswith(("tool ", "verifier ")) else None
+    described = f"{component} failed on {row['failed']} of {row['of']} {row['unit']}" + _first(row)
+    if kind == "tool":
+        if row["failed"] < row["of"]:
+            return None
+        return {
+            "name": "tool_failed",
+            "message": described,
+            "value": row["share"],
+            "threshold": 1.0,
+            "first_error": row["first"],
+        }
+    name = _FAILING.get(kind or component)
+    if name is None or row["share"] <= FAIL_SHARE:
+        return None
+    return {
+        "name": name,
+        "message": described,
+        "value": row["share"],
+        "threshold": FAIL_SHARE,
+        "fails_run": True,
+        "first_error": row["first"],
     }

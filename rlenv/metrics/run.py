@@ -23,6 +23,7 @@ from rlenv.metrics._records import (
     _scored,
 )
 from rlenv.metrics.alignment import alignment_gap
+from rlenv.metrics.errors import errors
 from rlenv.metrics.flagging import flags
 from rlenv.metrics.length import length_bias
 from rlenv.metrics.similarity import diversity
@@ -400,6 +401,7 @@ def compute_all(
         "sample_efficiency": sample_efficiency(records),
         "kl": _kl_block(records),
         "alignment": alignment_gap(records, human) if human is not None else None,
+        "errors": errors(records),
     }
     summary["flags"] = flags(summary, decoding)
     clean: dict[str, Any] = _jsonable(summary)

@@ -156,6 +156,21 @@ class OpenAIProvider:
             (unquote(parts.username), unquote(parts.password or "")) if parts.username else None
         )
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        # what an error message must never carry into a record or summary.json: the key, the
+        # URL's password and its secret-named query values (a server may echo the URL back)
+        self._secrets = sorted(
+            {
+                value
+                for value in [
+                    self.api_key,
+                    self._basic_auth[1] if self._basic_auth else None,
+                    *(v for n, v in parse_qsl(parts.query) if _SECRET_QUERY.search(n)),
+                ]
+                if value and len(value) >= 4
+            },
+            key=len,
+            reverse=True,
+        )
         if max_retries < 0:
             raise UserError("openai: max_retries must be >= 0")
         self.max_retries = max_retries
@@ -187,6 +202,14 @@ class OpenAIProvider:
     def endpoints(self) -> list[tuple[str, int]]:
         parts = urlsplit(self.base_url)
         return [(str(parts.hostname), parts.port or _DEFAULT_PORTS[parts.scheme])]
+
+    def _redact(self, text: str) -> str:
+        """An error message without the provider's secrets (raw or URL-encoded)."""
+        from urllib.parse import quote
+
+        for secret in self._secrets:
+            text = text.replace(secret, "REDACTED").replace(quote(secret, safe=""), "REDACTED")
+        return text
 
     # -- the HTTP client -----------------------------------------------------------------
 
@@ -272,7 +295,9 @@ class OpenAIProvider:
             except _Transient as failure:
                 if attempt + 1 >= attempts:
                     raise InfraError(
-                        f"openai: {failure.what} after {attempts} attempts: {failure.detail}"
+                        self._redact(
+                            f"openai: {failure.what} after {attempts} attempts: {failure.detail}"
+                        )
                     ) from None
                 if failure.retry_after is not None:
                     wait = min(failure.retry_after, self.retry_after_cap)
@@ -312,8 +337,10 @@ class OpenAIProvider:
             )
         if not 200 <= status < 300:
             raise InfraError(
-                f"openai: the server rejected the request (HTTP {status}, not retried):"
-                f" {_server_message(response.content)}"
+                self._redact(
+                    f"openai: the server rejected the request (HTTP {status}, not retried):"
+                    f" {_server_message(response.content)}"
+                )
             )
         try:
             data = json.loads(response.content)

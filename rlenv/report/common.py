@@ -180,6 +180,22 @@ def format_flags(flags: Iterable[Mapping[str, Any]]) -> list[str]:
     return [format_flag(flag) for flag in flags]
 
 
+def format_errors(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Terminal lines for a run's errors block: per failing part, how often and the first
+    error with the env's frames under it, e.g. ``reward model: 40 of 40 rollouts; first
+    (input a, rollout 0): KeyError: 'b'`` then ``  at my_env/rm.py:3 in score: ...``."""
+    lines = []
+    for row in rows:
+        first = row.get("first") or {}
+        lines.append(
+            f"{row.get('component')}: {row.get('failed')} of {row.get('of')} {row.get('unit')};"
+            f" first (input {first.get('input_id')}, rollout {first.get('rollout')}):"
+            f" {first.get('error')}"
+        )
+        lines += [f"  at {frame}" for frame in first.get("traceback") or []]
+    return lines
+
+
 def flatten_scalars(value: Any, prefix: str = "") -> dict[str, float]:
     """Every scalar number in a nested dict as ``{"a/b/c": float}`` (bools as 0/1); lists and
     None are left out. Tag parts are made safe for TensorBoard/W&B (pass@k -> pass_at_k)."""

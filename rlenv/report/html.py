@@ -83,6 +83,7 @@ def report_run(
         "report": str(target / "report.html"),
         "metrics": str(target / "metrics.json"),
         "flags": diagnostics.get("flags") or [],
+        "errors": diagnostics.get("errors") or [],
         "suspects": (diagnostics.get("disagreements") or {}).get("high_reward_failed") or [],
         "collapsed_inputs": (diagnostics.get("diversity") or {}).get("collapsed_inputs") or [],
         "warnings": run.warnings,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rlenv.report.common import format_flags
+from rlenv.report.common import format_errors, format_flags
 
 
 def _fmt(value: Any) -> str:
@@ -74,6 +74,8 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
         lines.append(f"WARN     {hazard.get('name')}: {hazard.get('message')}")
     if summary.get("fixtures"):
         lines.append("fixtures " + "  ".join(f"{k} {v}" for k, v in summary["fixtures"].items()))
+    for index, line in enumerate(format_errors(summary.get("errors") or [])):
+        lines.append(("errors   " if index == 0 else "         ") + line)
     for line in format_flags(summary.get("flags") or []):
         lines.append(f"FLAG     {line}")
     lines.append(f"digest   {summary['digest']}")

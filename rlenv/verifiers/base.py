@@ -29,15 +29,19 @@ class VerifierResult:
     passed: bool
     score: float
     detail: str | None = None
+    traceback: list[str] | None = None  # the env's frames when the verifier itself raised
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        result: dict[str, Any] = {
             "name": self.name,
             "type": self.type,
             "passed": self.passed,
             "score": self.score,
             "detail": self.detail,
         }
+        if self.traceback:  # only on a verifier error: other results stay as they were
+            result["traceback"] = self.traceback
+        return result
 
 
 Check = Callable[[VerifierContext], tuple[bool, float, str | None]]

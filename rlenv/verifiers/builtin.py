@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlenv.canonical import sha256_file
-from rlenv.errors import FixtureMiss, UserError, VerifierCrash
+from rlenv.errors import FixtureMiss, UserError, VerifierCrash, env_frames
 from rlenv.providers.base import import_ref
+from rlenv.results import VERIFIER_ERROR
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value
 
@@ -234,17 +235,19 @@ class BuiltVerifier:
         self.check = _BUILDERS[config.type](config)
 
     def __call__(self, context: VerifierContext) -> VerifierResult:
+        frames: list[str] | None = None
         try:
             passed, score, detail = _checked_output(*self.check(context))
         except FixtureMiss as exc:  # a judge reply never recorded: no verdict can be given
             raise VerifierCrash(f"verifier {self.config.label}: {exc}") from None
         except Exception as exc:  # a verifier that crashes fails the rollout, not the run
-            passed, score, detail = False, 0.0, f"verifier error: {type(exc).__name__}: {exc}"
+            passed, score, detail = False, 0.0, f"{VERIFIER_ERROR}{type(exc).__name__}: {exc}"
+            frames = env_frames(exc)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt: status verifier_error
             raise VerifierCrash(
-                f"verifier {self.config.label}: {type(exc).__name__}: {exc}"
+                f"verifier {self.config.label}: {type(exc).__name__}: {exc}", env_frames(exc)
             ) from None
-        return VerifierResult(self.config.label, self.config.type, passed, score, detail)
+        return VerifierResult(self.config.label, self.config.type, passed, score, detail, frames)
 
 
 def _checked_output(passed: Any, score: Any, detail: Any) -> tuple[bool, float, str | None]:

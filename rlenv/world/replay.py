@@ -198,13 +198,22 @@ class ToolIndex:
         return self
 
     def key_for(self, request: Any) -> str:
-        scrubbed = self.scrubber.url(request.uri)
+        return request_key(request.method, *self.scrubbed(request))
+
+    def scrubbed(self, request: Any) -> tuple[str, Any]:
+        """The request's URL and body with secrets scrubbed, as the index keys them."""
         content_type = ""
         for name, value in (request.headers or {}).items():
             if name.lower() == "content-type":
                 content_type = value[0] if isinstance(value, list) else str(value)
-        body = self.scrubber.body(request.body, content_type)
-        return request_key(request.method, scrubbed, body)
+        return self.scrubber.url(request.uri), self.scrubber.body(request.body, content_type)
+
+    def event(self, outcome: str, request: Any) -> FixtureEvent:
+        """What a request did, named by its scrubbed URL and the digest of its body."""
+        url, body = self.scrubbed(request)
+        canonical = canonical_body(body)
+        digest = hashlib.sha256(canonical).hexdigest() if canonical else ""
+        return FixtureEvent(self.name, outcome, request.method, normalise_url(url), digest)
 
 
 @dataclass
@@ -212,7 +221,8 @@ class FixtureEvent:
     tool: str
     outcome: str  # "hit" | "miss" | "fallback"
     method: str
-    url: str
+    url: str  # normalised, secrets scrubbed
+    body_sha256: str = ""  # of the canonical scrubbed body, as the index keys it ("" if none)
 
 
 def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
@@ -264,21 +274,28 @@ def make_replay_cassette_class() -> type:
             self._last = (request, outcome, response)
             return outcome, response
 
+        def _event(self, outcome: str, request: Any) -> FixtureEvent:
+            index = self.indexes.get(self.current or "")
+            if index is None:  # a tool without a cassette: its request has nothing to match
+                url = normalise_url(request.uri)
+                return FixtureEvent(self.current or "?", outcome, request.method, url)
+            return index.event(outcome, request)
+
         def can_play_response_for(self, request: Any) -> bool:
             outcome, response = self._lookup(request)
             if response is None:
-                self.events.append(
-                    FixtureEvent(self.current or "?", "miss", request.method, request.uri)
-                )
+                event = self._event("miss", request)
+                self.events.append(event)
                 raise FixtureMiss(
-                    f"unrecorded request for tool {self.current!r}: {request.method}"
-                    f" {normalise_url(request.uri)} (record it with `rlenv record`,"
-                    " or declare an on_miss fallback)"
+                    f"unrecorded request for tool {self.current!r}: {event.method} {event.url}"
+                    + (f" body sha256:{event.body_sha256[:16]}" if event.body_sha256 else "")
+                    + " (record it with `rlenv record`, or declare an on_miss fallback)"
                 )
             return True
 
         def play_response(self, request: Any) -> dict[str, Any]:
             outcome, response = self._lookup(request)
+            # a hit or fallback needs no digest: only a miss is reported
             self.events.append(
                 FixtureEvent(self.current or "?", outcome, request.method, request.uri)
             )
