@@ -34,3 +34,15 @@ class FixtureMiss(Exception):
 class VerifierCrash(Exception):
     """A verifier tried to end its process (SystemExit, KeyboardInterrupt or another
     BaseException): the rollout's status is ``verifier_error`` and it does not pass."""
+
+
+class WorkerLost(Exception):
+    """A worker was killed for overrunning ``limits.timeout_s`` or died under a call (env code
+    called ``os._exit``, segfaulted, was SIGKILLed): ``status`` is the rollout's status
+    (``timeout``, or the error status of what was running), ``error`` says what happened. The
+    executor has already replaced the worker."""
+
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error

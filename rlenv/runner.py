@@ -18,7 +18,7 @@ from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.canonical import canonical_bytes
 from rlenv.clock import monotonic, wall_now
 from rlenv.env import Environment, load_environment
-from rlenv.errors import InfraError, UserError
+from rlenv.errors import InfraError, UserError, WorkerLost
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir
 from rlenv.inputs import InputRecord
@@ -27,7 +27,7 @@ from rlenv.providers.registry import resolve_provider
 from rlenv.results import ResultsWriter, RunDigest, iter_results, read_results
 from rlenv.seeding import derive_seed
 from rlenv.version import __version__
-from rlenv.worker import RolloutTask, WorkerConfig, tool_schemas
+from rlenv.worker import RolloutTask, WorkerConfig, lost_record, timeout_message, tool_schemas
 
 DEFAULT_CONCURRENCY = 4
 
@@ -367,15 +367,21 @@ async def _execute(
 ) -> None:
     queue: Iterator[RolloutTask] = iter(tasks)
     finished = 0
+    timeout_s = prepared.loaded.spec.limits.timeout_s
 
     async def consumer() -> None:
         nonlocal finished
         for task in queue:
             started = monotonic()
-            if provider.in_world:
-                record = await executor.run_rollout(task)
-            else:
-                record = await _outside_rollout(prepared, provider, executor, task)
+            try:
+                if provider.in_world:
+                    record = await executor.run_rollout(task, timeout_s)
+                else:
+                    record = await _outside_rollout(prepared, provider, executor, task)
+            except WorkerLost as lost:  # killed for overrunning, or died: the run goes on
+                record = lost_record(
+                    prepared.loaded, prepared.inputs, task, provider.uri, lost.status, lost.error
+                )
             record.setdefault("timing", {})["wall_s"] = round(monotonic() - started, 6)
             writer.write(record)
             finished += 1
@@ -403,7 +409,7 @@ async def _outside_rollout(
     def remaining() -> float:
         left = deadline - monotonic()
         if left <= 0:
-            raise RolloutTimeout(f"rollout exceeded {spec.limits.timeout_s}s")
+            raise RolloutTimeout(timeout_message(spec.limits.timeout_s))
         return left
 
     async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
@@ -419,20 +425,23 @@ async def _outside_rollout(
         try:
             return await asyncio.wait_for(provider.complete(request), remaining())
         except TimeoutError:
-            raise RolloutTimeout(f"rollout exceeded {spec.limits.timeout_s}s") from None
+            raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
 
     async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
         number = counters.get(turn, 0)
         counters[turn] = number + 1
-        remaining()
-        return await executor.tool(task, call, turn, number)
+        return await executor.tool(task, call, turn, number, remaining())
 
     await executor.prepare(task)
     try:
         trajectory = await rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
     except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
         trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
-    return await executor.finish(task, trajectory, provider.uri)
+    left = deadline - monotonic()
+    if left <= 0:  # the worker makes the timeout record (and removes the workdir)
+        trajectory = Trajectory(messages=messages, status="timeout")
+    # grading is part of the rollout's time (a timed-out rollout is not graded)
+    return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))
 
 
 def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
