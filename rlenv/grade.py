@@ -20,7 +20,7 @@ from rlenv.errors import UserError, WorkerLost
 from rlenv.executors.local import LocalExecutor
 from rlenv.files import atomic_write
 from rlenv.results import encode_line, order_key
-from rlenv.runner import _cache_dir, _pretty, build_summary
+from rlenv.runner import _cache_dir, _pretty, build_summary, weak_sandbox_allowed
 from rlenv.worker import WorkerConfig, late_grade_lost
 
 
@@ -33,8 +33,13 @@ class GradeResult:
 
 
 def grade(
-    run_dir: str | Path, *, grader_cache: bool | Path = True, workers: int = 2
+    run_dir: str | Path,
+    *,
+    grader_cache: bool | Path = True,
+    workers: int = 2,
+    allow_weak_sandbox: bool = False,
 ) -> GradeResult:
+    """Run the verifiers a run deferred; `allow_weak_sandbox` as in `rlenv.runner.run`."""
     run_path = Path(run_dir)
     meta_path = run_path / "run.json"
     results_path = run_path / "results.jsonl"
@@ -75,6 +80,7 @@ def grade(
                 spec_path=str(prepared.loaded.path),
                 work_root=str(work_root),
                 cache_dir=_cache_dir(grader_cache),
+                allow_weak_sandbox=allow_weak_sandbox or weak_sandbox_allowed(),
             )
             executor = LocalExecutor(config, min(workers, len(pending)))
             try:

@@ -43,14 +43,19 @@ def build_reward_model(
         reward_model_files(uri, root)
         loaded: list[Any] = []
 
-        def score_uri(context: RewardContext) -> float:
+        def load() -> Any:
             if not loaded:
                 loaded.append(load_reward_model(uri, root))
-            value = float(loaded[0](context.prompt, context.answer or ""))
+            return loaded[0]
+
+        def score_uri(context: RewardContext) -> float:
+            value = float(load()(context.prompt, context.answer or ""))
             if not math.isfinite(value):
                 raise ValueError(f"reward model returned {value}")
             return value
 
+        # a worker loads it when it starts: loading is not the rollout's time
+        score_uri.preload = load  # type: ignore[attr-defined]
         return score_uri
     assert config.function is not None
     function = import_ref(config.function, what="reward_model.function")

@@ -81,6 +81,7 @@ def run(
     grader_cache: bool | Path = True,
     executor: str = "local",
     address: str | None = None,
+    allow_weak_sandbox: bool = False,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
 
@@ -90,6 +91,10 @@ def run(
 
     With `record_dir` (used by `rlenv record`) tools reach the live network through recording
     cassettes in that directory, one worker at a time (vcrpy is not safe to share).
+
+    `allow_weak_sandbox` (or RLENV_ALLOW_WEAK_SANDBOX=1) lets code verifiers run with resource
+    limits only where no namespace sandbox works; there it changes results, so run.json records
+    it (and `--resume` must give it again).
     """
     _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
     prepared = load_environment(
@@ -120,6 +125,9 @@ def run(
         "deferred_expensive": defer_expensive,
         "executor": executor,
     }
+    weak = allow_weak_sandbox or weak_sandbox_allowed()
+    if weak and meta["world"]["sandbox"] == "rlimits":
+        meta["allow_weak_sandbox"] = True
     with _run_dir_lock(run_dir, resume):
         done = _open_run_dir(run_dir, meta, resume)
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
@@ -127,6 +135,7 @@ def run(
         work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
         try:
             config = _worker_config(prepared, provider, work_root, record_dir, meta, grader_cache)
+            config.allow_weak_sandbox = weak
             _run_tasks(
                 prepared,
                 provider,
@@ -193,6 +202,13 @@ def _first_difference(earlier: Any, now: Any, path: str = "") -> str | None:
     if canonical_bytes(earlier) != canonical_bytes(now):
         return path.rstrip(".") or "run.json"
     return None
+
+
+def weak_sandbox_allowed() -> bool:
+    """RLENV_ALLOW_WEAK_SANDBOX=1 is set (the same as --allow-weak-sandbox)."""
+    from rlenv.verifiers.code import WEAK_SANDBOX_VARIABLE
+
+    return os.environ.get(WEAK_SANDBOX_VARIABLE) == "1"
 
 
 def _check_options(

@@ -71,6 +71,7 @@ class WorkerConfig:
     defer_expensive: bool = False
     cache_dir: str | None = None  # grader cache for expensive verifiers; None: off
     parent_pid: int | None = None  # the orchestrator: a worker dies with it
+    allow_weak_sandbox: bool = False  # code verifiers may run with rlimits only
 
 
 @dataclass
@@ -218,6 +219,10 @@ class WorldRuntime:
         # held for the worker's whole life: the process ends with it
         self._entered = contextlib.ExitStack()
         freeze_environment()
+        if config.allow_weak_sandbox:
+            from rlenv.verifiers.code import WEAK_SANDBOX_VARIABLE
+
+            os.environ[WEAK_SANDBOX_VARIABLE] = "1"  # read by the code verifiers, in this worker
         self.loaded = load_spec(config.spec_path)
         spec = self.loaded.spec
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
@@ -251,6 +256,12 @@ class WorldRuntime:
         if not config.live_tools:
             netguard.install(config.allowed_endpoints)
         signal.signal(signal.SIGALRM, _alarm)
+        # in the world, but before any rollout's timer: an embedding model or a checkpoint can
+        # take longer to load than limits.timeout_s allows a rollout
+        preload = getattr(self.reward, "preload", None)
+        if preload is not None:
+            with contextlib.suppress(Exception):  # it fails again, as reward_error, when used
+                preload()
 
     def _load_tools(self) -> None:
         import jsonschema

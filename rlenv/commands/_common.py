@@ -33,6 +33,14 @@ RolloutsOpt = Annotated[int | None, typer.Option(min=1, help="Rollouts per input
 LimitOpt = Annotated[int | None, typer.Option(min=1, help="Only the first N inputs.")]
 ConcurrencyOpt = Annotated[int, typer.Option(min=1, help="Rollouts in flight at once.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+WeakSandboxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-weak-sandbox",
+        help="Let code verifiers run with resource limits only when no namespace sandbox works"
+        " (same as RLENV_ALLOW_WEAK_SANDBOX=1): the model's code then sees the host.",
+    ),
+]
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -16,6 +16,7 @@ from rlenv.commands._common import (
     ModelOpt,
     RolloutsOpt,
     SpecArg,
+    WeakSandboxOpt,
     fail,
     handle_errors,
     print_json,
@@ -60,6 +61,7 @@ def run(
         str | None,
         typer.Option(help="Ray cluster: auto, HOST:PORT or ray://HOST:PORT (default: a new one)."),
     ] = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts."""
@@ -85,6 +87,7 @@ def run(
             grader_cache=not no_grader_cache,
             executor=executor.value,
             address=address,
+            allow_weak_sandbox=allow_weak_sandbox,
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})
