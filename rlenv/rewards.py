@@ -54,8 +54,12 @@ def build_reward_model(
                 raise ValueError(f"reward model returned {value}")
             return value
 
-        # a worker loads it when it starts: loading is not the rollout's time
-        score_uri.preload = load  # type: ignore[attr-defined]
+        def preload() -> None:
+            """Load it and score once (libraries import more on first use): a worker does this
+            when it starts, before its clock is frozen; loading is not a rollout's time."""
+            load()([{"role": "user", "content": "warm-up"}], "warm-up")
+
+        score_uri.preload = preload  # type: ignore[attr-defined]
         return score_uri
     assert config.function is not None
     function = import_ref(config.function, what="reward_model.function")

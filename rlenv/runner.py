@@ -110,7 +110,8 @@ def run(
     rollouts_per_input = rollouts or spec.rollouts
     inputs = prepared.inputs[:limit] if limit else prepared.inputs
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
-    meta = {
+    world = world_modes(executor)  # probed now, while this process is small (the probes fork it)
+    meta: dict[str, Any] = {
         "env": {"name": spec.name, "version": spec.version, "fingerprint": prepared.fingerprint},
         "model": provider.identity(),
         "decoding": spec.decoding.model_dump(),
@@ -119,14 +120,13 @@ def run(
         "inputs": len(inputs),
         "reference": reference,
         "spec": str(prepared.loaded.path),
-        # probed now, while this process is small (the probes fork it)
-        "world": world_modes(executor),
+        "world": world,
         "expensive_fraction": expensive_fraction,
         "deferred_expensive": defer_expensive,
         "executor": executor,
     }
     weak = allow_weak_sandbox or weak_sandbox_allowed()
-    if weak and meta["world"]["sandbox"] == "rlimits":
+    if weak and world["sandbox"] == "rlimits":
         meta["allow_weak_sandbox"] = True
     with _run_dir_lock(run_dir, resume):
         done = _open_run_dir(run_dir, meta, resume)

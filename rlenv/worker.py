@@ -251,17 +251,19 @@ class WorldRuntime:
         from rlenv.sandbox import faketime_env
 
         freeze_subprocess_clock(faketime_env(spec.time.isoformat(), "UTC"))
-        if freeze:
-            self._freezer = freeze_python_clock(spec.time)
         if not config.live_tools:
             netguard.install(config.allowed_endpoints)
-        signal.signal(signal.SIGALRM, _alarm)
-        # in the world, but before any rollout's timer: an embedding model or a checkpoint can
-        # take longer to load than limits.timeout_s allows a rollout
+        # Before any rollout's timer (an embedding model or a checkpoint can take longer to
+        # load than limits.timeout_s allows a rollout) and before freezegun swaps the datetime
+        # classes (C extensions built against datetime's C API, e.g. pandas, which the model's
+        # libraries may import, crash when imported under the fake classes).
         preload = getattr(self.reward, "preload", None)
         if preload is not None:
             with contextlib.suppress(Exception):  # it fails again, as reward_error, when used
                 preload()
+        if freeze:
+            self._freezer = freeze_python_clock(spec.time)
+        signal.signal(signal.SIGALRM, _alarm)
 
     def _load_tools(self) -> None:
         import jsonschema
