@@ -395,8 +395,10 @@ async def _execute(
                 else:
                     record = await _outside_rollout(prepared, provider, executor, task)
             except WorkerLost as lost:  # killed for overrunning, or died: the run goes on
+                # (a call's limit may be what was left of the rollout's: name the spec's)
+                error = timeout_message(timeout_s) if lost.status == "timeout" else lost.error
                 record = lost_record(
-                    prepared.loaded, prepared.inputs, task, provider.uri, lost.status, lost.error
+                    prepared.loaded, prepared.inputs, task, provider.uri, lost.status, error
                 )
             record.setdefault("timing", {})["wall_s"] = round(monotonic() - started, 6)
             writer.write(record)
@@ -419,7 +421,6 @@ async def _outside_rollout(
     messages = record.messages(spec.system_prompt)
     schemas = tool_schemas(prepared.loaded)
     decoding = spec.decoding.model_dump()
-    deadline = monotonic() + spec.limits.timeout_s
     counters: dict[int, int] = {}
 
     def remaining() -> float:
@@ -438,8 +439,9 @@ async def _outside_rollout(
             rollout=task.rollout,
             turn=turn,
         )
+        left = remaining()
         try:
-            return await asyncio.wait_for(provider.complete(request), remaining())
+            return await asyncio.wait_for(provider.complete(request), left)
         except TimeoutError:
             raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
 
@@ -449,6 +451,7 @@ async def _outside_rollout(
         return await executor.tool(task, call, turn, number, remaining())
 
     await executor.prepare(task)
+    deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
     try:
         trajectory = await rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
     except InfraError as exc:  # pragma: no cover - rollout_loop classifies these

@@ -7,11 +7,14 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
+from rlenv.runner import run
 from tests.conftest import RLENV, EnvBuilder, cli, read_jsonl, sha256
 
 LIMITS = {"timeout_s": 1}
@@ -296,3 +299,63 @@ def test_workers_die_with_the_orchestrator(env_builder: EnvBuilder, tmp_path: Pa
         for pid in leftover:
             os.kill(pid, signal.SIGKILL)
     assert not leftover, "workers outlived the SIGKILLed orchestrator"
+
+
+OUTSIDE_TOOLS = """
+import signal, time
+
+def search(args, ctx):
+    if args["query"].startswith("deaf"):  # the alarm blocked: only the kill stops it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    return "result for " + args["query"]
+
+def check(answer, data, ctx):
+    if data["id"] == "grader_loops":  # the verifier swallows the alarm
+        while True:
+            try:
+                time.sleep(5)
+            except BaseException:
+                pass
+    return answer == "result for say " + data["id"]
+"""
+
+
+def test_overruns_with_the_policy_outside_the_world(
+    chat: Callable[..., Any], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """An HTTP policy: the tool call and the grading run in workers under what is left of the
+    rollout's time; a worker stuck in either is killed, the record is the same timeout record."""
+    server = chat()
+    inputs = [
+        {"id": "a", "prompt": "say a"},
+        {"id": "deaf", "prompt": "deaf tool"},
+        {"id": "grader_loops", "prompt": "say grader_loops"},
+        {"id": "b", "prompt": "say b"},
+    ]
+    spec = env_builder.write(
+        OUTSIDE_TOOLS,
+        inputs=inputs,
+        rollouts=1,
+        # first calls (connection, imports) fall in the rollouts' time: room on a loaded machine
+        limits={"max_turns": 3, "timeout_s": 4},
+        tools=[
+            {
+                "name": "search",
+                "function": "MOD:search",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+            }
+        ],
+        verifiers=[{"type": "python", "function": "MOD:check"}],
+    )
+    result = run(
+        spec, model="openai:tiny", base_url=server.base_url, out=tmp_path / "run", concurrency=2
+    )
+    assert result.summary["counts"] == {"ok": 2, "timeout": 2}
+    records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    assert records["a"]["passed"] is records["b"]["passed"] is True
+    for name in ("deaf", "grader_loops"):
+        assert records[name]["error"] == "rollout exceeded limits.timeout_s (4 s)", name
+        assert records[name]["verifiers"] == [] and records[name]["messages"] == [
+            {"role": "user", "content": inputs[[i["id"] for i in inputs].index(name)]["prompt"]}
+        ]

@@ -181,14 +181,13 @@ class LocalExecutor:
             # overran (no answer within the limit) or died: the worker goes, a fresh one comes
             phase = worker.phase_of(slot.phase)
             if message is None:
-                self._stop(slot)
                 status, error = "timeout", worker.timeout_message(timeout or 0)
             else:
                 status, where = CALLS[name]
                 if phase in worker.PHASE_STATUS:
                     status, where = worker.PHASE_STATUS[phase], phase
                 error = death_error(where, self._death(slot))
-                self._stop(slot)
+            await loop.run_in_executor(self.threads, self._stop, slot)
             if task is not None:  # the rollout's snapshot copy, if the worker left it
                 workdir = Path(self.config.work_root) / f"{task.input_index}-{task.rollout}"
                 shutil.rmtree(workdir, ignore_errors=True)
