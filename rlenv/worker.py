@@ -666,7 +666,7 @@ def _ungraded(config: Any, why: str) -> dict[str, Any]:
     return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
 
 
-# -- process entry points (module-level so a process pool can pickle them) -----------------
+# -- process entry points (module-level: a worker process or a Ray actor calls them) --------
 
 _runtime: WorldRuntime | None = None
 
