@@ -359,3 +359,38 @@ def test_overruns_with_the_policy_outside_the_world(
         assert records[name]["verifiers"] == [] and records[name]["messages"] == [
             {"role": "user", "content": inputs[[i["id"] for i in inputs].index(name)]["prompt"]}
         ]
+
+
+LATE = """
+import signal, time
+
+def policy(messages, tools, ctx):
+    return messages[-1]["content"].split()[-1]
+
+def slow_check(answer, data, ctx):
+    if answer == "a":  # deaf to the alarm: only the kill stops it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    return True
+"""
+
+
+def test_a_late_verifier_that_overruns_is_killed_by_grade(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write(
+        LATE,
+        rollouts=1,
+        limits=LIMITS,
+        verifiers=[{"type": "python", "function": "MOD:slow_check", "cost": "expensive"}],
+    )
+    out = tmp_path / "run"
+    first = cli("run", str(spec), "--out", str(out), "--json", "--defer-expensive")
+    assert first.returncode == 0, first.stderr[-2000:]
+    graded = cli("grade", str(out), "--json", "--no-grader-cache")
+    assert graded.returncode == 0, graded.stderr[-2000:]
+    records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert records["a"]["status"] == "timeout" and records["a"]["passed"] is False
+    assert records["a"]["verifiers"][0]["detail"] == "not graded: timeout"
+    assert records["b"]["status"] == "ok" and records["b"]["passed"] is True
+    assert cli("check", str(out)).returncode == 0
