@@ -13,8 +13,10 @@ from typing import Any, Protocol
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.worker import RolloutTask
 
-START_TIMEOUT_S = 300.0
-"""How long a (replacement) worker may take to enter the frozen world."""
+START_TIMEOUT_S = 1800.0
+"""How long a (replacement) worker may take to enter the frozen world (loading a reward model
+included): generous, a loaded 2-core machine took over 5 minutes to load MiniLM in two
+workers at once; a worker that dies while starting is reported at once."""
 
 
 CALLS = {
