@@ -108,3 +108,15 @@ def env_frames(exc: BaseException, limit: int = TRACEBACK_FRAMES) -> list[str]:
         code = linecache.getline(filename, lineno).strip()
         frames.append(f"{shown}:{lineno} in {frame.f_code.co_name}" + (f": {code}" if code else ""))
     return frames[-limit:]
+
+
+class WorkerLost(Exception):
+    """A worker was killed for overrunning ``limits.timeout_s`` or died under a call (env code
+    called ``os._exit``, segfaulted, was SIGKILLed): ``status`` is the rollout's status
+    (``timeout``, or the error status of what was running), ``error`` says what happened. The
+    executor has already replaced the worker."""
+
+    def __init__(self, status: str, error: str) -> None:
+        super().__init__(error)
+        self.status = status
+        self.error = error

@@ -16,12 +16,12 @@ from typing import Any
 
 from rlenv.check import read_verified
 from rlenv.env import load_environment
-from rlenv.errors import UserError
+from rlenv.errors import UserError, WorkerLost
 from rlenv.executors.local import LocalExecutor
 from rlenv.files import atomic_write
 from rlenv.results import encode_line, order_key
-from rlenv.runner import _cache_dir, _pretty, build_summary
-from rlenv.worker import WorkerConfig
+from rlenv.runner import _cache_dir, _pretty, build_summary, weak_sandbox_allowed
+from rlenv.worker import WorkerConfig, late_grade_lost
 
 
 @dataclass
@@ -33,8 +33,13 @@ class GradeResult:
 
 
 def grade(
-    run_dir: str | Path, *, grader_cache: bool | Path = True, workers: int = 2
+    run_dir: str | Path,
+    *,
+    grader_cache: bool | Path = True,
+    workers: int = 2,
+    allow_weak_sandbox: bool = False,
 ) -> GradeResult:
+    """Run the verifiers a run deferred; `allow_weak_sandbox` as in `rlenv.runner.run`."""
     run_path = Path(run_dir)
     meta_path = run_path / "run.json"
     results_path = run_path / "results.jsonl"
@@ -76,10 +81,12 @@ def grade(
                 spec_path=str(prepared.loaded.path),
                 work_root=str(work_root),
                 cache_dir=_cache_dir(grader_cache),
+                allow_weak_sandbox=allow_weak_sandbox or weak_sandbox_allowed(),
             )
             executor = LocalExecutor(config, min(workers, len(pending)))
             try:
-                graded = asyncio.run(_grade_all(executor, pending))
+                timeout_s = prepared.loaded.spec.limits.timeout_s
+                graded = asyncio.run(_grade_all(executor, pending, timeout_s))
             finally:
                 executor.close()
         finally:
@@ -97,5 +104,16 @@ def grade(
     return GradeResult(len(pending), hits, misses, summary)
 
 
-async def _grade_all(executor: LocalExecutor, records: list[dict[str, Any]]) -> list[Any]:
-    return list(await asyncio.gather(*(executor.grade(record) for record in records)))
+async def _grade_all(
+    executor: LocalExecutor, records: list[dict[str, Any]], timeout_s: float
+) -> list[Any]:
+    """Each record's deferred verifiers, within `limits.timeout_s` (a worker that overruns is
+    killed and replaced, and that record's verdict says so: see `late_grade_lost`)."""
+
+    async def one(record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+        try:
+            return await executor.grade(record, timeout_s)
+        except WorkerLost as lost:
+            return late_grade_lost(record, lost.status, lost.error), 0, 0
+
+    return list(await asyncio.gather(*(one(record) for record in records)))

@@ -28,7 +28,9 @@ class Status(StrEnum):
     MAX_TURNS = "max_turns"
     """No final answer within ``limits.max_turns`` model turns."""
     TIMEOUT = "timeout"
-    """The rollout exceeded ``limits.timeout_s``."""
+    """The rollout (policy, tools, verifiers, reward model) exceeded ``limits.timeout_s``:
+    stopped by the in-worker alarm or, past a grace, by killing its worker. Not graded; only
+    the prompt is kept (``rlenv.worker.lost_record``)."""
     MODEL_ERROR = "model_error"
     """The model answered, but in a form the environment cannot use."""
     INFRA_ERROR = "infra_error"
@@ -37,16 +39,23 @@ class Status(StrEnum):
     """A tool made a request that was never recorded, and the spec declares no fallback."""
     POLICY_ERROR = "policy_error"
     """A python policy (run inside the frozen world) raised, exited (``sys.exit``), was
-    interrupted (``KeyboardInterrupt``), or its worker died (``os._exit``)."""
+    interrupted (``KeyboardInterrupt``), or its worker died under it (``os._exit``, a segfault,
+    SIGKILL; also a death between parts, or of a Ray actor under a whole rollout)."""
     TOOL_ERROR = "tool_error"
     """A tool tried to end its process (``SystemExit``, ``KeyboardInterrupt``, any other
-    ``BaseException``). A tool raising an ``Exception`` is answered to the model instead."""
+    ``BaseException``) or its worker died under it. A tool raising an ``Exception`` is answered
+    to the model instead."""
     VERIFIER_ERROR = "verifier_error"
-    """A verifier tried to end its process; the rollout does not pass. A verifier raising an
-    ``Exception`` only fails that verifier (``detail``: ``verifier error: ...``)."""
+    """A verifier tried to end its process or its worker died under it; the rollout does not
+    pass. A verifier raising an ``Exception`` only fails that verifier (``detail``:
+    ``verifier error: ...``)."""
     REWARD_ERROR = "reward_error"
     """The reward model tried to end its process; ``reward`` is null. A reward model raising an
-    ``Exception`` only sets ``reward_error`` and keeps the status."""
+    ``Exception`` only sets ``reward_error`` and keeps the status. If its worker died, nothing
+    of the rollout is kept and it does not pass.
+
+    A worker's death is never ``infra_error``: env code must not be able to take its rollout
+    out of the scores by killing its worker."""
 
 
 VERIFIER_ERROR = "verifier error: "

@@ -43,14 +43,23 @@ def build_reward_model(
         reward_model_files(uri, root)
         loaded: list[Any] = []
 
-        def score_uri(context: RewardContext) -> float:
+        def load() -> Any:
             if not loaded:
                 loaded.append(load_reward_model(uri, root))
-            value = float(loaded[0](context.prompt, context.answer or ""))
+            return loaded[0]
+
+        def score_uri(context: RewardContext) -> float:
+            value = float(load()(context.prompt, context.answer or ""))
             if not math.isfinite(value):
                 raise ValueError(f"reward model returned {value}")
             return value
 
+        def preload() -> None:
+            """Load it and score once (libraries import more on first use): a worker does this
+            when it starts, before its clock is frozen; loading is not a rollout's time."""
+            load()([{"role": "user", "content": "warm-up"}], "warm-up")
+
+        score_uri.preload = preload  # type: ignore[attr-defined]
         return score_uri
     assert config.function is not None
     function = import_ref(config.function, what="reward_model.function")

@@ -20,7 +20,7 @@ from rlenv.canonical import canonical_bytes
 from rlenv.check import read_baseline
 from rlenv.clock import monotonic, wall_now
 from rlenv.env import Environment, load_environment, policy_sources
-from rlenv.errors import InfraError, RunFailed, UserError
+from rlenv.errors import InfraError, RunFailed, UserError, WorkerLost
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir
 from rlenv.inputs import InputRecord, select
@@ -30,7 +30,7 @@ from rlenv.results import ResultsWriter, RunDigest, iter_results, read_results
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.version import __version__
-from rlenv.worker import RolloutTask, WorkerConfig, tool_schemas
+from rlenv.worker import RolloutTask, WorkerConfig, lost_record, timeout_message, tool_schemas
 
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1024  # worker processes at most (one per slot)
@@ -105,6 +105,7 @@ def run(
     retry: Iterable[str] = (),
     retries: int | None = None,
     request_timeout: float | None = None,
+    allow_weak_sandbox: bool = False,
 ) -> RunResult:
     """Run an env against a model; return the run directory and its summary.
 
@@ -126,6 +127,10 @@ def run(
     their earlier records move to RUN_DIR/retried.jsonl. `base_url` may differ on resume (it
     is infrastructure, not the model): run.json keeps every base URL used, without
     credentials. `retries` and `request_timeout` tune an API model's (openai:) client.
+
+    `allow_weak_sandbox` (or RLENV_ALLOW_WEAK_SANDBOX=1) lets code verifiers run with resource
+    limits only where no namespace sandbox works; there it changes results, so run.json records
+    it (and `--resume` must give it again).
     """
     retry = tuple(sorted(set(retry)))
     _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
@@ -144,7 +149,8 @@ def run(
     rollouts_per_input = rollouts or spec.rollouts
     inputs = select(prepared.inputs, ids=ids, where=where, limit=limit)
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
-    meta = {
+    world = world_modes(executor)  # probed now, while this process is small (the probes fork it)
+    meta: dict[str, Any] = {
         "env": {"name": spec.name, "version": spec.version, "fingerprint": prepared.fingerprint},
         "model": _model_identity(prepared, provider, model_uri),
         "decoding": spec.decoding.model_dump(),
@@ -162,8 +168,7 @@ def run(
         "inputs": len(inputs),
         "reference": reference,
         "spec": str(prepared.loaded.path),
-        # probed now, while this process is small (the probes fork it)
-        "world": world_modes(executor),
+        "world": world,
         "expensive_fraction": expensive_fraction,
         "deferred_expensive": defer_expensive,
         "executor": executor,
@@ -171,6 +176,9 @@ def run(
     if group_by:
         meta["group_by"] = group_by
     created = not run_dir.exists()
+    weak = allow_weak_sandbox or weak_sandbox_allowed()
+    if weak and world["sandbox"] == "rlimits":
+        meta["allow_weak_sandbox"] = True
     with _run_dir_lock(run_dir, resume):
         done = _open_run_dir(run_dir, meta, resume, retry)
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
@@ -184,6 +192,7 @@ def run(
                         prepared, provider, work_root, record_dir, meta, grader_cache
                     )
                     config.service_routes = dict(service_routes or {})
+                    config.allow_weak_sandbox = weak
                     _run_tasks(
                         prepared,
                         provider,
@@ -300,6 +309,13 @@ def _first_difference(earlier: Any, now: Any, path: str = "") -> str | None:
     if canonical_bytes(earlier) != canonical_bytes(now):
         return path.rstrip(".") or "run.json"
     return None
+
+
+def weak_sandbox_allowed() -> bool:
+    """RLENV_ALLOW_WEAK_SANDBOX=1 is set (the same as --allow-weak-sandbox)."""
+    from rlenv.verifiers.code import WEAK_SANDBOX_VARIABLE
+
+    return os.environ.get(WEAK_SANDBOX_VARIABLE) == "1"
 
 
 def _check_options(
@@ -577,15 +593,23 @@ async def _execute(
 ) -> None:
     queue: Iterator[RolloutTask] = iter(tasks)
     finished = 0
+    timeout_s = prepared.loaded.spec.limits.timeout_s
 
     async def consumer() -> None:
         nonlocal finished
         for task in queue:
             started = monotonic()
-            if provider.in_world:
-                record = await executor.run_rollout(task)
-            else:
-                record = await _outside_rollout(prepared, provider, executor, task)
+            try:
+                if provider.in_world:
+                    record = await executor.run_rollout(task, timeout_s)
+                else:
+                    record = await _outside_rollout(prepared, provider, executor, task)
+            except WorkerLost as lost:  # killed for overrunning, or died: the run goes on
+                # (a call's limit may be what was left of the rollout's: name the spec's)
+                error = timeout_message(timeout_s) if lost.status == "timeout" else lost.error
+                record = lost_record(
+                    prepared.loaded, prepared.inputs, task, provider.uri, lost.status, error
+                )
             record.setdefault("timing", {})["wall_s"] = round(monotonic() - started, 6)
             writer.write(record)
             finished += 1
@@ -607,13 +631,12 @@ async def _outside_rollout(
     messages = record.messages(spec.system_prompt, spec.prompt)
     schemas = tool_schemas(prepared.loaded)
     decoding = spec.decoding.model_dump()
-    deadline = monotonic() + spec.limits.timeout_s
     counters: dict[int, int] = {}
 
     def remaining() -> float:
         left = deadline - monotonic()
         if left <= 0:
-            raise RolloutTimeout(f"rollout exceeded {spec.limits.timeout_s}s")
+            raise RolloutTimeout(timeout_message(spec.limits.timeout_s))
         return left
 
     async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
@@ -626,23 +649,28 @@ async def _outside_rollout(
             rollout=task.rollout,
             turn=turn,
         )
+        left = remaining()
         try:
-            return await asyncio.wait_for(provider.complete(request), remaining())
+            return await asyncio.wait_for(provider.complete(request), left)
         except TimeoutError:
-            raise RolloutTimeout(f"rollout exceeded {spec.limits.timeout_s}s") from None
+            raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
 
     async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
         number = counters.get(turn, 0)
         counters[turn] = number + 1
-        remaining()
-        return await executor.tool(task, call, turn, number)
+        return await executor.tool(task, call, turn, number, remaining())
 
     await executor.prepare(task)
+    deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
     try:
         trajectory = await rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
     except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
         trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
-    return await executor.finish(task, trajectory, provider.uri)
+    left = deadline - monotonic()
+    if left <= 0:  # the worker makes the timeout record (and removes the workdir)
+        trajectory = Trajectory(messages=messages, status="timeout")
+    # grading is part of the rollout's time (a timed-out rollout is not graded)
+    return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))
 
 
 def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:

@@ -80,6 +80,7 @@ class WorkerConfig:
     cache_dir: str | None = None  # grader cache for expensive verifiers; None: off
     parent_pid: int | None = None  # the orchestrator: a worker dies with it
     split: str = "heldout"  # "train": tasks index the spec's train_inputs (rlenv.trl)
+    allow_weak_sandbox: bool = False  # code verifiers may run with rlimits only
 
 
 @dataclass
@@ -131,8 +132,96 @@ def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
     ]
 
 
+PHASES = ("idle", "policy", "tool", "verifier", "reward")
+"""What a worker is running, kept where the orchestrator can read it after the worker died."""
+PHASE_STATUS = {
+    "policy": "policy_error",
+    "tool": "tool_error",
+    "verifier": "verifier_error",
+    "reward": "reward_error",
+}
+"""The status of a rollout whose worker died in that phase; a death between phases is the
+policy's (never ``infra_error``: env code must not be able to take its rollout out of the
+scores by killing its worker)."""
+
+_phase_cell: Any = None  # a shared int (multiprocessing.RawValue) when the executor gives one
+_expired = False  # the rollout's alarm fired, even if env code swallowed the exception
+
+
+def set_phase(name: str) -> None:
+    if _phase_cell is not None:
+        _phase_cell.value = PHASES.index(name)
+
+
+def phase_of(cell: Any) -> str:
+    """The phase a (possibly dead) worker last entered, from its shared cell."""
+    value = int(cell.value)
+    return PHASES[value] if 0 <= value < len(PHASES) else "idle"
+
+
 def _alarm(signum: int, frame: Any) -> None:
+    global _expired
+    _expired = True
     raise RolloutTimeout("rollout timed out")
+
+
+@contextlib.contextmanager
+def rollout_timer(seconds: float) -> Any:
+    """The in-worker alarm, the cheap first line of ``limits.timeout_s`` (the orchestrator
+    kills a worker that outlives it: see ``rlenv.executors``)."""
+    global _expired
+    _expired = False
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        set_phase("idle")
+
+
+def timed_out() -> bool:
+    """True once the current rollout's alarm has fired."""
+    return _expired
+
+
+def timeout_message(timeout_s: float) -> str:
+    """The error of every timed-out rollout, however it was stopped (deterministic)."""
+    return f"rollout exceeded limits.timeout_s ({timeout_s:g} s)"
+
+
+def lost_record(
+    loaded: LoadedSpec,
+    inputs: list[InputRecord],
+    task: RolloutTask,
+    model: str,
+    status: str,
+    error: str,
+) -> dict[str, Any]:
+    """The sealed record of a rollout that was stopped (timeout) or whose worker died: nothing
+    of what it did is kept (how far it got depends on timing), it is not graded and does not
+    pass. Made the same way in a worker (the alarm fired) and in the orchestrator (it killed the
+    worker), so the record does not depend on which one stopped it."""
+    record = inputs[task.input_index]
+    messages = record.messages(loaded.spec.system_prompt)
+    return seal(
+        {
+            "input_id": record.id,
+            "input_index": record.index,
+            "rollout": task.rollout,
+            "seed": derive_seed(loaded.spec.seed, record.id, task.rollout),
+            "model": model,
+            "status": status,
+            "error": error,
+            "messages": messages,
+            "tool_calls": [],
+            "answer": None,
+            "verifiers": [],
+            "passed": False,
+            "reward": None,
+            "usage": Trajectory(messages=[]).usage,
+            "world": {},
+        }
+    )
 
 
 class WorldRuntime:
@@ -143,6 +232,10 @@ class WorldRuntime:
         # held for the worker's whole life: the process ends with it
         self._entered = contextlib.ExitStack()
         freeze_environment()
+        if config.allow_weak_sandbox:
+            from rlenv.verifiers.code import WEAK_SANDBOX_VARIABLE
+
+            os.environ[WEAK_SANDBOX_VARIABLE] = "1"  # read by the code verifiers, in this worker
         self.loaded = load_spec(config.spec_path)
         spec = self.loaded.spec
         # tools see each service at its logical URL, whatever the host's environment says
@@ -190,10 +283,18 @@ class WorldRuntime:
         from rlenv.sandbox import faketime_env
 
         freeze_subprocess_clock(faketime_env(spec.time.isoformat(), "UTC"))
-        if freeze:
-            self._freezer = freeze_python_clock(spec.time)
         if not config.live_tools:
             netguard.install(config.allowed_endpoints)
+        # Before any rollout's timer (an embedding model or a checkpoint can take longer to
+        # load than limits.timeout_s allows a rollout) and before freezegun swaps the datetime
+        # classes (C extensions built against datetime's C API, e.g. pandas, which the model's
+        # libraries may import, crash when imported under the fake classes).
+        preload = getattr(self.reward, "preload", None)
+        if preload is not None:
+            with contextlib.suppress(Exception):  # it fails again, as reward_error, when used
+                preload()
+        if freeze:
+            self._freezer = freeze_python_clock(spec.time)
         signal.signal(signal.SIGALRM, _alarm)
 
     def _load_tools(self) -> None:
@@ -259,6 +360,7 @@ class WorldRuntime:
         if errors:
             return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
         workdir = self.workdir_of(task)
+        set_phase("tool")
         seed = derive_seed(self.seed_of(task), "tool", turn, number)
         context = ToolContext(
             seed, seed_everything(seed), record.id, task.rollout, workdir, turn, dict(self.services)
@@ -314,6 +416,7 @@ class WorldRuntime:
         """Run the verifiers in order; expensive ones sampled, deferred or served from cache."""
         results: list[dict[str, Any]] = []
         content: str | None = None
+        set_phase("verifier")
         for verifier in self.verifiers:
             config = verifier.config
             if only is not None and config.label not in only:
@@ -357,17 +460,29 @@ class WorldRuntime:
             record_errors=record_errors(self.loaded),
         )
 
+    def lost(self, task: RolloutTask, model: str, status: str, error: str) -> dict[str, Any]:
+        return lost_record(self.loaded, self.inputs, task, model, status, error)
+
     def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
-        """Verifiers first, reward model second, then the record; the workdir is removed."""
+        """Verifiers first, reward model second, then the record; the workdir is removed.
+        Under the rollout's timer: a rollout whose timer fired (in the policy, a tool, a
+        verifier or the reward model, caught by env code or not) is a timeout record."""
         workdir = self.workdir_of(task)
+        expired = trajectory.status == "timeout"
         try:
-            with contextlib.chdir(workdir):
-                if trajectory.status != "infra_error":
-                    verdict = self._judge(task, trajectory)
-                else:
-                    verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+            if not expired:
+                with contextlib.chdir(workdir):
+                    if trajectory.status != "infra_error":
+                        verdict = self._judge(task, trajectory)
+                    else:
+                        verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+        except RolloutTimeout:
+            expired = True
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+        if expired or timed_out():
+            timeout_s = self.loaded.spec.limits.timeout_s
+            return self.lost(task, model, "timeout", timeout_message(timeout_s))
         for result in verdict.results:
             if result["detail"]:
                 result["detail"] = self.sanitise(result["detail"])
@@ -411,6 +526,7 @@ class WorldRuntime:
             seed=seed,
         )
         if self.reward is not None:
+            set_phase("reward")
             seed_everything(derive_seed(seed, "reward"))
             try:
                 verdict.reward = self.reward(reward_context)
@@ -529,24 +645,28 @@ class WorldRuntime:
         replayed = None
         if hasattr(self.policy, "trajectory"):
             replayed = self.policy.trajectory(record.id, task.rollout)
-        try:  # the timer is armed inside the try: a short one may fire at once
-            signal.setitimer(signal.ITIMER_REAL, spec.limits.timeout_s)
-            if replayed is not None:
-                trajectory = Trajectory(messages=replayed)
-            else:  # a policy crash ends the loop as policy_error, its trajectory kept
-                trajectory = run_sync(
-                    rollout_loop(
-                        messages,
-                        spec.limits.max_turns,
-                        self._model_caller(task),
-                        self._tool_caller(task),
-                    )
-                )
-        except RolloutTimeout:
-            trajectory = Trajectory(messages=messages, status="timeout", error="rollout timed out")
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        return self.finish(task, trajectory, self.config.model_uri or "")
+        # one timer for policy, tools, verifiers and reward model
+        with rollout_timer(spec.limits.timeout_s):
+            try:
+                if replayed is not None:
+                    trajectory = Trajectory(messages=replayed)
+                else:  # a policy crash ends the loop as policy_error, its trajectory kept
+                    try:
+                        trajectory = run_sync(
+                            rollout_loop(
+                                messages,
+                                spec.limits.max_turns,
+                                self._model_caller(task),
+                                self._tool_caller(task),
+                            )
+                        )
+                    except PolicyCrash as exc:
+                        trajectory = Trajectory(
+                            messages=messages, status="policy_error", error=str(exc)
+                        )
+            except RolloutTimeout:
+                trajectory = Trajectory(messages=messages, status="timeout")
+            return self.finish(task, trajectory, self.config.model_uri or "")
 
     def _model_caller(self, task: RolloutTask) -> ModelCall:
         """The in-world policy, called synchronously in the rollout's workdir."""
@@ -566,6 +686,7 @@ class WorldRuntime:
                 turn=turn,
             )
             with contextlib.chdir(workdir):
+                set_phase("policy")
                 try:
                     return self.policy.complete_sync(request)  # type: ignore[no-any-return]
                 except (ModelOutputError, RolloutTimeout, FixtureMiss, ToolCrash):
@@ -644,7 +765,7 @@ def _ungraded(config: Any, why: str) -> dict[str, Any]:
     return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
 
 
-# -- process entry points (module-level so a process pool can pickle them) -----------------
+# -- process entry points (module-level: a worker process or a Ray actor calls them) --------
 
 _runtime: WorldRuntime | None = None
 _start_error: str | None = None
@@ -690,9 +811,21 @@ def _get() -> WorldRuntime:
     return _runtime
 
 
+def _timeout_record(task: RolloutTask, model: str) -> dict[str, Any]:
+    runtime = _get()
+    return runtime.lost(
+        task, model, "timeout", timeout_message(runtime.loaded.spec.limits.timeout_s)
+    )
+
+
 @_cleaned
 def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
-    return _get().run_rollout(task)
+    runtime = _get()
+    try:
+        return runtime.run_rollout(task)
+    except RolloutTimeout:  # the timer fired after grading, while the record was being made
+        shutil.rmtree(runtime.workdir_of(task), ignore_errors=True)
+        return _timeout_record(task, runtime.config.model_uri or "")
 
 
 @_cleaned
@@ -701,26 +834,100 @@ def worker_prepare(task: RolloutTask) -> None:
 
 
 @_cleaned
-def worker_tool(task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+def worker_tool(
+    task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
+) -> ToolOutcome:
+    """One tool call, under what is left of the rollout's time (`timeout` seconds); a tool that
+    swallowed the timer's exception still ends the rollout as a timeout."""
     runtime = _get()
-    signal.setitimer(signal.ITIMER_REAL, runtime.loaded.spec.limits.timeout_s)
-    try:
-        return runtime.call_tool(task, call, turn, number)
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+    with rollout_timer(timeout):
+        outcome = runtime.call_tool(task, call, turn, number)
+        if timed_out():
+            raise RolloutTimeout("rollout timed out")
+        return outcome
 
 
 @_cleaned
-def worker_grade(record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+def worker_grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
     """A record graded late, with the grader-cache hits and misses it took."""
     runtime = _get()
     hits, misses = runtime.cache_counts()
-    updated = runtime.grade_late(record)
+    with rollout_timer(timeout):
+        try:
+            updated = runtime.grade_late(record)
+        except RolloutTimeout:
+            updated = None
+        if updated is None or timed_out():
+            updated = late_grade_lost(record, "timeout", timeout_message(timeout))
     if runtime.cache is None:
         return updated, 0, 0
     return updated, runtime.cache.hits - hits, runtime.cache.misses - misses
 
 
+def late_grade_lost(record: dict[str, Any], status: str, error: str) -> dict[str, Any]:
+    """A record whose late grading was stopped (timeout) or whose worker died: its deferred
+    verifiers stay ungraded, the status says why, and it does not pass."""
+    updated = {key: value for key, value in record.items() if key not in ("grading", "digest")}
+    updated["verifiers"] = [
+        dict(v, detail=f"not graded: {status}") if v["detail"] == PENDING else v
+        for v in record["verifiers"]
+    ]
+    updated.update(status=status, error=error, passed=False)
+    return seal(updated)
+
+
 @_cleaned
-def worker_finish(task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
-    return _get().finish(task, trajectory, model)
+def worker_finish(
+    task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
+) -> dict[str, Any]:
+    try:
+        with rollout_timer(timeout):
+            return _get().finish(task, trajectory, model)
+    except RolloutTimeout:  # the timer fired after grading, while the record was being made
+        shutil.rmtree(_get().workdir_of(task), ignore_errors=True)
+        return _timeout_record(task, model)
+
+
+ENTRY_POINTS = {
+    "run_rollout": worker_run_rollout,
+    "prepare": worker_prepare,
+    "tool": worker_tool,
+    "finish": worker_finish,
+    "grade": worker_grade,
+}
+
+
+def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
+    """A local worker process's life: start the frozen world, then answer one call at a time
+    on `connection` (("ok", value) or ("raise", exception)) until told to stop (None).
+
+    `phase` is a shared int the worker keeps up to date (`set_phase`), read by the orchestrator
+    when the worker died or had to be killed."""
+    global _phase_cell
+    _phase_cell = phase
+    try:
+        init_worker(config)
+    except Exception as exc:
+        connection.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    connection.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = connection.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        name, args = message
+        set_phase("idle")
+        try:
+            reply: tuple[str, Any] = ("ok", ENTRY_POINTS[name](*args))
+        except Exception as exc:  # FixtureMiss, ToolCrash, RolloutTimeout...: the caller's
+            reply = ("raise", exc)
+        except BaseException as exc:  # pragma: no cover - entry points contain env code's
+            reply = ("raise", RuntimeError(f"worker: {_describe(exc)}"))
+        set_phase("idle")
+        try:
+            connection.send(reply)
+        except Exception as exc:  # an exception that does not pickle
+            connection.send(("raise", RuntimeError(f"worker: unpicklable reply: {exc}")))

@@ -133,3 +133,39 @@ def test_python_tests_verifier_in_the_sandbox(
     assert accepted(server) == 0, "nothing from inside the sandbox reached the server"
     again = cli("run", str(spec), "--out", str(tmp_path / "again"), "--json")
     assert json.loads(again.stdout)["digest"] == summary["digest"]
+
+
+DOUBLER = """
+def policy(messages, tools, ctx):
+    return "```python\\nprint(int(input()) * 2)\\n```"
+"""
+
+
+def test_allow_weak_sandbox_flag_on_run_and_resume(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """With only rlimits (forced here by RLENV_SANDBOX), code verifiers refuse to run; the
+    --allow-weak-sandbox flag lets them, is recorded in run.json (it changes results) and must
+    be given again to --resume."""
+    spec = env_builder.write(
+        DOUBLER,
+        inputs=[{"id": "a", "prompt": "double", "tests": [{"stdin": "2", "expected_stdout": "4"}]}],
+        verifiers=[{"type": "program_cases", "expected_field": "tests"}],
+        rollouts=1,
+    )
+    env = {"RLENV_SANDBOX": "rlimits", "RLENV_ALLOW_WEAK_SANDBOX": ""}
+    refused = cli("run", str(spec), "--out", str(tmp_path / "refused"), "--json", env=env)
+    assert refused.returncode == 0, refused.stderr
+    assert json.loads(refused.stdout)["world"]["sandbox"] == "rlimits"
+    detail = read_jsonl(tmp_path / "refused" / "results.jsonl")[0]["verifiers"][0]["detail"]
+    assert "refusing to run model code with no namespace sandbox" in detail
+    assert "--allow-weak-sandbox" in detail
+    assert "allow_weak_sandbox" not in json.loads((tmp_path / "refused" / "run.json").read_text())
+
+    out = tmp_path / "allowed"
+    allowed = cli("run", str(spec), "--out", str(out), "--json", "--allow-weak-sandbox", env=env)
+    assert allowed.returncode == 0, allowed.stderr
+    detail = read_jsonl(out / "results.jsonl")[0]["verifiers"][0]["detail"]
+    assert "refusing" not in detail  # it ran (as root the interpreter may be closed to it)
+    assert json.loads((out / "run.json").read_text())["allow_weak_sandbox"] is True
+    resumed = cli("run", str(spec), "--out", str(out), "--resume", env=env)
+    assert resumed.returncode == 2
+    assert "allow_weak_sandbox" in resumed.stderr and len(resumed.stderr.splitlines()) == 1

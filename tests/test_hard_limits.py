@@ -4,84 +4,212 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
-from tests.conftest import RLENV, EnvBuilder, cli, read_jsonl
+from rlenv.runner import run
+from tests.conftest import RLENV, EnvBuilder, cli, read_jsonl, sha256
 
 LIMITS = {"timeout_s": 1}
 
-ATTACKS = {
-    "verifier_loops": """
-def policy(messages, tools, ctx):
-    return messages[-1]["content"].split()[-1]
+# Each input's id names what its rollout does; "ok0"/"ok1" behave. Timer-proof ones can only be
+# stopped by the orchestrator killing the worker; the others by the in-worker alarm alone.
+OVERRUNS = """
+import ctypes, os, signal, threading, time
 
-def check(answer, data, ctx):
-    while answer == "a":
-        pass
-    return True
-""",
-    "policy_swallows_timeout": """
-import time
-def policy(messages, tools, ctx):
-    word = messages[-1]["content"].split()[-1]
-    while word == "a":
+def misbehave(mode):
+    if mode == "policy_loops":
+        while True:
+            pass
+    if mode == "policy_swallows_timeout":
+        while True:
+            try:
+                time.sleep(5)
+            except BaseException:
+                pass
+    if mode == "policy_swallows_once":  # catches the alarm, then answers as if in time
         try:
             time.sleep(5)
         except BaseException:
             pass
-    return word
-
-def check(answer, data, ctx):
-    return True
-""",
-    "tool_ignores_sigalrm": """
-import signal
-def spin(args, ctx):
-    signal.signal(signal.SIGALRM, signal.SIG_IGN)
-    while True:
-        pass
+    if mode == "policy_blocks_sigalrm":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    if mode == "policy_c_sleep_in_thread":  # a C call in a thread, the main thread deaf
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        worker = threading.Thread(target=lambda: ctypes.CDLL(None).sleep(60))
+        worker.start()
+        worker.join()
+    if mode == "policy_sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "policy_segfault":
+        ctypes.string_at(0)
 
 def policy(messages, tools, ctx):
-    word = messages[-1]["content"].split()[-1]
-    if word == "a" and len(messages) < 3:
-        return {"tool_calls": [{"id": "c", "function": {"name": "spin", "arguments": "{}"}}]}
-    return word
+    mode = messages[-1]["content"].split()[-1] if messages[-1]["role"] == "user" else ""
+    if mode.startswith("policy_"):
+        misbehave(mode)
+    if mode.startswith("tool_"):
+        call = {"id": "c", "function": {"name": "spin", "arguments": "{}"}}
+        return {"content": None, "tool_calls": [call]}
+    return messages[0]["content"].split()[-1]
+
+def spin(args, ctx):
+    if ctx.input_id == "tool_ignores_sigalrm":
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        while True:
+            pass
+    return "done"
 
 def check(answer, data, ctx):
-    return True
-""",
-}
+    if data["id"] == "verifier_loops":
+        while True:
+            pass
+    if data["id"] == "verifier_swallows_timeout":
+        while True:
+            try:
+                time.sleep(5)
+            except BaseException:
+                pass
+    return answer == data["id"]
+
+def reward(prompt, answer, ctx):
+    if ctx.input["id"] == "reward_loops":
+        while True:
+            try:
+                time.sleep(5)
+            except BaseException:
+                pass
+    return 1.0
+"""
+TIMEOUTS = [
+    "policy_loops",
+    "policy_swallows_timeout",
+    "policy_swallows_once",
+    "policy_blocks_sigalrm",
+    "policy_c_sleep_in_thread",
+    "tool_ignores_sigalrm",
+    "verifier_loops",
+    "verifier_swallows_timeout",
+    "reward_loops",
+]
+DEATHS = {"policy_sigkill": "SIGKILL", "policy_segfault": "SIGSEGV"}
+CONTROLS = ["ok0", "ok1"]  # first in the inputs: `--limit 2` runs only them
 
 
-@pytest.mark.xfail(
-    run=False,  # each would hang until the cli timeout (60 s) today
-    reason="issue 12 item 4, not built yet: the orchestrator does not kill an overrunning worker",
-)
-@pytest.mark.parametrize("attack", sorted(ATTACKS))
-def test_overrun_is_killed_and_the_run_goes_on(
-    env_builder: EnvBuilder, tmp_path: Path, attack: str
-) -> None:
-    spec = env_builder.write(
-        ATTACKS[attack],
+def _overrun_env(builder: EnvBuilder) -> Path:
+    builder.root.mkdir(parents=True, exist_ok=True)
+    prompts = builder.root / "prompts.jsonl"
+    prompts.write_text('{"id": "p", "prompt": "unrelated"}\n')
+    modes = CONTROLS + TIMEOUTS + sorted(DEATHS)
+    return builder.write(
+        OVERRUNS,
+        inputs=[{"id": mode, "prompt": f"do {mode}"} for mode in modes],
         rollouts=1,
         limits=LIMITS,
+        tools=[{"name": "spin", "function": "MOD:spin", "parameters": {"type": "object"}}],
         verifiers=[{"type": "python", "function": "MOD:check"}],
-        tools=[{"name": "spin", "function": "MOD:spin", "parameters": {"type": "object"}}]
-        if "spin" in ATTACKS[attack]
-        else [],
+        reward_model={
+            "function": f"{builder.module}:reward",
+            "training_prompts": {"path": "prompts.jsonl", "sha256": sha256(prompts)},
+        },
     )
-    out = tmp_path / "run"
-    result = cli("run", str(spec), "--out", str(out), "--json", "--concurrency", "1", timeout=60)
-    assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def overrun_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict]:
+    """One run of every overrun, two workers at a time (so one overruns while the other
+    works); (spec, run dir, --json summary)."""
+    root = tmp_path_factory.mktemp("overruns")
+    spec = _overrun_env(EnvBuilder(root / "env"))
+    out = root / "run"
+    result = cli("run", str(spec), "--out", str(out), "--json", "--concurrency", "2", timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return spec, out, json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("mode", TIMEOUTS)
+def test_an_overrun_is_a_timeout(overrun_run: tuple[Path, Path, dict], mode: str) -> None:
+    _, out, _ = overrun_run
+    record = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}[mode]
+    assert record["status"] == "timeout", (mode, record["status"], record["error"])
+    # the same record however it was stopped (alarm or kill): nothing timing-dependent
+    assert record["error"] == "rollout exceeded limits.timeout_s (1 s)", mode
+    assert record["passed"] is False and record["answer"] is None, mode
+    assert record["verifiers"] == [] and record["tool_calls"] == [], mode
+    assert record["reward"] is None and record["world"] == {}, mode
+
+
+@pytest.mark.parametrize("mode", sorted(DEATHS))
+def test_a_worker_death_is_an_error_status(overrun_run: tuple[Path, Path, dict], mode: str) -> None:
+    _, out, _ = overrun_run
+    record = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}[mode]
+    assert record["status"] == "policy_error", (mode, record)
+    assert record["error"] == f"the worker process died in the policy (killed by {DEATHS[mode]})"
+    assert record["passed"] is False
+
+
+def test_the_run_goes_on_and_writes_its_summary(overrun_run: tuple[Path, Path, dict]) -> None:
+    _, out, summary = overrun_run
     records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
-    assert records["a"]["status"] == "timeout"
-    assert records["b"]["status"] == "ok" and records["b"]["passed"] is True
-    assert json.loads(result.stdout)["rollouts"] == 2
+    for mode in CONTROLS:
+        assert records[mode]["status"] == "ok" and records[mode]["passed"] is True, mode
+    assert summary["rollouts"] == len(records) == len(CONTROLS) + len(TIMEOUTS) + len(DEATHS)
+    assert summary["counts"] == {
+        "ok": len(CONTROLS),
+        "timeout": len(TIMEOUTS),
+        "policy_error": len(DEATHS),
+    }
+    assert json.loads((out / "summary.json").read_text())["digest"] == summary["digest"]
+
+
+def test_an_overrun_does_not_change_the_other_rollouts(
+    overrun_run: tuple[Path, Path, dict], tmp_path: Path
+) -> None:
+    spec, out, _ = overrun_run
+    clean = tmp_path / "clean"
+    result = cli("run", str(spec), "--out", str(clean), "--json", "--limit", "2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    digests = {r["input_id"]: r["digest"] for r in read_jsonl(out / "results.jsonl")}
+    assert {r["input_id"]: r["digest"] for r in read_jsonl(clean / "results.jsonl")} == {
+        mode: digests[mode] for mode in CONTROLS
+    }
+
+
+def test_resume_after_killed_workers_gives_the_same_digest(
+    overrun_run: tuple[Path, Path, dict], tmp_path: Path
+) -> None:
+    """Drop the records of a killed worker's rollout, a dead worker's and a good one, resume:
+    they are made again, identical, and the run digest is the first run's."""
+    _, out, summary = overrun_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    dropped = {"policy_blocks_sigalrm", "policy_sigkill", "ok1"}
+    lines = (copy / "results.jsonl").read_text().splitlines(keepends=True)
+    kept = [line for line in lines if json.loads(line)["input_id"] not in dropped]
+    (copy / "results.jsonl").write_text("".join(kept))
+    result = cli(
+        "run",
+        "--resume",
+        "--out",
+        str(copy),
+        "--json",
+        "--concurrency",
+        "2",
+        json.loads((out / "run.json").read_text())["spec"],
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["digest"] == summary["digest"]
+    before = {r["input_id"]: r["digest"] for r in read_jsonl(out / "results.jsonl")}
+    after = {r["input_id"]: r["digest"] for r in read_jsonl(copy / "results.jsonl")}
+    assert after == before
 
 
 SPAWNER = """
@@ -171,3 +299,98 @@ def test_workers_die_with_the_orchestrator(env_builder: EnvBuilder, tmp_path: Pa
         for pid in leftover:
             os.kill(pid, signal.SIGKILL)
     assert not leftover, "workers outlived the SIGKILLed orchestrator"
+
+
+OUTSIDE_TOOLS = """
+import signal, time
+
+def search(args, ctx):
+    if args["query"].startswith("deaf"):  # the alarm blocked: only the kill stops it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    return "result for " + args["query"]
+
+def check(answer, data, ctx):
+    if data["id"] == "grader_loops":  # the verifier swallows the alarm
+        while True:
+            try:
+                time.sleep(5)
+            except BaseException:
+                pass
+    return answer == "result for say " + data["id"]
+"""
+
+
+def test_overruns_with_the_policy_outside_the_world(
+    chat: Callable[..., Any], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """An HTTP policy: the tool call and the grading run in workers under what is left of the
+    rollout's time; a worker stuck in either is killed, the record is the same timeout record."""
+    server = chat()
+    inputs = [
+        {"id": "a", "prompt": "say a"},
+        {"id": "deaf", "prompt": "deaf tool"},
+        {"id": "grader_loops", "prompt": "say grader_loops"},
+        {"id": "b", "prompt": "say b"},
+    ]
+    spec = env_builder.write(
+        OUTSIDE_TOOLS,
+        inputs=inputs,
+        rollouts=1,
+        # first calls (connection, imports) fall in the rollouts' time: room on a loaded machine
+        limits={"max_turns": 3, "timeout_s": 4},
+        tools=[
+            {
+                "name": "search",
+                "function": "MOD:search",
+                "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+            }
+        ],
+        verifiers=[{"type": "python", "function": "MOD:check"}],
+    )
+    result = run(
+        spec, model="openai:tiny", base_url=server.base_url, out=tmp_path / "run", concurrency=2
+    )
+    assert result.summary["counts"] == {"ok": 2, "timeout": 2}
+    records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    assert records["a"]["passed"] is records["b"]["passed"] is True
+    for name in ("deaf", "grader_loops"):
+        assert records[name]["error"] == "rollout exceeded limits.timeout_s (4 s)", name
+        assert records[name]["verifiers"] == [] and records[name]["messages"] == [
+            {"role": "user", "content": inputs[[i["id"] for i in inputs].index(name)]["prompt"]}
+        ]
+
+
+LATE = """
+import signal, time
+
+def policy(messages, tools, ctx):
+    return messages[-1]["content"].split()[-1]
+
+def slow_check(answer, data, ctx):
+    if answer == "a":  # deaf to the alarm: only the kill stops it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    return True
+"""
+
+
+def test_a_late_verifier_that_overruns_is_killed_by_grade(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write(
+        LATE,
+        rollouts=1,
+        limits=LIMITS,
+        verifiers=[{"type": "python", "function": "MOD:slow_check", "cost": "expensive"}],
+    )
+    out = tmp_path / "run"
+    first = cli("run", str(spec), "--out", str(out), "--json", "--defer-expensive")
+    assert first.returncode == 0, first.stderr[-2000:]
+    graded = cli("grade", str(out), "--json", "--no-grader-cache")
+    assert graded.returncode == 0, graded.stderr[-2000:]
+    records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert records["a"]["status"] == "timeout" and records["a"]["passed"] is False
+    assert records["a"]["verifiers"][0]["detail"] == "not graded: timeout"
+    assert records["b"]["status"] == "ok" and records["b"]["passed"] is True
+    assert cli("check", str(out)).returncode == 0

@@ -142,11 +142,6 @@ def test_ordinary_exceptions_keep_their_documented_outcomes(
     assert reward["status"] == "ok" and reward["reward"] is None and reward["reward_error"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 12 item 4 (executors/local.py): a dead worker must be replaced and its rollout"
-    " recorded; today the run stops with exit 1 'a frozen-world worker died' (not silent)",
-)
 @pytest.mark.parametrize("part", sorted(PARTS))
 def test_env_code_that_kills_its_worker_is_an_error_status(
     env_builder: EnvBuilder, tmp_path: Path, part: str
@@ -156,6 +151,10 @@ def test_env_code_that_kills_its_worker_is_an_error_status(
     modes = ["ok-none", f"{part}-osexit", "ok-again"]
     _, summary = _run(_env(env_builder, modes), tmp_path / "run")
     records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
-    assert records[f"{part}-osexit"]["status"] in (PARTS[part], "policy_error"), records
+    dead = records[f"{part}-osexit"]
+    assert dead["status"] == PARTS[part], dead
+    assert dead["error"] == f"the worker process died in the {part} (exit code 0)"
+    assert dead["passed"] is False and dead["reward"] is None
     assert records["ok-none"]["status"] == records["ok-again"]["status"] == "ok"
+    assert records["ok-again"]["passed"] is True
     assert summary["rollouts"] == 3

@@ -207,7 +207,9 @@ def test_model_outside_tools_in_actors_match_local(
     records = read_jsonl(on_ray.run_dir / "results.jsonl")
     for record in records:
         if record["input_id"] == "d":
-            assert record["error"] == "rollout timed out"
+            # a timed-out rollout is not graded, whoever stopped it
+            assert record["error"] == "rollout exceeded limits.timeout_s (3 s)"
+            assert record["verifiers"] == [] and record["passed"] is False
         else:
             assert record["answer"] == f"result for say {record['input_id']}"
             expected = record["input_id"] == "a"
@@ -278,3 +280,38 @@ def test_outside_tool_reads_the_frozen_clock_in_both_executors(
         probe.pop("in_ray_actor")
         probes.append(probe)
     assert probes[0] == probes[1]
+
+
+OVERRUN_POLICY = """
+import os, signal, time
+
+def policy(messages, tools, ctx):
+    word = messages[-1]["content"].split()[-1]
+    if word == "deaf":  # the alarm is blocked: only the driver's kill stops it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    if word == "dies":
+        os._exit(0)
+    return word
+"""
+
+
+def test_an_overrunning_or_dead_actor_is_replaced(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """ray.cancel(force=True) is refused for actor tasks: the driver kills the actor past the
+    limit and starts another on its node, over its work root; the timeout record is the local
+    one. An actor that dies is replaced too; its rollout is policy_error (a dead actor's phase
+    and exit code are not known to the driver, so only the status matches the local run)."""
+    words = ("a", "deaf", "dies", "b")
+    inputs = [{"id": word, "prompt": f"say {word}", "answer": word} for word in words]
+    spec = env_builder.write(OVERRUN_POLICY, inputs=inputs, rollouts=1, limits={"timeout_s": 1})
+    local, on_ray = both(spec, tmp_path, concurrency=2)
+    for result in (local, on_ray):
+        assert result.summary["counts"] == {"ok": 2, "timeout": 1, "policy_error": 1}
+    ray_records = {r["input_id"]: r for r in read_jsonl(on_ray.run_dir / "results.jsonl")}
+    local_records = {r["input_id"]: r for r in read_jsonl(local.run_dir / "results.jsonl")}
+    for word in ("a", "deaf", "b"):
+        assert ray_records[word]["digest"] == local_records[word]["digest"], word
+    assert ray_records["deaf"]["error"] == "rollout exceeded limits.timeout_s (1 s)"
+    assert ray_records["a"]["passed"] is ray_records["b"]["passed"] is True
+    assert ray_records["dies"]["error"] == "the worker process died in the rollout"
+    assert local_records["dies"]["error"] == "the worker process died in the policy (exit code 0)"

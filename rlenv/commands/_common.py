@@ -39,6 +39,14 @@ LimitOpt = Annotated[
 ]
 ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=1024, help="Rollouts in flight at once.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+WeakSandboxOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-weak-sandbox",
+        help="Let code verifiers run with resource limits only when no namespace sandbox works"
+        " (same as RLENV_ALLOW_WEAK_SANDBOX=1): the model's code then sees the host.",
+    ),
+]
 
 
 def fail(message: str, code: int) -> NoReturn:

@@ -16,6 +16,7 @@ from rlenv.commands._common import (
     ModelOpt,
     RolloutsOpt,
     SpecArg,
+    WeakSandboxOpt,
     fail,
     handle_errors,
     print_json,
@@ -96,6 +97,7 @@ def run(
         float | None,
         typer.Option(help="API models: seconds before one request times out (default 60)."),
     ] = None,
+    allow_weak_sandbox: WeakSandboxOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a model in a frozen env: every held-out input x K rollouts.
@@ -137,6 +139,7 @@ def run(
             retry=retry,
             retries=retries,
             request_timeout=request_timeout,
+            allow_weak_sandbox=allow_weak_sandbox,
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})

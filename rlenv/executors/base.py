@@ -13,9 +13,43 @@ from typing import Any, Protocol
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.worker import RolloutTask
 
+START_TIMEOUT_S = 1800.0
+"""How long a (replacement) worker may take to enter the frozen world (loading a reward model
+included): generous, a loaded 2-core machine took over 5 minutes to load MiniLM in two
+workers at once; a worker that dies while starting is reported at once."""
+
+
+CALLS = {
+    "run_rollout": ("policy_error", "rollout"),
+    "prepare": ("policy_error", "snapshot copy"),
+    "tool": ("tool_error", "tool call"),
+    "finish": ("verifier_error", "grading"),
+    "grade": ("verifier_error", "grading"),
+}
+"""Per executor call: the status of a rollout whose worker died under it when nothing more
+precise is known (never ``infra_error``: env code must not take its rollout out of the scores
+by killing its worker), and how an error names the call."""
+
+
+def death_error(where: str, how: str | None = None) -> str:
+    """The error of a rollout whose worker died in `where` (a phase or a call's name)."""
+    return f"the worker process died in the {where}" + (f" ({how})" if how else "")
+
+
+def backstop(timeout_s: float) -> float:
+    """How long the orchestrator waits for a call limited to `timeout_s` before it kills the
+    worker: the in-worker alarm stops ordinary overruns at `timeout_s` (cheap: the worker
+    lives on), and the grace leaves it time to make the timeout record first."""
+    return timeout_s + 1.0 + 0.1 * timeout_s
+
 
 class Executor(Protocol):
-    async def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+    """Every call that runs env code is limited: past `backstop(timeout)` the worker is killed
+    (with everything it started) and replaced, and the call raises `rlenv.errors.WorkerLost`
+    (so does a call whose worker died). The runner records such a rollout with
+    `rlenv.worker.lost_record`."""
+
+    async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
         """A whole rollout with the policy inside the world; the sealed record."""
         ...
 
@@ -24,16 +58,20 @@ class Executor(Protocol):
         ...
 
     async def tool(
-        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
+        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
     ) -> ToolOutcome:
         """One tool call of a prepared rollout, in its workdir, under the frozen world."""
         ...
 
-    async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
+    async def finish(
+        self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
+    ) -> dict[str, Any]:
         """Grade a prepared rollout's trajectory; the sealed record (the workdir is removed)."""
         ...
 
-    async def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+    async def grade(
+        self, record: dict[str, Any], timeout: float
+    ) -> tuple[dict[str, Any], int, int]:
         """`rlenv grade`: a record's deferred verifiers run; with grader-cache hits, misses."""
         ...
 

@@ -1,24 +1,47 @@
 """Where rollouts execute on this machine: a pool of spawned frozen-world worker processes,
-each in a fresh network namespace when one can be made."""
+each in a fresh network namespace when one can be made.
+
+Each worker is a process of our own with one pipe (not a `ProcessPoolExecutor`, which can
+neither kill one busy worker nor survive one dying): the orchestrator knows which worker runs
+which call, waits for its answer no longer than the call's limit (`base.backstop`), and then
+stops and kills the worker with every process under it (`rlenv.world.reaper.kill_tree`) and
+starts a fresh one in its place. A worker that dies under a call (`os._exit`, a segfault, a
+SIGKILL) is replaced the same way. Either way the call raises `WorkerLost` with the rollout's
+status: `timeout`, or the error status of the phase the worker was in (it keeps its phase in
+memory shared with the orchestrator).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import multiprocessing
 import os
+import shutil
+import signal
 import sys
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
-from rlenv.errors import RunFailed
+from rlenv.errors import RunFailed, WorkerLost
+from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
 from rlenv.worker import RolloutTask, WorkerConfig
 from rlenv.world.freeze import FROZEN_ENV
 from rlenv.world.netguard import netns_prefix
+from rlenv.world.reaper import kill_tree
+
+
+@dataclass
+class _Worker:
+    process: Any  # multiprocessing.Process (spawn context)
+    connection: Any  # the orchestrator's end of the worker's pipe
+    phase: Any  # multiprocessing.RawValue("i"): the worker's current phase
 
 
 class LocalExecutor:
@@ -26,71 +49,185 @@ class LocalExecutor:
 
     def __init__(self, config: WorkerConfig, workers: int) -> None:
         self.workers = max(1, workers)
-        config = dataclasses.replace(config, parent_pid=os.getpid())  # workers die with us
-        saved = {key: os.environ.get(key) for key in FROZEN_ENV}
-        os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreters (hash seed!)
-        context = multiprocessing.get_context("spawn")
-        wrapper = None
+        self.config = dataclasses.replace(config, parent_pid=os.getpid())  # workers die with us
+        self.context = multiprocessing.get_context("spawn")
+        self.wrapper: Path | None = None
         prefix = [] if config.live_tools else netns_prefix()
         if prefix:
-            wrapper = Path(config.work_root) / ".worker-python"
-            wrapper.write_text(
+            self.wrapper = Path(config.work_root) / ".worker-python"
+            self.wrapper.write_text(
                 "#!/bin/sh\nexec " + " ".join(prefix) + f' "{sys.executable}" "$@"\n'
             )
-            wrapper.chmod(0o755)
-            from multiprocessing import spawn
-
-            previous_executable = spawn.get_executable()
-            spawn.set_executable(str(wrapper))
+            self.wrapper.chmod(0o755)
+        # waiting on the pipes happens in threads, so the event loop never blocks on a worker
+        self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
+        self.all: list[_Worker] = []
+        self.idle: asyncio.Queue[_Worker] | None = None
         try:
-            self.pool = ProcessPoolExecutor(
-                max_workers=self.workers,
-                mp_context=context,
-                initializer=worker.init_worker,
-                initargs=(config,),
-            )
-            # start every worker now, while the frozen environment variables are set
-            futures = [self.pool.submit(worker.worker_ready) for _ in range(self.workers * 2)]
-            try:
-                for future in futures:
-                    future.result()
-            except BaseException:  # a worker that cannot start: stop the others now
-                self.pool.shutdown(wait=True, cancel_futures=True)
-                raise
-        except BrokenProcessPool as exc:
-            raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
+            started = [self._start() for _ in range(self.workers)]
+            deadline = time.monotonic() + START_TIMEOUT_S
+            for slot in started:
+                self._check_started(slot, self._receive(slot, deadline - time.monotonic()))
+        except BaseException:
+            self.close()
+            raise
+        self.free = started
+
+    # -- workers ------------------------------------------------------------------------------
+
+    def _start(self) -> _Worker:
+        """Spawn one worker (from this thread: the parent-death signal follows the thread that
+        forked it) with the frozen environment variables and, when possible, its own network
+        namespace (through the wrapper script, which execs: the pid stays the worker's)."""
+        from multiprocessing import spawn
+
+        phase = self.context.RawValue("i", 0)
+        ours, theirs = self.context.Pipe(duplex=True)
+        process = self.context.Process(
+            target=worker.serve, args=(theirs, self.config, phase), name="rlenv-worker"
+        )
+        saved = {key: os.environ.get(key) for key in FROZEN_ENV}
+        os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreter (hash seed!)
+        previous_executable = spawn.get_executable()
+        if self.wrapper is not None:
+            spawn.set_executable(str(self.wrapper))
+        try:
+            process.start()
         finally:
-            if wrapper is not None:
-                spawn.set_executable(previous_executable)
+            spawn.set_executable(previous_executable)
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+        theirs.close()
+        slot = _Worker(process, ours, phase)
+        self.all.append(slot)
+        return slot
 
-    async def _call(self, function: Any, *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
+    @staticmethod
+    def _receive(slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
+        """The worker's next message; ("dead", None) when its pipe closed (or carried
+        something unreadable); None when `timeout` seconds passed first."""
         try:
-            return await loop.run_in_executor(self.pool, function, *args)
-        except BrokenProcessPool as exc:
-            raise RunFailed(f"a frozen-world worker died: {exc}") from None
+            if slot.connection.poll(None if timeout is None else max(timeout, 0)):
+                message = slot.connection.recv()
+                if isinstance(message, tuple) and len(message) == 2:
+                    return message
+                return ("dead", None)
+        except Exception:  # EOFError, OSError, a torn pickle
+            return ("dead", None)
+        return None
 
-    async def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
-        return await self._call(worker.worker_run_rollout, task)  # type: ignore[no-any-return]
+    def _check_started(self, slot: _Worker, message: tuple[str, Any] | None) -> None:
+        if message is None or message[0] != "ready":
+            why = message[1] if message and message[0] == "error" else self._death(slot)
+            raise RunFailed(f"frozen-world worker failed to start: {why}")
+
+    def _stop(self, slot: _Worker) -> None:
+        """Stop and kill the worker and every process under it; forget it."""
+        if slot.process.pid is not None:
+            kill_tree({slot.process.pid})
+        slot.process.join(timeout=10)
+        slot.connection.close()
+        if slot in self.all:
+            self.all.remove(slot)
+
+    def _death(self, slot: _Worker) -> str:
+        slot.process.join(timeout=5)
+        code = slot.process.exitcode
+        if code is None:
+            return "no answer"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+    async def _replacement(self) -> _Worker:
+        slot = self._start()
+        loop = asyncio.get_running_loop()
+        message = await loop.run_in_executor(self.threads, self._receive, slot, START_TIMEOUT_S)
+        try:
+            self._check_started(slot, message)
+        except RunFailed:
+            self._stop(slot)
+            raise
+        return slot
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def _call(
+        self, name: str, args: tuple[Any, ...], timeout: float | None, task: RolloutTask | None
+    ) -> Any:
+        """Run `name` on an idle worker; kill and replace it if it overruns or dies."""
+        if self.idle is None:  # made in the running loop
+            self.idle = asyncio.Queue()
+            for slot in self.free:
+                self.idle.put_nowait(slot)
+        slot = await self.idle.get()
+        replacement: _Worker | None = None
+        try:
+            with contextlib.suppress(OSError):  # a dead worker: found below
+                slot.connection.send((name, args))
+            limit = backstop(timeout) if timeout is not None else None
+            loop = asyncio.get_running_loop()
+            message = await loop.run_in_executor(self.threads, self._receive, slot, limit)
+            if message is not None and message[0] == "ok":
+                return message[1]
+            if message is not None and message[0] == "raise":
+                raise message[1]
+            # overran (no answer within the limit) or died: the worker goes, a fresh one comes
+            phase = worker.phase_of(slot.phase)
+            if message is None:
+                status, error = "timeout", worker.timeout_message(timeout or 0)
+            else:
+                status, where = CALLS[name]
+                if phase in worker.PHASE_STATUS:
+                    status, where = worker.PHASE_STATUS[phase], phase
+                error = death_error(where, self._death(slot))
+            await loop.run_in_executor(self.threads, self._stop, slot)
+            if task is not None:  # the rollout's snapshot copy, if the worker left it
+                workdir = Path(self.config.work_root) / f"{task.input_index}-{task.rollout}"
+                shutil.rmtree(workdir, ignore_errors=True)
+            replacement = await self._replacement()
+            raise WorkerLost(status, error)
+        finally:
+            survivor = replacement if replacement is not None else slot
+            if survivor in self.all:
+                self.idle.put_nowait(survivor)
+
+    async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
+        return await self._call("run_rollout", (task,), timeout, task)  # type: ignore[no-any-return]
 
     async def prepare(self, task: RolloutTask) -> None:
-        await self._call(worker.worker_prepare, task)
+        await self._call("prepare", (task,), None, task)
 
     async def tool(
-        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
+        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
     ) -> ToolOutcome:
-        return await self._call(worker.worker_tool, task, call, turn, number)  # type: ignore[no-any-return]
+        args = (task, call, turn, number, timeout)
+        return await self._call("tool", args, timeout, task)  # type: ignore[no-any-return]
 
-    async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
-        return await self._call(worker.worker_finish, task, trajectory, model)  # type: ignore[no-any-return]
+    async def finish(
+        self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
+    ) -> dict[str, Any]:
+        args = (task, trajectory, model, timeout)
+        return await self._call("finish", args, timeout, task)  # type: ignore[no-any-return]
 
-    async def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
-        return await self._call(worker.worker_grade, record)  # type: ignore[no-any-return]
+    async def grade(
+        self, record: dict[str, Any], timeout: float
+    ) -> tuple[dict[str, Any], int, int]:
+        return await self._call("grade", (record, timeout), timeout, None)  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        """Ask every worker to stop; kill what does not (and everything under it)."""
+        for slot in list(self.all):
+            with contextlib.suppress(OSError):
+                slot.connection.send(None)
+        deadline = time.monotonic() + 10
+        for slot in list(self.all):
+            slot.process.join(timeout=max(0.0, deadline - time.monotonic()))
+            self._stop(slot)
+        self.threads.shutdown(wait=False, cancel_futures=True)

@@ -18,6 +18,14 @@ actor's disk. Limits compared with the local executor:
   mounted at the same path (each actor checks at start and names the node that lacks it); rlenv
   itself must be installed in the nodes' Python, at the driver's version (checked at start).
 
+Limits (`limits.timeout_s`) are kept as locally: the in-actor alarm first, and past
+`base.backstop(timeout)` the driver kills the actor (`ray.kill`; `ray.cancel(force=True)` is
+refused for actor tasks, and `force=False` only raises KeyboardInterrupt, which env code can
+swallow) and starts a fresh one on the same node with the same work root, so the other rollouts
+prepared on it keep their snapshot copies; the call raises `WorkerLost` (`timeout`, or the error
+status of the call for an actor that died). Unlike a local worker, an actor is not a subreaper:
+processes that env code detached inside a killed actor are not hunted down.
+
 The frozen clock does not reach Ray's machinery: the actor is synchronous (no event loop in its
 process; calls run on its main thread, where the SIGALRM rollout timer works), and Ray's control
 plane (heartbeats, gRPC, object transfer) is C++ and reads the real clock. Ray modules are
@@ -28,6 +36,7 @@ its fifth caller, so the tool would read the real clock.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import os
@@ -40,7 +49,8 @@ from typing import Any
 
 from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
-from rlenv.errors import RunFailed, UserError
+from rlenv.errors import RunFailed, UserError, WorkerLost
+from rlenv.executors.base import CALLS, backstop, death_error
 from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig
 from rlenv.world.freeze import FROZEN_ENV
@@ -89,31 +99,40 @@ def check_reachable(address: str) -> None:
 class WorldActor:
     """The body of one Ray actor: a frozen world, entered once, serving calls one at a time."""
 
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, work_root: str | None = None) -> None:
         self.error: str | None = None
         self.work_root: Path | None = None
         try:
-            self._start(config)
+            self._start(config, work_root)
         except Exception as exc:  # reported by ready() as one line, not a remote traceback
             self.error = f"{type(exc).__name__}: {exc}"
 
-    def _start(self, config: WorkerConfig) -> None:
+    def _start(self, config: WorkerConfig, work_root: str | None) -> None:
         if not Path(config.spec_path).is_file():
             raise FileNotFoundError(
                 f"{config.spec_path} is not on node {socket.gethostname()}: put the project on a"
                 " shared filesystem mounted at the same path on every Ray node"
             )
-        # A private work root per actor: the driver's work root exists only on its own machine.
-        shared = Path(config.work_root)
-        parent = shared if shared.is_dir() else Path(tempfile.gettempdir())
-        self.work_root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
+        if work_root is not None:  # a replacement takes over a killed actor's snapshot copies
+            self.work_root = Path(work_root)
+            self.work_root.mkdir(parents=True, exist_ok=True)
+        else:
+            # A private work root per actor: the driver's work root exists only on its machine.
+            shared = Path(config.work_root)
+            parent = shared if shared.is_dir() else Path(tempfile.gettempdir())
+            self.work_root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
         worker.init_worker(dataclasses.replace(config, work_root=str(self.work_root)))
 
     def ready(self) -> dict[str, Any]:
-        """What the driver checks before dispatching: a start error, rlenv and Python versions."""
+        """What the driver checks before dispatching: a start error, rlenv and Python versions,
+        and where a replacement must start (node id, work root)."""
+        import ray
+
         return {
             "error": self.error,
             "node": socket.gethostname(),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "work_root": str(self.work_root) if self.work_root else None,
             "rlenv": __version__,
             "python": list(sys.version_info[:2]),
         }
@@ -124,14 +143,18 @@ class WorldActor:
     def prepare(self, task: RolloutTask) -> None:
         worker.worker_prepare(task)
 
-    def tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
-        return worker.worker_tool(task, call, turn, number)
+    def tool(
+        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
+    ) -> ToolOutcome:
+        return worker.worker_tool(task, call, turn, number, timeout)
 
-    def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
-        return worker.worker_finish(task, trajectory, model)
+    def finish(
+        self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
+    ) -> dict[str, Any]:
+        return worker.worker_finish(task, trajectory, model, timeout)
 
-    def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
-        return worker.worker_grade(record)
+    def grade(self, record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
+        return worker.worker_grade(record, timeout)
 
     def shutdown(self) -> None:
         if self.work_root is not None:
@@ -172,18 +195,24 @@ class RayExecutor:
         # one CPU reserved per actor; more actors than the cluster has CPUs would never start
         capacity = int(ray.cluster_resources().get("CPU", 1)) or 1
         count = max(1, min(workers, capacity))
-        actor_class = ray.remote(num_cpus=1, max_restarts=0)(WorldActor)
+        self.config = config
+        self.actor_class = ray.remote(num_cpus=1, max_restarts=0)(WorldActor)
         options = {
             "runtime_env": {"env_vars": forwarded_environment()},
             "scheduling_strategy": "SPREAD",
         }
-        self.actors = [actor_class.options(**options).remote(config) for _ in range(count)]
+        self.actors = [self.actor_class.options(**options).remote(config) for _ in range(count)]
         self.busy = [0] * count
+        self.locks: list[asyncio.Lock] | None = None
         self.assigned: dict[tuple[int, int], int] = {}
         try:
             states = ray.get([actor.ready.remote() for actor in self.actors])
         except ray.exceptions.RayError as exc:
             raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
+        self.states = states
+        self._check_states(states)
+
+    def _check_states(self, states: list[dict[str, Any]]) -> None:
         for state in states:
             if state["error"]:
                 raise RunFailed(
@@ -204,10 +233,47 @@ class RayExecutor:
     def _pick(self) -> int:
         return min(range(len(self.actors)), key=lambda index: (self.busy[index], index))
 
-    async def _call(self, index: int, method: str, *args: Any) -> Any:
+    async def _replace(self, index: int) -> None:
+        """Kill actor `index` and start a fresh one on its node, over its work root."""
         ray = self._ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        ray.kill(self.actors[index], no_restart=True)
+        state = self.states[index]
+        options = {
+            "runtime_env": {"env_vars": forwarded_environment()},
+            "scheduling_strategy": NodeAffinitySchedulingStrategy(state["node_id"], soft=False),
+        }
+        actor = self.actor_class.options(**options).remote(self.config, state["work_root"])
+        self.actors[index] = actor
         try:
-            return await getattr(self.actors[index], method).remote(*args)
+            fresh = await actor.ready.remote()
+        except ray.exceptions.RayError as exc:
+            raise RunFailed(f"frozen-world worker failed to restart: {exc}") from None
+        self._check_states([fresh])
+        self.states[index] = fresh
+
+    async def _call(self, index: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        ray = self._ray
+        if self.locks is None:  # made in the running loop
+            self.locks = [asyncio.Lock() for _ in self.actors]
+        try:
+            # one call at a time per actor, so the limit measures the call, not its queue
+            async with self.locks[index]:
+                try:
+                    reply = getattr(self.actors[index], method).remote(*args)
+                    if timeout is None:
+                        return await reply
+                    return await asyncio.wait_for(reply, backstop(timeout))
+                except TimeoutError:
+                    await self._replace(index)
+                    error = worker.timeout_message(timeout or 0)
+                    raise WorkerLost("timeout", error) from None
+                except ray.exceptions.RayActorError:
+                    await self._replace(index)
+                    # a dead actor's phase and exit code are not known here: the call's
+                    status, where = CALLS[method]
+                    raise WorkerLost(status, death_error(where)) from None
         except ray.exceptions.RayTaskError as exc:
             # the worker's own exception (FixtureMiss, RolloutTimeout...), as a local worker
             # raises it, without Ray's remote traceback in its message
@@ -218,11 +284,11 @@ class RayExecutor:
         except ray.exceptions.RayError as exc:
             raise RunFailed(f"a frozen-world worker died: {exc}") from None
 
-    async def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+    async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
         index = self._pick()
         self.busy[index] += 1
         try:
-            return await self._call(index, "run_rollout", task)  # type: ignore[no-any-return]
+            return await self._call(index, "run_rollout", task, timeout=timeout)  # type: ignore[no-any-return]
         finally:
             self.busy[index] -= 1
 
@@ -239,23 +305,35 @@ class RayExecutor:
         return index
 
     async def tool(
-        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
+        self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
     ) -> ToolOutcome:
-        return await self._call(self._owner(task), "tool", task, call, turn, number)  # type: ignore[no-any-return]
-
-    async def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
         index = self._owner(task)
         try:
-            return await self._call(index, "finish", task, trajectory, model)  # type: ignore[no-any-return]
+            args = (task, call, turn, number, timeout)
+            return await self._call(index, "tool", *args, timeout=timeout)  # type: ignore[no-any-return]
+        except WorkerLost:  # the rollout ends here: finish is never called
+            del self.assigned[(task.input_index, task.rollout)]
+            self.busy[index] -= 1
+            raise
+
+    async def finish(
+        self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
+    ) -> dict[str, Any]:
+        index = self._owner(task)
+        try:
+            args = (task, trajectory, model, timeout)
+            return await self._call(index, "finish", *args, timeout=timeout)  # type: ignore[no-any-return]
         finally:
             del self.assigned[(task.input_index, task.rollout)]
             self.busy[index] -= 1
 
-    async def grade(self, record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+    async def grade(
+        self, record: dict[str, Any], timeout: float
+    ) -> tuple[dict[str, Any], int, int]:
         index = self._pick()
         self.busy[index] += 1
         try:
-            return await self._call(index, "grade", record)  # type: ignore[no-any-return]
+            return await self._call(index, "grade", record, timeout, timeout=timeout)  # type: ignore[no-any-return]
         finally:
             self.busy[index] -= 1
 

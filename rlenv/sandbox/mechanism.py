@@ -44,6 +44,24 @@ _ETC_FILES = (
     "/etc/localtime",
 )
 _WORLD_WRITABLE = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+_UNSHARE_VISIBLE = frozenset(
+    {
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib64",
+        "/lib32",
+        "/libx32",
+        "/etc",
+        "/proc",
+        "/dev",
+        "/sys",
+    }
+)
+"""What an unshare sandbox leaves in view at the top of the file system (as bwrap shows /usr,
+the system links and /etc files); every other top-level directory is covered, and the
+interpreter and the workdir are bound back inside."""
 _UNSHARE_FLAGS = ("--net", "--pid", "--fork", "--kill-child", "--mount", "--mount-proc")
 
 
@@ -74,9 +92,18 @@ def _mechanism_works(mechanism: str) -> bool:
     return result.returncode == 0 and result.stdout.strip() == b"ok"
 
 
+FORCE_VARIABLE = "RLENV_SANDBOX"
+"""Set to a mechanism name to use that one instead of the best that works (tests, and comparing
+mechanisms); "rlimits" still needs --allow-weak-sandbox for code verifiers."""
+
+
 @functools.lru_cache(maxsize=1)
 def probe_mechanism() -> str:
-    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (cached)."""
+    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (cached);
+    RLENV_SANDBOX=NAME forces one."""
+    forced = os.environ.get(FORCE_VARIABLE, "")
+    if forced in ("bwrap", "unshare", "rlimits"):
+        return forced
     for mechanism in ("bwrap", "unshare"):
         if _mechanism_works(mechanism):
             return mechanism
@@ -99,10 +126,28 @@ def closed_parents(path: str) -> str | None:
     return None
 
 
+def _top_level() -> tuple[list[str], list[str]]:
+    """The root's directories and regular files an unshare sandbox must not show: all but the
+    system ones (the project, home directories, caches, /work, /opt, /srv, /var, /run...)."""
+    dirs, files = [], []
+    for entry in sorted(os.scandir("/"), key=lambda e: e.name):
+        path = "/" + entry.name
+        if path in _UNSHARE_VISIBLE or entry.is_symlink():
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            dirs.append(path)
+        elif entry.is_file(follow_symlinks=False):
+            files.append(path)
+    return dirs, files
+
+
 def cover_list(workdir: Path, root: bool) -> list[str]:
-    """Dirs an unshare sandbox replaces by an empty read-only tmpfs: the usual world-writable
-    ones and, as root, the closed parents of the interpreter and the workdir."""
+    """Dirs an unshare sandbox replaces by an empty read-only tmpfs: every top-level directory
+    but the system ones (so the project, caches and home directories are out of sight, as under
+    bwrap), the usual world-writable ones and, as root, the closed parents of the interpreter
+    and the workdir. What the program needs under them is bound back (``keep``)."""
     candidates = [d for d in _WORLD_WRITABLE if not within(Path(d), workdir)]
+    candidates += [d for d in _top_level()[0] if not within(Path(d), workdir)]
     if root:
         for path in (python_prefix(), str(workdir)):
             closed = closed_parents(path)
@@ -114,8 +159,12 @@ def cover_list(workdir: Path, root: bool) -> list[str]:
     return list(dict.fromkeys(outermost))
 
 
-def hide_list(hidden: list[Path]) -> list[tuple[str, str]]:
-    return [(str(p), "dir" if p.is_dir() else "file") for p in hidden]
+def hide_list(hidden: list[Path], *, top_level: bool = False) -> list[tuple[str, str]]:
+    """(path, "dir"|"file") to hide; with `top_level`, also the regular files at the root."""
+    listed = [(str(p), "dir" if p.is_dir() else "file") for p in hidden]
+    if top_level:
+        listed += [(path, "file") for path in _top_level()[1]]
+    return listed
 
 
 def mechanism_notes(mechanism: str, root: bool) -> list[str]:
@@ -128,7 +177,9 @@ def mechanism_notes(mechanism: str, root: bool) -> list[str]:
         if not root:
             notes.append("RLIMIT_NPROC not applied and kill(-1) not prevented (not root)")
     if mechanism == "unshare":
-        notes.append("host file system visible (read-only for the sandbox uid only as root)")
+        notes.append(
+            "/usr, /etc and /sys of the host visible (read-only for the sandbox uid only as root)"
+        )
     return notes
 
 
@@ -236,8 +287,13 @@ def launch(
     site_dir: str | None,
 ) -> Launch:
     """The command that runs the wrapper (then the program) under ``mechanism``."""
-    wrapper = WRAPPER_INSIDE if mechanism == "bwrap" else str(WRAPPER)
-    launcher = [sandbox_python(), "-I", "-S", wrapper, json.dumps(wrapper_spec)]
+    if mechanism == "bwrap":
+        launcher = [sandbox_python(), "-I", "-S", WRAPPER_INSIDE, json.dumps(wrapper_spec)]
+    else:
+        # by source, not by path: the wrapper stays pid 1 of an unshare sandbox, and its
+        # /proc/1/cmdline (readable by the program) must not name where the project lives
+        source = WRAPPER.read_text(encoding="utf-8")
+        launcher = [sandbox_python(), "-I", "-S", "-c", source, json.dumps(wrapper_spec)]
     if mechanism == "bwrap":
         # Arguments go through a memfd (--args) so they do not show in /proc/1/cmdline.
         args_fd = os.memfd_create("bwrap-args", 0)

@@ -188,7 +188,7 @@ def _wrapper_spec(
         # processes, so it is left out there.
         "rlimits": _rlimits(limits, nproc=root or mechanism != "rlimits"),
         "hostname": "sandbox" if mechanism == "unshare" else None,
-        "hide": hide_list(hidden) if mechanism == "unshare" else [],
+        "hide": hide_list(hidden, top_level=True) if mechanism == "unshare" else [],
         "cover": cover_list(workdir, root) if mechanism == "unshare" else [],
         "keep": keep,
         "init": mechanism == "unshare",

@@ -66,7 +66,7 @@ def extract_code(answer: str | None) -> str:
 def sandboxed_check(config: Verifier) -> Check:
     """Run the model's code in the sandbox (bubblewrap, else unshare) against the input's tests
     or cases, on a throw-away copy of the rollout's workdir. With no namespace sandbox it
-    refuses (a verifier error) unless ``RLENV_ALLOW_WEAK_SANDBOX=1``."""
+    refuses (a verifier error) unless ``--allow-weak-sandbox`` / ``RLENV_ALLOW_WEAK_SANDBOX=1``."""
     unknown = sorted(set(config.options) - _LIMIT_NAMES)
     if unknown:
         raise UserError(f"verifier {config.label!r}: unknown sandbox option(s) {unknown}")
@@ -77,7 +77,8 @@ def sandboxed_check(config: Verifier) -> Check:
             raise RuntimeError(
                 f"verifier {config.label!r}: refusing to run model code with no namespace "
                 f"sandbox (neither bubblewrap nor unshare works here); install bubblewrap "
-                f"(scripts/system-deps.sh) or set {WEAK_SANDBOX_VARIABLE}=1 to accept rlimits only"
+                f"(scripts/system-deps.sh), or pass --allow-weak-sandbox (or set "
+                f"{WEAK_SANDBOX_VARIABLE}=1) to accept rlimits only"
             )
         limits = SandboxLimits(frozen_time=context.frozen_time, **config.options)
         material = expected_value(config, context)

@@ -1,0 +1,124 @@
+"""The attack catalog of issue 12 ("verdicts that cannot be forged"): tried and held per family.
+
+Runs the suite's attack tests through pytest (a JUnit XML report, nothing else installed) and
+counts each test case as one attempt: held when the defence stood (the test passed), not held
+when it failed. Controls (the same attack with the defence off, to show it would work) and
+functional checks are left out of the counts. Prints one line per family and the total, and
+always exits 0 (a benchmark reports; `make test` is what fails).
+
+    .venv/bin/python bench/attacks.py            # the whole catalog, about 2 to 3 minutes
+    .venv/bin/python bench/attacks.py --quick    # without the run-level families (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# (test file, test function) -> family; a test function missing here is not an attack
+FAMILIES: dict[tuple[str, str], str] = {
+    ("test_code_attacks", "test_attack_does_not_pass_python_tests"): "python_tests forgery",
+    ("test_code_attacks", "test_attack_does_not_pass_program_cases"): "program_cases forgery",
+    ("test_code_attacks", "test_code_verifier_cannot_write_what_file_state_checks"): (
+        "code verifier writes file_state's file"
+    ),
+    ("test_code_attacks", "test_refuses_without_a_namespace_sandbox"): "weak sandbox (fail closed)",
+    ("test_sandbox_view", "test_graded_code_sees_none_of_the_project"): (
+        "graded code reads the project"
+    ),
+    ("test_integrity", "test_check_catches_tampering"): "tampered run directory",
+    ("test_integrity", "test_readers_refuse_tampered_records"): "tampered run directory",
+    ("test_integrity", "test_grade_refuses_tampered_records"): "tampered run directory",
+    ("test_integrity", "test_summary_refuses_tampered_records"): "tampered run directory",
+    ("test_no_silent_success", "test_env_code_that_exits_or_is_interrupted_is_an_error_status"): (
+        "env code exits / is interrupted"
+    ),
+    ("test_no_silent_success", "test_env_code_that_kills_its_worker_is_an_error_status"): (
+        "env code kills its worker"
+    ),
+    ("test_hard_limits", "test_a_worker_death_is_an_error_status"): "env code kills its worker",
+    ("test_hard_limits", "test_an_overrun_is_a_timeout"): "overrun (loop, swallow, deaf to alarm)",
+    ("test_hard_limits", "test_processes_a_rollout_starts_are_gone_when_it_ends"): (
+        "processes outlive the rollout / run"
+    ),
+    ("test_hard_limits", "test_workers_die_with_the_orchestrator"): (
+        "processes outlive the rollout / run"
+    ),
+    ("test_run_lock", "test_second_writer_is_refused_while_the_first_holds_the_run"): (
+        "two writers / changed --resume"
+    ),
+    ("test_run_lock", "test_resume_refuses_a_changed_setting"): "two writers / changed --resume",
+    ("test_run_lock", "test_resume_refuses_an_edited_env"): "two writers / changed --resume",
+    ("test_run_lock", "test_fingerprint_covers_indirectly_imported_helpers"): (
+        "two writers / changed --resume"
+    ),
+}
+QUICK = ("test_code_attacks", "test_sandbox_view", "test_integrity")
+FULL = (*QUICK, "test_no_silent_success", "test_hard_limits", "test_run_lock")
+
+
+def run_catalog(files: tuple[str, ...]) -> list[tuple[str, str, str, bool]]:
+    """(file, function, case id, held) for every test case of `files`."""
+    with tempfile.TemporaryDirectory(prefix="rlenv-attacks-") as scratch:
+        report = Path(scratch) / "report.xml"
+        command = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={report}",
+            *(f"tests/{name}.py" for name in files),
+        ]
+        subprocess.run(
+            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+        )
+        cases = []
+        for case in ElementTree.parse(report).iter("testcase"):
+            module = case.get("classname", "").rsplit(".", 1)[-1]
+            name = case.get("name", "")
+            function = name.split("[", 1)[0]
+            skipped = case.find("skipped") is not None
+            broken = case.find("failure") is not None or case.find("error") is not None
+            if not skipped:
+                cases.append((module, function, name, not broken))
+        return cases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="only the in-process families")
+    options = parser.parse_args()
+    os.environ.setdefault("RLENV_FULL_SUITE", "")  # under 7 test files: no full-suite guard
+    cases = run_catalog(QUICK if options.quick else FULL)
+    tried: Counter[str] = Counter()
+    held: Counter[str] = Counter()
+    broken: list[str] = []
+    for module, function, name, ok in cases:
+        family = FAMILIES.get((module, function))
+        if family is None:
+            continue
+        tried[family] += 1
+        held[family] += ok
+        if not ok:
+            broken.append(f"{module}::{name}")
+    width = max((len(family) for family in tried), default=10)
+    print(f"{'family':<{width}}  tried  held")
+    for family in sorted(tried):
+        print(f"{family:<{width}}  {tried[family]:>5}  {held[family]:>4}")
+    print(f"{'total':<{width}}  {sum(tried.values()):>5}  {sum(held.values()):>4}")
+    for name in broken:
+        print(f"NOT HELD: {name}")
+
+
+if __name__ == "__main__":
+    main()
