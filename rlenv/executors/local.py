@@ -1,5 +1,6 @@
 """Where rollouts execute on this machine: a pool of spawned frozen-world worker processes,
-each in a fresh network namespace when one can be made."""
+each exec'd with only the world's environment variables (`rlenv.world.environment`), in fresh
+network and pid namespaces when they can be made."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import dataclasses
 import multiprocessing
 import os
+import shlex
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -17,6 +19,7 @@ from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed
 from rlenv.worker import RolloutTask, WorkerConfig
+from rlenv.world.environment import world_environment
 from rlenv.world.freeze import FROZEN_ENV
 from rlenv.world.netguard import netns_prefix
 
@@ -30,18 +33,21 @@ class LocalExecutor:
         saved = {key: os.environ.get(key) for key in FROZEN_ENV}
         os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreters (hash seed!)
         context = multiprocessing.get_context("spawn")
-        wrapper = None
-        prefix = [] if config.live_tools else netns_prefix()
-        if prefix:
-            wrapper = Path(config.work_root) / ".worker-python"
-            wrapper.write_text(
-                "#!/bin/sh\nexec " + " ".join(prefix) + f' "{sys.executable}" "$@"\n'
-            )
-            wrapper.chmod(0o755)
-            from multiprocessing import spawn
+        # The worker interpreter is exec'd by this script with exactly the world's variables
+        # (no OPENAI_API_KEY, no secret the orchestrator holds), in its own namespaces.
+        # Recording is the exception: its tools call the live APIs with the user's keys.
+        command: list[str] = []
+        if not config.live_tools:
+            variables = sorted(world_environment().items())
+            command = ["env", "-i", *(f"{name}={value}" for name, value in variables)]
+            command += netns_prefix()
+        wrapper = Path(config.work_root) / ".worker-python"
+        wrapper.write_text("#!/bin/sh\nexec " + shlex.join([*command, sys.executable]) + ' "$@"\n')
+        wrapper.chmod(0o700)
+        from multiprocessing import spawn
 
-            previous_executable = spawn.get_executable()
-            spawn.set_executable(str(wrapper))
+        previous_executable = spawn.get_executable()
+        spawn.set_executable(str(wrapper))
         try:
             self.pool = ProcessPoolExecutor(
                 max_workers=self.workers,
@@ -56,8 +62,8 @@ class LocalExecutor:
         except BrokenProcessPool as exc:
             raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
         finally:
-            if wrapper is not None:
-                spawn.set_executable(previous_executable)
+            spawn.set_executable(previous_executable)
+            wrapper.unlink(missing_ok=True)
             for key, value in saved.items():
                 if value is None:
                     os.environ.pop(key, None)
