@@ -61,7 +61,10 @@ def attack(args, ctx):
     udp, tcp = int(args["udp"]), int(args["tcp"])
     if name == "env_os_environ":
         found = [key for key, value in os.environ.items() if secret in value]
-        found += [key for key in ("OPENAI_API_KEY", args["other_name"]) if key in os.environ]
+        found += [
+            key for key in ("OPENAI_API_KEY", args["other_name"])
+            if os.environ.get(key, "REDACTED") != "REDACTED"
+        ]
         if found:
             return f"ESCAPED os.environ has {sorted(set(found))}"
         return "held: " + ",".join(sorted(os.environ))

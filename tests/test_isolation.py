@@ -42,9 +42,10 @@ def test_every_in_world_attack_is_held(tmp_path: Path) -> None:
 
 
 def test_the_worker_environment_is_the_documented_one(tmp_path: Path) -> None:
-    """The variables in-world code sees are exactly the README's list (values aside)."""
+    """The variables in-world code sees are exactly the README's list (values aside); secret
+    names are there with the placeholder only (`held` checks no value got through)."""
     from rlenv.sandbox import faketime_env
-    from rlenv.world.environment import WORLD_VARIABLES
+    from rlenv.world.environment import WORLD_VARIABLES, looks_secret
 
     env_attack = [a for a in WORLD_ATTACKS if a.name == "env_os_environ"]
     outcome = run_world_attacks(tmp_path, env_attack, detail_size=4000)[0]
@@ -52,7 +53,9 @@ def test_the_worker_environment_is_the_documented_one(tmp_path: Path) -> None:
     assert outcome.held
     subprocess_clock = set(faketime_env("2024-03-01T12:00:00+00:00", "UTC"))
     rlenv_switches = {name for name in seen if name.startswith("RLENV_")}
-    assert seen <= set(WORLD_VARIABLES) | subprocess_clock | rlenv_switches
+    placeholders = {name for name in seen if looks_secret(name)}
+    assert {"OPENAI_API_KEY", "RLENV_TEST_DB_PASSWORD"} <= placeholders
+    assert seen <= set(WORLD_VARIABLES) | subprocess_clock | rlenv_switches | placeholders
     assert {"PATH", "TZ", "PYTHONHASHSEED"} <= seen
 
 

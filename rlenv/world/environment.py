@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 
 from rlenv.world.freeze import FROZEN_ENV
+from rlenv.world.scrub import REDACTED
 from rlenv.world.secrets import SECRET_ENV_NAME
 
 WORLD_VARIABLES = (
@@ -53,8 +54,13 @@ WORLD_VARIABLES = (
     "REQUESTS_CA_BUNDLE",
 )
 """Names passed from the orchestrator to in-world code (when set there), besides rlenv's own
-``RLENV_*`` switches; any name that looks like a secret (`SECRET_ENV_NAME`) is dropped even
-if listed."""
+``RLENV_*`` switches. A name that looks like a secret (`SECRET_ENV_NAME`: OPENAI_API_KEY,
+GITHUB_TOKEN, DB_PASSWORD...) is never passed with its value: it is set to `PLACEHOLDER`."""
+
+PLACEHOLDER = REDACTED
+"""The value every secret-looking variable has in the world: the string the scrubber put where
+the secret was in the recorded cassettes, so a tool that reads its key from the environment
+still sends the request it recorded (and replay matches it), without the key."""
 
 
 def looks_secret(name: str) -> bool:
@@ -63,14 +69,16 @@ def looks_secret(name: str) -> bool:
 
 def world_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The variables a frozen-world worker starts with: `WORLD_VARIABLES` and ``RLENV_*``
-    from ``environ`` (default: this process's), minus secret-looking names, plus
-    `FROZEN_ENV`. Proxies are not passed (their URLs can carry credentials)."""
+    from ``environ`` (default: this process's), every secret-looking name set to
+    `PLACEHOLDER`, and `FROZEN_ENV`. Nothing else (proxies neither: their URLs can carry
+    credentials)."""
     source = os.environ if environ is None else environ
-    passed = {
-        name: value
-        for name, value in source.items()
-        if (name in WORLD_VARIABLES or name.startswith("RLENV_")) and not looks_secret(name)
-    }
+    passed = {}
+    for name, value in source.items():
+        if looks_secret(name):
+            passed[name] = PLACEHOLDER
+        elif name in WORLD_VARIABLES or name.startswith("RLENV_"):
+            passed[name] = value
     return {**passed, **FROZEN_ENV}
 
 
