@@ -23,6 +23,7 @@ import errno
 import platform
 import socket
 import struct
+from typing import Any
 
 # BPF opcodes
 _LD_W_ABS = 0x20
@@ -58,7 +59,7 @@ def _program() -> list[tuple[int, int, int, int]]:
     """The filter, as (code, jump if true, jump if false, k) instructions."""
     arch, nr_socket, nr_io_uring, _, foreign = _ARCHES[platform.machine()]
     allow, deny = "allow", "deny"
-    program: list[tuple[int, object, object, int]] = [
+    program: list[tuple[Any, ...]] = [
         (_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
         (_JEQ_K, 0, deny, arch),
         (_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
@@ -82,17 +83,17 @@ def _program() -> list[tuple[int, int, int, int]]:
         ("deny", _RET_K, 0, 0, _DENY),
     ]
     labels: dict[str, int] = {}
-    plain: list[tuple[int, object, object, int]] = []
+    plain: list[tuple[Any, ...]] = []
     for instruction in program:
         if isinstance(instruction[0], str):
             labels[instruction[0]] = len(plain)
-            instruction = instruction[1:]  # type: ignore[assignment]
-        plain.append(instruction)  # type: ignore[arg-type]
+            instruction = instruction[1:]
+        plain.append(instruction)
 
-    def jump(target: object, at: int) -> int:
+    def jump(target: Any, at: int) -> int:
         if isinstance(target, str):
             return labels[target] - at - 1
-        return int(target)  # type: ignore[call-overload]
+        return int(target)
 
     return [(code, jump(jt, at), jump(jf, at), k) for at, (code, jt, jf, k) in enumerate(plain)]
 
