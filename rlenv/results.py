@@ -114,6 +114,7 @@ class RolloutRecord(TypedDict):
     logprobs: NotRequired[list[Any]]
     extra: NotRequired[dict[str, Any]]
     kl: NotRequired[dict[str, Any]]
+    output: NotRequired[dict[str, Any]]  # {"stdout", "stderr", "truncated"}; not digested
     digest: NotRequired[str]  # added by seal() where the record is made
 
 
@@ -127,7 +128,9 @@ class HumanLabels:
     preferences: list[dict[str, Any]] = field(default_factory=list)
 
 
-VOLATILE_FIELDS = ("timing", "digest")
+VOLATILE_FIELDS = ("timing", "digest", "output")
+"""Left out of a record's digest: wall times, the digest itself, and what in-world code
+printed (``output``: kept for debugging, not the policy's behaviour; see rlenv.worker)."""
 
 
 def stable(record: dict[str, Any]) -> dict[str, Any]:

@@ -122,10 +122,14 @@ class FrozenWorld:
         self._run(self.executor.prepare(task))
 
     def tool(self, task: RolloutTask, call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
-        return self._run(self.executor.tool(task, call, turn, number))  # type: ignore[no-any-return]
+        """One tool call, under the spec's `limits.timeout_s` (a worker that overruns is
+        replaced, as in `rlenv run`)."""
+        timeout = self.loaded.spec.limits.timeout_s
+        return self._run(self.executor.tool(task, call, turn, number, timeout))  # type: ignore[no-any-return]
 
     def finish(self, task: RolloutTask, trajectory: Trajectory) -> dict[str, Any]:
-        return self._run(self.executor.finish(task, trajectory, MODEL))  # type: ignore[no-any-return]
+        timeout = self.loaded.spec.limits.timeout_s
+        return self._run(self.executor.finish(task, trajectory, MODEL, timeout))  # type: ignore[no-any-return]
 
     def close(self) -> None:
         executor = getattr(self, "executor", None)

@@ -1,6 +1,13 @@
 """The rollout worker: one per process, entered once into the frozen world, then serving
 rollouts, tool calls and late grading.
 
+In-world code (policies, tools, verifiers, the python reward model) shares the worker's
+process: it starts with the world's environment only (`rlenv.world.environment`), under the
+kernel socket filter (`rlenv.world.sockets`), and what it writes to file descriptors 1 and 2
+(print, os.write, subprocesses) is captured per call, never reaching rlenv's stdout, and kept,
+capped at `OUTPUT_LIMIT` bytes per stream, in the rollout's ``output`` field (left out of the
+digest, as wall times are: a debug print is not the policy's behaviour).
+
 The worker freezes the clock, refuses the network, replays tool HTTP and fixes TZ and locale for
 its whole life (the mechanisms are in `rlenv.world`; freezegun walks every module when it
 starts, so it starts once). Every call is stateless apart from the rollout's snapshot copy on
@@ -15,6 +22,7 @@ import copy
 import os
 import shutil
 import signal
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,6 +72,9 @@ from rlenv.world.replay import FixtureEvent, replay_cassette, spec_indexes
 from rlenv.world.scrub import spec_scrubber
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
 
+OUTPUT_LIMIT = 16 * 1024
+"""Bytes of stdout and of stderr kept per rollout; the rest is read and discarded."""
+
 
 @dataclass
 class WorkerConfig:
@@ -81,6 +92,7 @@ class WorkerConfig:
     parent_pid: int | None = None  # the orchestrator: a worker dies with it
     split: str = "heldout"  # "train": tasks index the spec's train_inputs (rlenv.trl)
     allow_weak_sandbox: bool = False  # code verifiers may run with rlimits only
+    thread_filter: bool = False  # Ray: the socket filter goes on each calling thread
 
 
 @dataclass
@@ -765,14 +777,97 @@ def _ungraded(config: Any, why: str) -> dict[str, Any]:
     return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
 
 
+# -- what in-world code prints ---------------------------------------------------------------
+
+
+class CapturedOutput:
+    """fd 1 and fd 2 of this process, redirected into two pipes for one worker call; each is
+    drained into memory, its first `OUTPUT_LIMIT` bytes kept."""
+
+    def __init__(self) -> None:
+        self.streams = [bytearray(), bytearray()]
+        self.truncated = False
+        self._saved: list[int] = []
+        self._threads: list[Any] = []
+
+    def _drain(self, fd: int, sink: bytearray) -> None:
+        with open(fd, "rb", buffering=0, closefd=True) as pipe:
+            while chunk := pipe.read(65536):
+                room = OUTPUT_LIMIT - len(sink)
+                if room > 0:
+                    sink += chunk[:room]
+                if len(chunk) > max(room, 0):
+                    self.truncated = True
+
+    def __enter__(self) -> CapturedOutput:
+        import threading
+
+        _flush_python_streams()
+        self._saved = [os.dup(1), os.dup(2)]
+        for fd, sink in zip((1, 2), self.streams, strict=True):
+            read, write = os.pipe()
+            os.dup2(write, fd)
+            os.close(write)
+            thread = threading.Thread(target=self._drain, args=(read, sink), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _flush_python_streams()
+        for fd, saved in zip((1, 2), self._saved, strict=True):
+            os.dup2(saved, fd)  # closes our pipe's write end: the drain reads to its end
+            os.close(saved)
+        for thread in self._threads:
+            thread.join(timeout=5)
+
+    def as_record(self, sanitise: Any) -> dict[str, Any] | None:
+        """The record's ``output`` field, or None when nothing was written."""
+        if not any(self.streams):
+            return None
+        stdout, stderr = (sanitise(s.decode("utf-8", "replace")) for s in self.streams)
+        return {"stdout": stdout, "stderr": stderr, "truncated": self.truncated}
+
+
+def _flush_python_streams() -> None:
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            stream.flush()  # type: ignore[union-attr]
+
+
+def merge_output(
+    first: dict[str, Any] | None, second: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """Two calls' output, concatenated per stream and cut to `OUTPUT_LIMIT` characters."""
+    if not first or not second:
+        return first or second
+    merged = {"truncated": bool(first["truncated"] or second["truncated"])}
+    for stream in ("stdout", "stderr"):
+        text = first[stream] + second[stream]
+        if len(text) > OUTPUT_LIMIT:
+            text, merged["truncated"] = text[:OUTPUT_LIMIT], True
+        merged[stream] = text
+    return merged
+
+
 # -- process entry points (module-level: a worker process or a Ray actor calls them) --------
 
 _runtime: WorldRuntime | None = None
 _start_error: str | None = None
 
 
-def init_worker(config: WorkerConfig) -> None:
+def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
+    """Enter the frozen world. Before any env code is imported: stray output goes to stderr,
+    never stdout, and (outside recording) the kernel socket filter is installed, on every
+    thread (``whole_process``) or, in a Ray actor whose own threads need other sockets, on
+    the calling thread only. A world that cannot start raises, and is told once, in one line
+    (`worker_ready`)."""
     global _runtime, _start_error
+    os.dup2(2, 1)
+    if not config.live_tools:
+        from rlenv.world import sockets
+
+        sockets.install(whole_process=whole_process)
     if config.parent_pid is not None:
         from rlenv.world.reaper import bind_to_parent
 
@@ -781,6 +876,7 @@ def init_worker(config: WorkerConfig) -> None:
         _runtime = WorldRuntime(config)
     except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
         _start_error = exc.message if isinstance(exc, UserError) else _describe(exc)
+        raise
 
 
 def worker_ready() -> int:
@@ -791,16 +887,23 @@ def worker_ready() -> int:
     return os.getpid()
 
 
-def _cleaned(function: Any) -> Any:
-    """A worker entry point after which nothing the call started is left running."""
+def _in_world(function: Any) -> Any:
+    """A worker entry point: what in-world code prints during the call is captured (returned
+    as the call's second value), and nothing the call started is left running."""
     import functools
 
     from rlenv.world.reaper import no_leftovers
 
     @functools.wraps(function)
     def call(*args: Any) -> Any:
-        with no_leftovers():
-            return function(*args)
+        runtime = _get()
+        if not runtime.config.live_tools and runtime.config.thread_filter:
+            from rlenv.world import sockets
+
+            sockets.install(whole_process=False)
+        with CapturedOutput() as captured, no_leftovers():
+            result = function(*args)
+        return result, captured.as_record(runtime.sanitise)
 
     return call
 
@@ -818,8 +921,42 @@ def _timeout_record(task: RolloutTask, model: str) -> dict[str, Any]:
     )
 
 
-@_cleaned
-def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
+def _output_path(task: RolloutTask) -> Path:
+    """Where the output of a rollout's earlier calls (tools, driven from outside) waits."""
+    return _get().work_root / f"{task.input_index}-{task.rollout}.output.json"
+
+
+def _keep_output(task: RolloutTask, output: dict[str, Any] | None) -> None:
+    if output is None:
+        return
+    import json
+
+    path = _output_path(task)
+    earlier = json.loads(path.read_text()) if path.exists() else None
+    path.write_text(json.dumps(merge_output(earlier, output)))
+
+
+def _take_output(task: RolloutTask) -> dict[str, Any] | None:
+    import json
+
+    path = _output_path(task)
+    if not path.exists():
+        return None
+    output = json.loads(path.read_text())
+    path.unlink()
+    return output  # type: ignore[no-any-return]
+
+
+def _with_output(record: dict[str, Any], output: dict[str, Any] | None) -> dict[str, Any]:
+    """The sealed record with its ``output`` (volatile: not in the digest)."""
+    output = merge_output(record.get("output"), output)
+    if output is not None:
+        record["output"] = output
+    return record
+
+
+@_in_world
+def _run_rollout(task: RolloutTask) -> dict[str, Any]:
     runtime = _get()
     try:
         return runtime.run_rollout(task)
@@ -828,17 +965,20 @@ def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
         return _timeout_record(task, runtime.config.model_uri or "")
 
 
-@_cleaned
+def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
+    record, output = _run_rollout(task)
+    return _with_output(record, output)
+
+
 def worker_prepare(task: RolloutTask) -> None:
-    _get().prepare(task)
+    _output_path(task).unlink(missing_ok=True)
+    _get().prepare(task)  # a snapshot copy: no env code runs
 
 
-@_cleaned
-def worker_tool(
+@_in_world
+def _tool(
     task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
 ) -> ToolOutcome:
-    """One tool call, under what is left of the rollout's time (`timeout` seconds); a tool that
-    swallowed the timer's exception still ends the rollout as a timeout."""
     runtime = _get()
     with rollout_timer(timeout):
         outcome = runtime.call_tool(task, call, turn, number)
@@ -847,9 +987,18 @@ def worker_tool(
         return outcome
 
 
-@_cleaned
-def worker_grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
-    """A record graded late, with the grader-cache hits and misses it took."""
+def worker_tool(
+    task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
+) -> ToolOutcome:
+    """One tool call, under what is left of the rollout's time (`timeout` seconds); a tool that
+    swallowed the timer's exception still ends the rollout as a timeout."""
+    outcome, output = _tool(task, call, turn, number, timeout)
+    _keep_output(task, output)
+    return outcome  # type: ignore[no-any-return]
+
+
+@_in_world
+def _grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
     runtime = _get()
     hits, misses = runtime.cache_counts()
     with rollout_timer(timeout):
@@ -864,6 +1013,12 @@ def worker_grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any]
     return updated, runtime.cache.hits - hits, runtime.cache.misses - misses
 
 
+def worker_grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
+    """A record graded late, with the grader-cache hits and misses it took."""
+    (updated, hits, misses), output = _grade(record, timeout)
+    return _with_output(updated, output), hits, misses
+
+
 def late_grade_lost(record: dict[str, Any], status: str, error: str) -> dict[str, Any]:
     """A record whose late grading was stopped (timeout) or whose worker died: its deferred
     verifiers stay ungraded, the status says why, and it does not pass."""
@@ -876,8 +1031,8 @@ def late_grade_lost(record: dict[str, Any], status: str, error: str) -> dict[str
     return seal(updated)
 
 
-@_cleaned
-def worker_finish(
+@_in_world
+def _finish(
     task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
 ) -> dict[str, Any]:
     try:
@@ -886,6 +1041,13 @@ def worker_finish(
     except RolloutTimeout:  # the timer fired after grading, while the record was being made
         shutil.rmtree(_get().workdir_of(task), ignore_errors=True)
         return _timeout_record(task, model)
+
+
+def worker_finish(
+    task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
+) -> dict[str, Any]:
+    record, output = _finish(task, trajectory, model, timeout)
+    return _with_output(record, merge_output(_take_output(task), output))
 
 
 ENTRY_POINTS = {

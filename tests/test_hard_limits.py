@@ -215,12 +215,12 @@ def test_resume_after_killed_workers_gives_the_same_digest(
 SPAWNER = """
 import os, subprocess
 def spawn(args, ctx):
-    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    child = subprocess.Popen(["sleep", "1000.4242"], start_new_session=True)
     orphan = subprocess.run(
-        ["setsid", "sh", "-c", "sleep 1001 >/dev/null 2>&1 & echo $!"],
+        ["setsid", "sh", "-c", "sleep 1001.4242 >/dev/null 2>&1 & echo $!"],
         capture_output=True, text=True,
     ).stdout.strip()
-    with open(os.environ["PIDS_FILE"], "a") as handle:
+    with open(os.environ["RLENV_TEST_PIDS_FILE"], "a") as handle:
         handle.write(f"{child.pid}\\n{orphan}\\n")
     return "spawned"
 
@@ -253,22 +253,27 @@ def test_processes_a_rollout_starts_are_gone_when_it_ends(
         "--out",
         str(tmp_path / "run"),
         "--json",
-        env={"PIDS_FILE": str(pids_file)},
+        env={"RLENV_TEST_PIDS_FILE": str(pids_file)},
     )
     assert result.returncode == 0, result.stderr
     pids = [int(line) for line in pids_file.read_text().split()]
-    assert len(pids) == 4
-    procs = [psutil.Process(pid) for pid in pids if _alive(pid)]
+    assert len(pids) == 4  # started (pids as the worker's own pid namespace numbers them)
+    procs = [p for p in psutil.process_iter(["cmdline"]) if _spawned(p.info["cmdline"])]
     _, alive = psutil.wait_procs(procs, timeout=5)
     assert not [p.pid for p in alive if _alive(p.pid)], "a rollout's process outlived the run"
+
+
+def _spawned(cmdline: list[str] | None) -> bool:
+    """One of SPAWNER's sleeps, found from the host (the worker has its own pid namespace)."""
+    return bool(cmdline) and any(arg.endswith(".4242") for arg in cmdline or [])
 
 
 BLOCKER = """
 import os
 def policy(messages, tools, ctx):
-    with open(os.environ["GATE_STARTED"], "w") as started:
+    with open(os.environ["RLENV_TEST_GATE_STARTED"], "w") as started:
         started.write(str(os.getpid()))
-    with open(os.environ["GATE_RELEASE"]) as release:
+    with open(os.environ["RLENV_TEST_GATE_RELEASE"]) as release:
         release.read()
     return "x"
 """
@@ -279,7 +284,11 @@ def test_workers_die_with_the_orchestrator(env_builder: EnvBuilder, tmp_path: Pa
     started, release = tmp_path / "started", tmp_path / "release"
     os.mkfifo(started)
     os.mkfifo(release)
-    env = {**os.environ, "GATE_STARTED": str(started), "GATE_RELEASE": str(release)}
+    env = {
+        **os.environ,
+        "RLENV_TEST_GATE_STARTED": str(started),
+        "RLENV_TEST_GATE_RELEASE": str(release),
+    }
     orchestrator = subprocess.Popen(
         [str(RLENV), "run", str(spec), "--out", str(tmp_path / "run"), "--limit", "1"],
         env=env,
@@ -287,9 +296,9 @@ def test_workers_die_with_the_orchestrator(env_builder: EnvBuilder, tmp_path: Pa
         stderr=subprocess.DEVNULL,
     )
     with open(started) as reader:  # blocks until the policy runs in a worker
-        worker_pid = int(reader.read())
+        assert int(reader.read()) > 0  # its pid in its own pid namespace
     workers = psutil.Process(orchestrator.pid).children(recursive=True)
-    assert worker_pid in {p.pid for p in workers}
+    assert workers
     orchestrator.send_signal(signal.SIGKILL)
     orchestrator.wait()
     _, alive = psutil.wait_procs(workers, timeout=10)

@@ -87,8 +87,8 @@ class _Echo(BaseHTTPRequestHandler):
 
 SECRET_TOOLS = """
 import httpx, os
-BASE = os.environ["ECHO_URL"]
-S = os.environ["THE_SECRET"]
+BASE = os.environ["RLENV_TEST_ECHO_URL"]
+S = os.environ.get("THE_SECRET", "absent-in-replay")  # in-world code never sees a secret
 
 def call(args, ctx):
     form = args["form"]
@@ -140,7 +140,7 @@ def test_record_scrubs_every_secret_form_and_keeps_errors(
         rollouts=1,
         **({} if record_errors else {"scrub": {"record_errors": False}}),
     )
-    env = {"ECHO_URL": url, "THE_SECRET": SECRET}
+    env = {"RLENV_TEST_ECHO_URL": url, "THE_SECRET": SECRET}
     try:
         result = cli("record", str(spec), env=env)
     finally:

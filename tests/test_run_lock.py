@@ -16,9 +16,9 @@ from tests.conftest import RLENV, EnvBuilder, cli
 GATED_POLICY = """
 import os
 def policy(messages, tools, ctx):
-    with open(os.environ["GATE_STARTED"], "w") as started:  # blocks until the test reads
+    with open(os.environ["RLENV_TEST_GATE_STARTED"], "w") as started:  # blocks until the test reads
         started.write("in")
-    with open(os.environ["GATE_RELEASE"]) as release:  # blocks until the test writes
+    with open(os.environ["RLENV_TEST_GATE_RELEASE"]) as release:  # blocks until the test writes
         release.read()
     return messages[-1]["content"].split()[-1]
 """
@@ -46,7 +46,11 @@ def test_second_writer_is_refused_while_the_first_holds_the_run(
     started, release = tmp_path / "started", tmp_path / "release"
     os.mkfifo(started)
     os.mkfifo(release)
-    gates = {**os.environ, "GATE_STARTED": str(started), "GATE_RELEASE": str(release)}
+    gates = {
+        **os.environ,
+        "RLENV_TEST_GATE_STARTED": str(started),
+        "RLENV_TEST_GATE_RELEASE": str(release),
+    }
     out = tmp_path / "run"
     first = subprocess.Popen(
         [str(RLENV), "run", str(spec), "--out", str(out), "--json", "--limit", "1"],

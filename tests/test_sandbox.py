@@ -23,7 +23,7 @@ from tests.conftest import needs, require
 MECHANISM = probe_mechanism()
 ISOLATED = [m for m in ("bwrap", "unshare") if sandbox._mechanism_works(m)]
 LIMITS = SandboxLimits(
-    cpu_seconds=2, wall_seconds=5, memory_mb=256, file_size_mb=8, max_processes=32
+    cpu_seconds=2, wall_seconds=5, memory_mb=256, file_size_mb=8, max_processes=8
 )
 SECRET = "SECRET-42"
 REPO = Path(sandbox.__file__).resolve().parents[2]
@@ -351,7 +351,7 @@ def test_escape_bounded_fork_bomb(workdir: Path, marker: str) -> None:
 
 @needs_isolation
 def test_escape_classic_fork_bomb(workdir: Path, marker: str) -> None:
-    limits = SandboxLimits(cpu_seconds=2, wall_seconds=3, memory_mb=256, max_processes=32)
+    limits = SandboxLimits(cpu_seconds=2, wall_seconds=3, memory_mb=256, max_processes=8)
     bomb = (
         "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
     )
@@ -430,7 +430,7 @@ def test_escape_huge_file(mechanism: str, workdir: Path) -> None:
         mechanism,
     )
     assert "File too large" in verdict["detail"]
-    assert (workdir / "big.bin").stat().st_size <= LIMITS.file_size_mb * 1024 * 1024
+    assert not (workdir / "big.bin").exists()  # written on the sandbox's tmpfs, never the host
 
 
 @needs_isolation

@@ -97,7 +97,7 @@ import base64, os
 from urllib.parse import quote
 import httpx
 
-B = os.environ["ECHO_URL"]
+B = os.environ["RLENV_TEST_ECHO_URL"]
 HOST = B.split("://", 1)[1]
 CLIENT = httpx.Client(timeout=10)
 get, post = CLIENT.get, CLIENT.post
@@ -215,7 +215,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         verifiers=[{"type": "regex", "pattern": "done"}],
         rollouts=1,
     )
-    env = {"ECHO_URL": url}
+    env = {"RLENV_TEST_ECHO_URL": url}
     for form, value in ENV_SECRETS.items():
         env[f"F_{form.upper()}_SECRET"] = value
     env["TOOL_URL_QUERY"] = f"{url}/svc?q2=x&code={quote(ENV_SECRETS['tool_base_url_query'])}"

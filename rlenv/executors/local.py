@@ -1,5 +1,6 @@
 """Where rollouts execute on this machine: a pool of spawned frozen-world worker processes,
-each in a fresh network namespace when one can be made.
+each exec'd with only the world's environment variables (`rlenv.world.environment`), in fresh
+network and pid namespaces when they can be made.
 
 Each worker is a process of our own with one pipe (not a `ProcessPoolExecutor`, which can
 neither kill one busy worker nor survive one dying): the orchestrator knows which worker runs
@@ -18,6 +19,7 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -32,6 +34,7 @@ from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, WorkerLost
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
 from rlenv.worker import RolloutTask, WorkerConfig
+from rlenv.world.environment import world_environment
 from rlenv.world.freeze import FROZEN_ENV
 from rlenv.world.netguard import netns_prefix
 from rlenv.world.reaper import kill_tree
@@ -51,14 +54,19 @@ class LocalExecutor:
         self.workers = max(1, workers)
         self.config = dataclasses.replace(config, parent_pid=os.getpid())  # workers die with us
         self.context = multiprocessing.get_context("spawn")
-        self.wrapper: Path | None = None
-        prefix = [] if config.live_tools else netns_prefix()
-        if prefix:
-            self.wrapper = Path(config.work_root) / ".worker-python"
-            self.wrapper.write_text(
-                "#!/bin/sh\nexec " + " ".join(prefix) + f' "{sys.executable}" "$@"\n'
-            )
-            self.wrapper.chmod(0o755)
+        # The worker interpreter is exec'd by this script with exactly the world's variables
+        # (no OPENAI_API_KEY, no secret the orchestrator holds), in its own namespaces.
+        # Recording is the exception: its tools call the live APIs with the user's keys.
+        command: list[str] = []
+        if not config.live_tools:
+            variables = sorted(world_environment().items())
+            command = ["env", "-i", *(f"{name}={value}" for name, value in variables)]
+            command += netns_prefix()
+        self.wrapper: Path | None = Path(config.work_root) / ".worker-python"
+        self.wrapper.write_text(
+            "#!/bin/sh\nexec " + shlex.join([*command, sys.executable]) + ' "$@"\n'
+        )
+        self.wrapper.chmod(0o700)
         # waiting on the pipes happens in threads, so the event loop never blocks on a worker
         self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
         self.all: list[_Worker] = []

@@ -11,8 +11,15 @@ interpreter starts with them as a spawned local worker does. A rollout's calls (
 tool call, finish) go to the actor that prepared it, because its snapshot copy lives on that
 actor's disk. Limits compared with the local executor:
 
-- no fresh network namespace: the actor must talk to its raylet, so only the in-process guard
-  (`rlenv.world.netguard`) refuses outbound connections (Ray's own sockets are C++, unguarded);
+- no fresh network or pid namespace: the actor must talk to its raylet, so outbound TCP is
+  refused only by the in-process guard (`rlenv.world.netguard`; Ray's own sockets are C++,
+  unguarded, and code that calls `_socket` or libc directly gets through), and other
+  processes of the same user stay visible in /proc. The kernel socket filter
+  (`rlenv.world.sockets`) still refuses AF_UNIX, UDP and raw sockets, on the thread that runs
+  the actor's calls (Ray's own threads need theirs). The actor's environment is reset to the
+  world's (`rlenv.world.environment`), and a Ray instance rlenv starts itself is started
+  without the driver's secrets; the driver's own /proc/PID/environ (and that of the shell
+  that started it) stays readable by same-user processes;
 - files: actors read the spec and every file it references at the driver's absolute paths, so
   on a multi-node cluster the project directory must be on a filesystem shared by every node,
   mounted at the same path (each actor checks at start and names the node that lacks it); rlenv
@@ -44,6 +51,7 @@ import shutil
 import socket
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +61,7 @@ from rlenv.errors import RunFailed, UserError, WorkerLost
 from rlenv.executors.base import CALLS, backstop, death_error
 from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig
-from rlenv.world.freeze import FROZEN_ENV
+from rlenv.world.environment import looks_secret, scrub_process_environment, world_environment
 
 INSTALL_HINT = "the ray executor needs Ray: pip install 'rlenv[ray]'"
 
@@ -68,13 +76,30 @@ def import_ray() -> Any:
 
 
 def forwarded_environment() -> dict[str, str]:
-    """Variables every actor process starts with: the frozen ones and the driver's RLENV_*.
+    """Variables every actor process starts with: the world's (`world_environment`: the
+    frozen ones, the driver's RLENV_* switches such as RLENV_PERTURB_LISTING under
+    `verify --perturb`, paths and caches; never a secret). An actor inherits its raylet's
+    environment too; it drops the rest when it starts (`WorldActor`)."""
+    return world_environment()
 
-    A spawned local worker inherits the driver's environment; an actor inherits its raylet's,
-    so rlenv's own switches (e.g. RLENV_PERTURB_LISTING under `verify --perturb`) are passed on.
-    """
-    forwarded = {key: value for key, value in os.environ.items() if key.startswith("RLENV_")}
-    return {**forwarded, **FROZEN_ENV}
+
+@contextlib.contextmanager
+def _without_secrets() -> Iterator[None]:
+    """This process's environment reduced to the world's (plus Ray's own RAY_* settings) while
+    a local Ray instance starts, so its raylet and workers never hold the driver's secrets."""
+    saved = dict(os.environ)
+    keep = {
+        name: value
+        for name, value in saved.items()
+        if name.startswith("RAY_") and not looks_secret(name)
+    }
+    os.environ.clear()
+    os.environ.update({**keep, **world_environment(saved)})
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def preflight(address: str | None) -> None:
@@ -121,7 +146,9 @@ class WorldActor:
             shared = Path(config.work_root)
             parent = shared if shared.is_dir() else Path(tempfile.gettempdir())
             self.work_root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
-        worker.init_worker(dataclasses.replace(config, work_root=str(self.work_root)))
+        scrub_process_environment(world_environment())
+        config = dataclasses.replace(config, work_root=str(self.work_root), thread_filter=True)
+        worker.init_worker(config, whole_process=False)
 
     def ready(self) -> dict[str, Any]:
         """What the driver checks before dispatching: a start error, rlenv and Python versions,
@@ -173,12 +200,13 @@ class RayExecutor:
             if address:
                 check_reachable(address)
             try:
-                ray.init(
-                    address=address or None,
-                    include_dashboard=False,
-                    log_to_driver=False,  # a tool's prints must not reach `rlenv run --json`
-                    logging_level="WARNING",
-                )
+                with _without_secrets():
+                    ray.init(
+                        address=address or None,
+                        include_dashboard=False,
+                        log_to_driver=False,  # a tool's prints must not reach `rlenv run --json`
+                        logging_level="WARNING",
+                    )
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 where = f"--address {address}" if address else "local Ray instance"
                 raise UserError(f"{where}: cannot start or reach Ray: {exc}") from None

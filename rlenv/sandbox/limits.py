@@ -17,13 +17,22 @@ MECHANISMS = ("bwrap", "unshare", "rlimits")
 
 @dataclass
 class SandboxLimits:
-    """Resource limits and the frozen environment of one sandboxed run."""
+    """Resource limits and the frozen environment of one sandboxed run.
+
+    ``memory_mb`` and ``disk_mb`` hold for the sandbox as a whole. Memory: at most
+    ``max_processes`` tasks (processes and threads, RLIMIT_NPROC) each get ``memory_mb /
+    max_processes`` of address space (RLIMIT_AS), so no number of children adds up to more.
+    Disk: the workdir inside is a tmpfs of ``disk_mb`` (a copy of the host workdir; what the
+    program writes there is discarded with it), and no other directory is writable. The
+    tmpfs is memory too: the sandbox's whole footprint is at most ``memory_mb + disk_mb``.
+    """
 
     cpu_seconds: int = 10
     wall_seconds: float = 20
     memory_mb: int = 512
     file_size_mb: int = 16
-    max_processes: int = 64
+    max_processes: int = 8
+    disk_mb: int = 64
     frozen_time: str | None = None
     """ISO 8601 instant the clock starts at (libfaketime), e.g. "2024-05-01T12:00:00+00:00"."""
     tz: str = "UTC"

@@ -13,7 +13,7 @@ import json
 import os
 import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlenv.sandbox.faketime import SITE_DIR_INSIDE
@@ -29,7 +29,9 @@ from rlenv.sandbox.limits import (
 WRAPPER = Path(__file__).with_name("wrapper.py")
 """The in-sandbox wrapper, run by path (standard library only)."""
 WRAPPER_INSIDE = "/.rlenv-wrapper.py"
-"""Where a bwrap sandbox sees ``WRAPPER`` (the other mechanisms see the host path)."""
+"""Where a bwrap sandbox sees a copy of ``WRAPPER`` (unshare runs it from a memfd)."""
+PYTHON_INSIDE = "/.rlenv-python"
+"""A link to the interpreter in a bwrap sandbox, so the command line names no host path."""
 
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 _ETC_FILES = (
@@ -174,8 +176,10 @@ def mechanism_notes(mechanism: str, root: bool) -> list[str]:
         notes.append("no network isolation; hidden paths not hidden (rlimits mechanism)")
         if root and closed_parents(python_prefix()):
             notes.append(f"the interpreter under {python_prefix()} is closed to the sandbox uid")
+        notes.append("disk limit per file only: the program writes the host workdir in place")
         if not root:
             notes.append("RLIMIT_NPROC not applied and kill(-1) not prevented (not root)")
+            notes.append("memory limit per process only (no process limit to share it)")
     if mechanism == "unshare":
         notes.append(
             "/usr, /etc and /sys of the host visible (read-only for the sandbox uid only as root)"
@@ -186,11 +190,18 @@ def mechanism_notes(mechanism: str, root: bool) -> list[str]:
 # --------------------------------------------------------------------------- command lines
 
 
+def _outer_netns() -> bool:
+    """As root, bwrap starts inside a network namespace `unshare --net` made (loopback down)
+    instead of making its own: bwrap's loopback setup asks glibc for a datagram socket, which
+    the frozen world's socket filter (`rlenv.world.sockets`) refuses."""
+    return is_root() and shutil.which("unshare") is not None
+
+
 def _bwrap_system(root: bool) -> tuple[list[str], list[Path]]:
     """Namespaces, identity and the read-only system binds; (args, read-only paths)."""
     args = [
         "--unshare-pid",
-        "--unshare-net",
+        *([] if root and _outer_netns() else ["--unshare-net"]),
         "--unshare-ipc",
         "--unshare-uts",
         "--unshare-cgroup-try",
@@ -206,7 +217,9 @@ def _bwrap_system(root: bool) -> tuple[list[str], list[Path]]:
     if root:
         # Privileged bwrap: no user namespace, so the wrapper can become a real unprivileged
         # host uid; it keeps only the caps it needs for that and loses them at setuid.
+        # CAP_CHOWN hands the filled workdir to that uid.
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        args += ["--cap-add", "CAP_CHOWN"]
     else:
         args += ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
     ro_paths: list[Path] = [Path("/usr")]
@@ -232,21 +245,26 @@ def _bwrap_system(root: bool) -> tuple[list[str], list[Path]]:
     return args, ro_paths
 
 
-def bwrap_args(workdir: Path, hidden: list[Path], site_dir: str | None) -> list[str]:
-    """bwrap's options: the new root, the workdir at ``SANDBOX_WORKDIR``, hidden paths masked."""
+def bwrap_args(
+    workdir: Path, hidden: list[Path], site_dir: str | None, disk_bytes: int, wrapper_fd: int
+) -> list[str]:
+    """bwrap's options: the new root, an empty tmpfs of ``disk_bytes`` at ``SANDBOX_WORKDIR``
+    (the wrapper fills it from the seed archive), hidden paths masked. Nothing in it names a
+    host path: the wrapper is copied in from ``wrapper_fd`` and the interpreter is reached
+    through the ``PYTHON_INSIDE`` link."""
     args, ro_paths = _bwrap_system(is_root())
-    args += ["--ro-bind", str(WRAPPER), WRAPPER_INSIDE]
+    args += ["--ro-bind-data", str(wrapper_fd), WRAPPER_INSIDE]
+    args += ["--symlink", sandbox_python(), PYTHON_INSIDE]
     if site_dir is not None:
         args += ["--ro-bind", site_dir, SITE_DIR_INSIDE]
     args += ["--proc", "/proc", "--dev", "/dev"]
-    args += ["--bind", str(workdir), SANDBOX_WORKDIR]
+    args += ["--perms", "0755", "--size", str(disk_bytes), "--tmpfs", SANDBOX_WORKDIR]
     for path in hidden:
         if within(path, workdir):
-            inside = str(Path(SANDBOX_WORKDIR) / path.relative_to(workdir))
-        elif any(within(path, p) for p in ro_paths):
-            inside = str(path)
-        else:
+            continue  # left out of the seed archive: never in the sandbox
+        if not any(within(path, p) for p in ro_paths):
             continue  # not mounted in the sandbox at all
+        inside = str(path)
         if path.is_dir():
             args += ["--perms", "0555", "--tmpfs", inside, "--remount-ro", inside]
         else:
@@ -261,8 +279,8 @@ class Launch:
 
     command: list[str]
     pass_fds: tuple[int, ...] = ()
-    args_fd: int | None = None
-    """bwrap reads its options from this memfd (--args)."""
+    owned: list[int] = field(default_factory=list)
+    """memfds made for this run (bwrap's --args, the wrapper, its spec, the seed archive)."""
     info_read: int | None = None
     """bwrap writes the host pid of the namespace's init here (--info-fd)."""
     info_write: int | None = None
@@ -273,10 +291,20 @@ class Launch:
             self.info_write = None
 
     def close(self) -> None:
-        for fd in (self.args_fd, self.info_read, self.info_write):
+        for fd in (*self.owned, self.info_read, self.info_write):
             if fd is not None:
-                os.close(fd)
-        self.args_fd = self.info_read = self.info_write = None
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.owned = []
+        self.info_read = self.info_write = None
+
+
+def memfd(name: str, data: bytes) -> int:
+    """An anonymous in-memory file holding ``data``, positioned at its start."""
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def launch(
@@ -285,38 +313,50 @@ def launch(
     workdir: Path,
     hidden: list[Path],
     site_dir: str | None,
+    *,
+    seed_fd: int | None = None,
+    disk_bytes: int = 0,
 ) -> Launch:
-    """The command that runs the wrapper (then the program) under ``mechanism``."""
+    """The command that runs the wrapper (then the program) under ``mechanism``.
+
+    The wrapper reads its spec from a memfd whose number is its only argument, so neither
+    the spec nor the workdir's host path shows in any command line; ``seed_fd`` (an archive
+    of the workdir) is handed down to it the same way."""
+    spec_fd = memfd("rlenv-sandbox-spec", json.dumps(wrapper_spec).encode())
+    owned = [spec_fd]
+    fds = [spec_fd] + ([seed_fd] if seed_fd is not None else [])
     if mechanism == "bwrap":
-        launcher = [sandbox_python(), "-I", "-S", WRAPPER_INSIDE, json.dumps(wrapper_spec)]
-    else:
-        # by source, not by path: the wrapper stays pid 1 of an unshare sandbox, and its
-        # /proc/1/cmdline (readable by the program) must not name where the project lives
-        source = WRAPPER.read_text(encoding="utf-8")
-        launcher = [sandbox_python(), "-I", "-S", "-c", source, json.dumps(wrapper_spec)]
-    if mechanism == "bwrap":
-        # Arguments go through a memfd (--args) so they do not show in /proc/1/cmdline.
-        args_fd = os.memfd_create("bwrap-args", 0)
+        wrapper_fd = memfd("rlenv-sandbox-wrapper", WRAPPER.read_bytes())
+        launcher = [PYTHON_INSIDE, "-I", "-S", WRAPPER_INSIDE, str(spec_fd)]
         # bwrap reports the host pid of the namespace's init on --info-fd: bwrap itself may
         # exit as soon as the program does, while the init is still tearing the namespace
         # down, so the init is what we wait for.
         info_read, info_write = os.pipe()
-        options = ["--info-fd", str(info_write), *bwrap_args(workdir, hidden, site_dir)]
-        os.write(args_fd, b"\0".join(a.encode() for a in options) + b"\0")
-        os.lseek(args_fd, 0, os.SEEK_SET)
-        # The command itself must follow on the real command line (bwrap reads only options
-        # from --args); it holds the program's argv and env, nothing from the host.
+        options = [
+            "--info-fd",
+            str(info_write),
+            *bwrap_args(workdir, hidden, site_dir, disk_bytes, wrapper_fd),
+        ]
+        # Options go through a memfd (--args) so they do not show in /proc/1/cmdline; the
+        # command itself must follow on the real command line (bwrap reads only options
+        # from --args).
+        args_fd = memfd("bwrap-args", b"\0".join(a.encode() for a in options) + b"\0")
+        outer = ["unshare", "--net"] if _outer_netns() else []
         return Launch(
-            ["bwrap", "--args", str(args_fd), "--", *launcher],
-            pass_fds=(args_fd, info_write),
-            args_fd=args_fd,
+            [*outer, "bwrap", "--args", str(args_fd), "--", *launcher],
+            pass_fds=(args_fd, info_write, wrapper_fd, *fds),
+            owned=[*owned, args_fd, wrapper_fd],
             info_read=info_read,
             info_write=info_write,
         )
     if mechanism == "unshare":
+        wrapper_fd = memfd("rlenv-sandbox-wrapper", WRAPPER.read_bytes())
+        owned.append(wrapper_fd)
+        launcher = [sandbox_python(), "-I", "-S", f"/proc/self/fd/{wrapper_fd}", str(spec_fd)]
         command = ["unshare"]
         if not is_root():
             command.append("--map-root-user")
         command += [*_UNSHARE_FLAGS, "--uts", "--ipc", "--", *launcher]
-        return Launch(command)
-    return Launch(launcher)
+        return Launch(command, pass_fds=(wrapper_fd, *fds), owned=owned)
+    launcher = [sandbox_python(), "-I", "-S", str(WRAPPER), str(spec_fd)]
+    return Launch(launcher, pass_fds=tuple(fds), owned=owned)

@@ -57,11 +57,15 @@ def run_sandboxed(
     output_limit: int = OUTPUT_LIMIT,
     interact: Callable[[int, int, float], None] | None = None,
 ) -> SandboxResult:
-    """Run ``argv`` isolated: no network, read-only system, writable only in ``workdir``
-    (its cwd, HOME and TMPDIR), ``hidden`` paths invisible, limits enforced, env cleared.
+    """Run ``argv`` isolated: no network, read-only system, writable only in a copy of
+    ``workdir`` (its cwd, HOME and TMPDIR), ``hidden`` paths invisible, limits enforced (memory
+    and disk for the sandbox as a whole, see ``SandboxLimits``), env cleared.
 
-    ``mechanism`` forces one of ``MECHANISMS`` (default: ``probe_mechanism()``). Inside a
-    bwrap sandbox the workdir is ``SANDBOX_WORKDIR``; with the fallbacks it is its host path.
+    With bwrap and unshare the program works on a size-capped tmpfs filled with a copy of
+    ``workdir`` (hidden paths inside it left out); what it writes there never reaches the
+    host. ``mechanism`` forces one of ``MECHANISMS`` (default: ``probe_mechanism()``). Inside a
+    bwrap sandbox the workdir is ``SANDBOX_WORKDIR``; with the fallbacks it is its host path
+    (with ``rlimits``, the host directory itself, written in place).
     """
     if mechanism is None:
         mechanism = probe_mechanism()
@@ -72,10 +76,31 @@ def run_sandboxed(
     site_dir = faketime_site_dir() if limits.frozen_time and faketime_library() else None
     spec = _wrapper_spec(argv, workdir, hidden_paths, mechanism, limits, env, site_dir, notes)
     notes += mechanism_notes(mechanism, is_root())
-    command = launch(mechanism, spec, workdir, hidden_paths, site_dir)
+    seed_fd = None
+    if mechanism != "rlimits":
+        seed_fd = _seed_archive(workdir, hidden_paths)
+        spec["seed_fd"] = seed_fd
+        if mechanism == "unshare":
+            spec["tmpfs"] = limits.disk_mb * _MIB
+    try:
+        command = launch(
+            mechanism,
+            spec,
+            workdir,
+            hidden_paths,
+            site_dir,
+            seed_fd=seed_fd,
+            disk_bytes=limits.disk_mb * _MIB,
+        )
+    except BaseException:
+        if seed_fd is not None:
+            os.close(seed_fd)
+        raise
+    if seed_fd is not None:
+        command.owned.append(seed_fd)
     original_owner = None
     try:
-        if is_root():  # the wrapper drops to SANDBOX_UID, which must own the workdir
+        if is_root() and mechanism == "rlimits":  # the program works in the host dir itself
             st = workdir.stat()
             original_owner = (st.st_uid, st.st_gid)
             process.chown_tree(workdir, SANDBOX_UID, SANDBOX_UID)
@@ -104,6 +129,24 @@ def run_sandboxed(
     )
 
 
+def _seed_archive(workdir: Path, hidden: list[Path]) -> int:
+    """A memfd holding a tar of ``workdir`` without the hidden paths: what the sandbox's
+    tmpfs workdir starts with (no host path of it is mounted into the sandbox)."""
+    import tarfile
+
+    fd = os.memfd_create("rlenv-sandbox-seed", 0)
+
+    def keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        path = workdir / member.name
+        return None if any(within(path, h) for h in hidden) else member
+
+    with os.fdopen(os.dup(fd), "wb") as handle, tarfile.open(fileobj=handle, mode="w|") as tar:
+        for entry in sorted(workdir.iterdir()):
+            tar.add(str(entry), arcname=entry.name, filter=keep)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _checked_paths(workdir: Path, hidden: list[Path] | None) -> tuple[Path, list[Path]]:
     """The resolved workdir and the hidden paths that exist; ValueError when they clash."""
     workdir = Path(workdir).resolve()
@@ -120,10 +163,16 @@ def _checked_paths(workdir: Path, hidden: list[Path] | None) -> tuple[Path, list
 
 
 def _rlimits(limits: SandboxLimits, *, nproc: bool) -> list[tuple[str, tuple[int, int]]]:
+    """The wrapper's rlimits. With a process limit, each of the ``max_processes`` tasks gets
+    its share of ``memory_mb``, so the sandbox as a whole stays within it; without one
+    (``rlimits`` as a normal user) ``memory_mb`` is per process (noted in the result)."""
     cpu = max(1, int(limits.cpu_seconds))
+    memory = limits.memory_mb * _MIB
+    if nproc:
+        memory //= max(1, limits.max_processes)
     out = [
         ("RLIMIT_CPU", (cpu, cpu + 1)),
-        ("RLIMIT_AS", (limits.memory_mb * _MIB, limits.memory_mb * _MIB)),
+        ("RLIMIT_AS", (memory, memory)),
         ("RLIMIT_FSIZE", (limits.file_size_mb * _MIB, limits.file_size_mb * _MIB)),
         ("RLIMIT_CORE", (0, 0)),
         ("RLIMIT_NOFILE", (256, 256)),

@@ -1,14 +1,17 @@
-"""Runs inside the sandbox just before the program: ``python -I -S wrapper.py SPEC_JSON``.
+"""Runs inside the sandbox just before the program: ``python -I -S wrapper.py SPEC_FD``.
 
 (unshare only) sets the hostname and covers the /tmp-like dirs, the closed dirs and the hidden
-paths; then sets the rlimits and no_new_privs (setuid binaries cannot elevate), drops to the
-sandbox uid, restores default signal dispositions (Python ignores SIGPIPE/SIGXFSZ and exec
-would inherit that) and execs the program with a clean environment.
+paths, and mounts a size-capped tmpfs over the workdir; (bwrap and unshare) fills the workdir
+from the seed archive; then sets the rlimits and no_new_privs (setuid binaries cannot
+elevate), drops to the sandbox uid, closes every inherited descriptor above stderr, restores
+default signal dispositions (Python ignores SIGPIPE/SIGXFSZ and exec would inherit that) and
+execs the program with a clean environment.
 
-The sandbox runs this file by path under the sandboxed interpreter (``rlenv.sandbox.run``
-binds it into a bwrap sandbox at ``WRAPPER_INSIDE``), so it imports only the standard library
+The sandbox runs this file under the sandboxed interpreter (a bwrap sandbox gets a copy at
+``WRAPPER_INSIDE``, unshare reads it from a memfd), so it imports only the standard library
 (and not ``typing``, to keep the start fast). The spec is the JSON ``rlenv.sandbox.run``
-writes: argv, env, cwd, uid, rlimits, hostname, hide, cover, keep, init.
+writes into the memfd ``SPEC_FD``: argv, env, cwd, uid, rlimits, hostname, hide, cover, keep,
+init, seed_fd, tmpfs.
 """
 
 from __future__ import annotations
@@ -83,6 +86,30 @@ def cover_and_hide(spec: dict[str, Any]) -> None:
             _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
 
 
+def fill_workdir(spec: dict[str, Any]) -> None:
+    """(unshare) mount the size-capped tmpfs over the workdir; then unpack the seed archive
+    (a copy of the host workdir) into it and hand it to the sandbox uid."""
+    target = spec["cwd"]
+    size = spec.get("tmpfs")
+    if size:
+        libc = ctypes.CDLL(None, use_errno=True)
+        options = f"mode=0755,size={int(size)}".encode()
+        _mount(libc, b"tmpfs", target, b"tmpfs", MS_NOSUID | MS_NODEV, options)
+    import tarfile
+
+    with os.fdopen(spec["seed_fd"], "rb") as seed, tarfile.open(fileobj=seed, mode="r|") as tar:
+        try:
+            tar.extractall(target, filter="tar")
+        except OSError as exc:  # the seed alone is over the disk limit
+            _fail(f"sandbox: cannot fill the workdir: {exc}\n", 125)
+    uid = spec.get("uid")
+    if uid is not None:
+        for root, dirs, files in os.walk(target):
+            for name in [*dirs, *files]:
+                os.lchown(os.path.join(root, name), uid, uid)
+        os.lchown(target, uid, uid)
+
+
 def try_enter(cwd: str) -> bool:
     """Enter the workdir while still privileged when possible: its host parents may be closed
     to the sandbox uid, and an open cwd needs no search permission on them."""
@@ -127,6 +154,7 @@ def fork_as_init() -> None:
 def exec_program(argv: list[str], env: dict[str, str]) -> NoReturn:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGXCPU):
         signal.signal(sig, signal.SIG_DFL)
+    os.closerange(3, 65536)  # the spec and seed memfds, anything else a launcher passed
     try:
         os.execvpe(argv[0], argv, env)
     except OSError as exc:
@@ -138,6 +166,8 @@ def main(spec: dict[str, Any]) -> NoReturn:
         set_hostname(spec["hostname"])
     if spec.get("hide") or spec.get("cover"):
         cover_and_hide(spec)
+    if spec.get("seed_fd") is not None:
+        fill_workdir(spec)
     for name, value in spec["rlimits"]:
         resource.setrlimit(getattr(resource, name), tuple(value))
     entered = try_enter(spec["cwd"])
@@ -151,5 +181,10 @@ def main(spec: dict[str, Any]) -> NoReturn:
     exec_program(spec["argv"], spec["env"])
 
 
+def read_spec(fd: int) -> dict[str, Any]:
+    with os.fdopen(fd, "rb") as handle:
+        return json.loads(handle.read())  # type: ignore[no-any-return]
+
+
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    main(read_spec(int(sys.argv[1])))

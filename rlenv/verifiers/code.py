@@ -53,7 +53,14 @@ HARNESS_NAME = "_rlenv_runner.py"
 
 _PYTHON_FLAGS = ["-s", "-P", "-B"]
 """-I minus -E: -I would ignore PYTHONHASHSEED; the environment is already fully controlled."""
-_LIMIT_NAMES = {"cpu_seconds", "wall_seconds", "memory_mb", "file_size_mb", "max_processes"}
+_LIMIT_NAMES = {
+    "cpu_seconds",
+    "wall_seconds",
+    "memory_mb",
+    "file_size_mb",
+    "max_processes",
+    "disk_mb",
+}
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 
 

@@ -31,9 +31,16 @@ def _prctl(option: int, value: int) -> bool:
 
 
 def bind_to_parent(parent: int) -> None:
-    """Die with the orchestrator: parent-death signal, subreaper, and a parent-pid watch."""
+    """Die with the orchestrator: parent-death signal, subreaper, and a parent-pid watch.
+
+    A worker that is pid 1 of its own pid namespace cannot see its parent (`getppid` is 0):
+    there the chain `setpriv --pdeathsig KILL unshare --kill-child` that started it does the
+    same (see `rlenv.world.netguard.netns_prefix`), and every process in the namespace dies
+    with it."""
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+    if os.getpid() == 1:
+        return
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(1)
 

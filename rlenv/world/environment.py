@@ -1,0 +1,107 @@
+"""The environment variables in-world code runs with: a short allow-list, never a secret.
+
+A frozen-world worker (where python policies, tools, verifiers and the python reward model
+run) starts from `world_environment`, not from the orchestrator's environment, so
+OPENAI_API_KEY and the like are not in its `os.environ`, its `/proc/self/environ` or what its
+subprocesses inherit. A local worker is exec'd with exactly these variables (`env -i`); a Ray
+actor clears the rest from its environment and wipes them from its initial environment block
+(`scrub_process_environment`). README "What in-world code can reach" lists them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from collections.abc import Mapping
+
+from rlenv.world.freeze import FROZEN_ENV
+from rlenv.world.scrub import REDACTED
+from rlenv.world.secrets import SECRET_ENV_NAME
+
+WORLD_VARIABLES = (
+    # the frozen world: time zone, locale, hash seed (set to FROZEN_ENV's values)
+    "TZ",
+    "LC_ALL",
+    "LANG",
+    "PYTHONHASHSEED",
+    # where programs, libraries and the user's files are (a tool may run `git` or `python`)
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH",
+    # local model caches and offline switches, so an in-world reward model loads from disk
+    "HF_HOME",
+    "HF_HUB_CACHE",
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_CACHE",
+    "TRANSFORMERS_OFFLINE",
+    "TORCH_HOME",
+    "XDG_CACHE_HOME",
+    "SENTENCE_TRANSFORMERS_HOME",
+    # devices and thread counts
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "TOKENIZERS_PARALLELISM",
+    # certificate bundles for an https reward-model endpoint (paths, not keys)
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+)
+"""Names passed from the orchestrator to in-world code (when set there), besides rlenv's own
+``RLENV_*`` switches. A name that looks like a secret (`SECRET_ENV_NAME`: OPENAI_API_KEY,
+GITHUB_TOKEN, DB_PASSWORD...) is never passed with its value: it is set to `PLACEHOLDER`."""
+
+PLACEHOLDER = REDACTED
+"""The value every secret-looking variable has in the world: the string the scrubber put where
+the secret was in the recorded cassettes, so a tool that reads its key from the environment
+still sends the request it recorded (and replay matches it), without the key."""
+
+
+def looks_secret(name: str) -> bool:
+    return SECRET_ENV_NAME.search(name) is not None
+
+
+def world_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables a frozen-world worker starts with: `WORLD_VARIABLES` and ``RLENV_*``
+    from ``environ`` (default: this process's), every secret-looking name set to
+    `PLACEHOLDER`, and `FROZEN_ENV`. Nothing else (proxies neither: their URLs can carry
+    credentials)."""
+    source = os.environ if environ is None else environ
+    passed = {}
+    for name, value in source.items():
+        if looks_secret(name):
+            passed[name] = PLACEHOLDER
+        elif name in WORLD_VARIABLES or name.startswith("RLENV_"):
+            passed[name] = value
+    return {**passed, **FROZEN_ENV}
+
+
+def scrub_process_environment(keep: Mapping[str, str]) -> None:
+    """Make this running process's environment ``keep``: `os.environ` (and the C environment)
+    reset, and every other entry of the initial environment block, which
+    `/proc/self/environ` shows, overwritten with NUL bytes. For a process that cannot be
+    started with the right environment (a Ray worker)."""
+    kept = dict(keep)
+    os.environ.clear()
+    os.environ.update(kept)
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/self/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        # fields after the command name start at field 3 (state); env_start/end are 50/51
+        start, end = int(fields[50 - 3]), int(fields[51 - 3])
+        if not 0 < start < end:
+            return
+        block = (ctypes.c_char * (end - start)).from_address(start)
+        data = bytes(block)
+        offset = 0
+        for entry in data.split(b"\0"):
+            name = entry.partition(b"=")[0].decode("utf-8", "replace")
+            if entry and kept.get(name) is None:
+                ctypes.memset(start + offset, 0, len(entry))
+            offset += len(entry) + 1
