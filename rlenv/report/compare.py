@@ -40,6 +40,8 @@ METRICS: list[tuple[str, str]] = [
     ("reward_noise_floor", "noise floor, reward"),
     ("delta_reward_mean", "Δ reward mean vs previous"),
     ("human_mean", "human score mean"),
+    ("calibrated_mean", "RM estimate, human scale"),
+    ("calibrated_gap", "alignment gap (RM est. − human)"),
     ("kl_mean_k1", "KL to reference (mean k1)"),
     ("distinct_2", "distinct-2"),
     ("duplicate_rate", "duplicate rate"),
@@ -54,6 +56,8 @@ PLOTTED = [
     "pass_rate",
     "reward_mean",
     "human_mean",
+    "calibrated_mean",
+    "calibrated_gap",
     "kl_mean_k1",
     "suspect_rate",
     "mean_length",
@@ -92,8 +96,15 @@ def compare(
     require("jinja2", "rlenv compare")
     names = _names(runs)
     humans = _human_labels(runs, names, human or {})
+    calibrations = {
+        name: run.calibration
+        for name, run in zip(names, runs, strict=True)
+        if run.calibration is not None
+    }
     compared = metrics.compare_runs(
-        [(name, run.records) for name, run in zip(names, runs, strict=True)], humans or None
+        [(name, run.records) for name, run in zip(names, runs, strict=True)],
+        humans or None,
+        calibrations=calibrations or None,
     )
     rows = [
         _row(run, row, humans.get(name), int(steps[index]) if steps is not None else index)

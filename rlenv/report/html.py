@@ -59,6 +59,10 @@ def report_run(
     require("matplotlib", "rlenv report")
     require("jinja2", "rlenv report")
     diagnostics = metrics.compute_all(run.records, labels, decoding=run.decoding)
+    if run.calibration is not None:
+        diagnostics["calibrated_reward"] = metrics.calibrated_reward(
+            run.records, run.calibration, labels
+        )
     target = Path(out) if out is not None else run.run_dir
     shown_file = str(human) if isinstance(human, (str, Path)) else None
     page = render_report(run, diagnostics, human_file=shown_file)
