@@ -291,3 +291,15 @@ def test_bundled_human_scores_come_from_training_questions_only() -> None:
     assert not {s["prompt"] for s in scored} & held
     stored = load_calibration(search / "rm" / "calibration.json")
     assert stored["data"]["file"] == "human_scores.jsonl" and stored["scale"] == [1.0, 10.0]
+
+
+def test_readme_mae_is_the_stored_calibrations() -> None:
+    from tests.conftest import as_written, readme_figures
+
+    (mae, constant) = readme_figures(
+        r"held-out MAE (\d\.\d+) on the 1–10 scale \(96 answers, 12 prompts; a constant"
+        r" predictor (\d\.\d+)\)"
+    )
+    held = load_calibration(ROOT / "fixtures" / "search" / "rm" / "calibration.json")["holdout"]
+    assert as_written(held["mae"], mae) == mae
+    assert as_written(held["mae_constant"], constant) == constant

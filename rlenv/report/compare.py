@@ -8,6 +8,7 @@ raised here: a reward gain that longer answers explain.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,17 @@ def compare(
     human: Mapping[str | Path, Any] | None = None,
     *,
     steps: Sequence[int] | None = None,
+    inspect: int = 20,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Compare runs of one env in training-step order; write ``compare.html`` and
     ``compare.json`` into ``out`` (default: the last run's parent / ``compare-<n>``).
 
     Refuses (UserError) runs whose env fingerprints differ unless ``force``. ``human`` maps a
     run directory to its human labels (a file for rlenv.jsonl.load_human). ``steps`` are the
-    training steps of the runs (default 0, 1, 2, ...). Returns a JSON-serialisable dict:
+    training steps of the runs (default 0, 1, 2, ...). ``inspect`` inputs (seeded by
+    ``seed``), plus every changed verdict and the top suspects, are shown side by side
+    (``generations``; :func:`rlenv.metrics.inspect.side_by_side`). Returns a JSON-serialisable dict:
     ``runs`` (one row of metrics per run, with its own ``flags`` and all its ``scalars``),
     ``flags`` (between neighbouring runs), ``metrics`` (table rows), ``html`` and ``out``.
     """
@@ -123,8 +128,32 @@ def compare(
         "out": str(target),
         "html": str(target / "compare.html"),
     }
+    from rlenv.metrics.inspect import side_by_side
+
+    generations = side_by_side(
+        [(name, run.records) for name, run in zip(names, runs, strict=True)], inspect, seed
+    )
+    result["generations"] = {
+        "runs": generations["runs"],
+        "n_sample": inspect,
+        "seed": seed,
+        "rows": [
+            {
+                "input_id": row["input_id"],
+                "why": row["why"],
+                "changed": row["changed"],
+                "cells": [
+                    None if cell is None else {k: v for k, v in cell.items() if k != "messages"}
+                    for cell in row["cells"]
+                ],
+            }
+            for row in generations["rows"]
+        ],
+    }
     page = render(
         "compare.html.j2",
+        generations=_generation_pages(generations),
+        page_size=GENERATION_PAGE,
         title=f"rlenv compare: {runs[0].env_name or 'runs'}",
         result=result,
         rows=rows,
@@ -134,6 +163,47 @@ def compare(
     )
     write_files(target, {"compare.json": dump_json(result), "compare.html": page})
     return result
+
+
+GENERATION_PAGE = 50
+"""Inputs per page of the generations view (later pages are closed <details>, not laid out)."""
+
+
+def _generation_pages(generations: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+    """The side-by-side rows with each cell's answer diffed against the previous run's."""
+    rows = []
+    for row in generations["rows"]:
+        cells, previous = [], None
+        for cell in row["cells"]:
+            if cell is not None:
+                answer = cell["answer"] or ""
+                cell = {**cell, "diff": markup(_diff_html(previous, answer))}
+                previous = answer
+            cells.append(cell)
+        rows.append({**row, "cells": cells, "any_changed": any(row["changed"]),
+                     "any_suspect": any(c and c["suspect"] for c in cells)})  # fmt: skip
+    return [rows[i : i + GENERATION_PAGE] for i in range(0, len(rows), GENERATION_PAGE)]
+
+
+def _diff_html(previous: str | None, current: str) -> str:
+    """``current`` with the words added since ``previous`` in <ins> and removed in <del>."""
+    import difflib
+    from html import escape
+
+    if previous is None:
+        return escape(current)
+    old, new = previous.split(), current.split()
+    parts = []
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+        if op == "equal":
+            parts.append(escape(" ".join(new[b0:b1])))
+            continue
+        if a1 > a0:
+            parts.append(f"<del>{escape(' '.join(old[a0:a1]))}</del>")
+        if b1 > b0:
+            parts.append(f"<ins>{escape(' '.join(new[b0:b1]))}</ins>")
+    return " ".join(parts)
 
 
 def _human_labels(
@@ -290,3 +360,43 @@ def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
         lines.append("no flags")
     lines.append(f"compare  {result['html']}")
     return "\n".join(lines)
+
+
+def format_generations(result: Mapping[str, Any], width: int = 160) -> str:
+    """The generations view as a terminal table (rich): one row per input, one column per run;
+    each cell the answer (shortened), verdict, reward and length; changed verdicts marked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    generations = result["generations"]
+    table = Table(title="generations side by side", show_lines=True)
+    table.add_column("input", no_wrap=True)
+    for name in generations["runs"]:
+        table.add_column(name)
+    for row in generations["rows"]:
+        cells = [f"{row['input_id']}\n[dim]{', '.join(row['why'])}[/dim]"]
+        for cell, changed in zip(row["cells"], row["changed"], strict=True):
+            if cell is None:
+                cells.append("-")
+                continue
+            answer = " ".join(str(cell["answer"] or "").split())
+            if len(answer) > 80:
+                answer = answer[:79] + "…"
+            verdict = "[green]pass[/green]" if cell["passed"] else "[red]fail[/red]"
+            marks = (" [yellow]changed[/yellow]" if changed else "") + (
+                " [red]suspect[/red]" if cell["suspect"] else ""
+            )
+            cells.append(
+                f"{escape_markup(answer)}\n{verdict}{marks} r={fmt(cell['reward'])}"
+                f" {cell['length']}w"
+            )
+        table.add_row(*cells)
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(table)
+    return console.export_text()
+
+
+def escape_markup(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

@@ -1,0 +1,107 @@
+"""Generations side by side (issue 16 item 1): which inputs `rlenv compare` shows, the text
+table for `--inspect N`, and the HTML view rendered in headless Chromium, with its filters
+applied through their links (CSS :target, the page has no script)."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlenv.metrics.inspect import side_by_side
+from tests.conftest import cli, needs
+from tests.hacked_runs import HACK_ROLLOUT, RunPair, build_records, input_id, make_pair
+from tests.test_report import CHROMIUM, assert_self_contained, chromium
+
+CHANGED = {input_id(i) for i, rollout in enumerate(HACK_ROLLOUT) if rollout == 0} | {
+    input_id(3),  # clean run answered rollout 0 of these wrongly, the hacked run right
+    input_id(11),
+}
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> RunPair:
+    return make_pair(tmp_path_factory.mktemp("gen"))
+
+
+@pytest.fixture(scope="module")
+def compared(pair: RunPair, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("cmp")
+    done = cli("compare", str(pair.clean), str(pair.hacked), "--out", str(out), "--json",
+               "--inspect", "2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def test_every_changed_verdict_is_shown_with_the_seeded_sample() -> None:
+    runs = [("clean", build_records("clean", "m1")), ("hacked", build_records("hacked", "m2"))]
+    view = side_by_side(runs, n=0)
+    changed = {row["input_id"] for row in view["rows"] if "changed" in row["why"]}
+    assert changed == CHANGED
+    for row in view["rows"]:
+        first, second = row["cells"]
+        assert row["changed"] == [False, first["passed"] != second["passed"]]
+        assert first["rollout"] == second["rollout"] == 0
+    suspects = {row["input_id"] for row in view["rows"] if "suspect" in row["why"]}
+    assert 0 < len(suspects) <= 5
+    sampled = [
+        r["input_id"] for r in side_by_side(runs, n=4, seed=1)["rows"] if "sample" in r["why"]
+    ]
+    assert len(sampled) == 4
+    assert sampled == [
+        r["input_id"] for r in side_by_side(runs, n=4, seed=1)["rows"] if "sample" in r["why"]
+    ]
+    assert sampled != [
+        r["input_id"] for r in side_by_side(runs, n=4, seed=2)["rows"] if "sample" in r["why"]
+    ]
+
+
+def test_compare_json_and_page_hold_the_view(compared: dict[str, Any]) -> None:
+    rows = compared["generations"]["rows"]
+    assert {row["input_id"] for row in rows} >= CHANGED
+    json.dumps(compared, allow_nan=False)
+    assert all("messages" not in cell for row in rows for cell in row["cells"])
+    html = Path(compared["html"]).read_text()
+    assert_self_contained(html)
+    assert html.count('class="gen-row') == len(rows)
+    assert "<ins>" in html and "<del>" in html  # "Paris." -> the padded answer
+    assert 'href="#gen-changed"' in html and 'href="#gen-suspect"' in html
+
+
+def test_inspect_prints_the_table(pair: RunPair, tmp_path: Path) -> None:
+    done = cli("compare", str(pair.clean), str(pair.hacked), "--out", str(tmp_path),
+               "--inspect", "0")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "generations side by side" in done.stdout
+    table = done.stdout.split("generations side by side", 1)[1]
+    assert set(re.findall(r"cap-\d\d", table)) >= CHANGED
+    assert "changed" in table and "suspect" in table
+    plain = cli("compare", str(pair.clean), str(pair.hacked), "--out", str(tmp_path / "p"))
+    assert "generations side by side" not in plain.stdout
+
+
+@needs(CHROMIUM.exists(), "/usr/bin/chromium")  # skips here, fails under CI
+def test_generations_render_and_filter_in_headless_chromium(
+    compared: dict[str, Any], tmp_path: Path
+) -> None:
+    page = Path(compared["html"]).resolve().as_uri()
+    dom = chromium("--dump-dom", page, profile=tmp_path / "p-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    for input_name in CHANGED:
+        assert f'data-input="{input_name}"' in dom.stdout
+    shots = {}
+    for name in ("", "#gen-changed", "#gen-suspect"):
+        shot = tmp_path / f"shot{name.strip('#') or 'all'}.png"
+        done = chromium(f"--screenshot={shot}", "--window-size=1280,4000", page + name,
+                        profile=tmp_path / f"p-{name.strip('#') or 'all'}")  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        png = shot.read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", png[16:24]) == (1280, 4000)
+        shots[name] = png
+    # following a filter link hides the rows it filters out: the rendering changes
+    assert shots["#gen-changed"] != shots[""] and shots["#gen-suspect"] != shots[""]
+    assert shots["#gen-changed"] != shots["#gen-suspect"]
