@@ -60,8 +60,13 @@ class Page:
         while not self.loaded:
             self._event(json.loads((await self.ws.receive(timeout=60)).data))
 
-    async def evaluate(self, expression: str) -> Any:
-        result = await self.send("Runtime.evaluate", expression=expression, returnByValue=True)
+    async def evaluate(self, expression: str, *, awaitPromise: bool = False) -> Any:  # noqa: N803
+        result = await self.send(
+            "Runtime.evaluate",
+            expression=expression,
+            returnByValue=True,
+            awaitPromise=awaitPromise,
+        )
         if "exceptionDetails" in result:
             raise RuntimeError(str(result["exceptionDetails"]))
         return result["result"].get("value")

@@ -69,6 +69,10 @@ def test_compare_json_and_page_hold_the_view(compared: dict[str, Any]) -> None:
     assert html.count('class="gen-row') == len(rows)
     assert "<ins>" in html and "<del>" in html  # "Paris." -> the padded answer
     assert 'href="#gen-changed"' in html and 'href="#gen-suspect"' in html
+    # sample efficiency across checkpoints (item 5): pass@k and best reward vs k, a line per run
+    for key in ("pass_any", "best_reward"):
+        figure = html.split(f'data-metric="efficiency-{key}"', 1)[1].split("</figure>", 1)[0]
+        assert figure.count("step-100") == 1 and figure.count("step-200") == 1  # the legend
 
 
 def test_inspect_prints_the_table(pair: RunPair, tmp_path: Path) -> None:

@@ -159,7 +159,7 @@ def compare(
         rows=rows,
         shown=shown,
         flags=[{**flag, "line": format_flag(flag)} for flag in found],
-        plots=markup(_plots(rows)),
+        plots=markup(_plots(rows) + _efficiency_plots(names, runs)),
     )
     write_files(target, {"compare.json": dump_json(result), "compare.html": page})
     return result
@@ -329,6 +329,34 @@ def _plots(rows: Sequence[Mapping[str, Any]]) -> str:
             f'<figure data-metric="{key}"><figcaption>{labels[key]}</figcaption>{svg}</figure>'
         )
     return "\n".join(parts)
+
+
+def _efficiency_plots(names: Sequence[str], runs: Sequence[RunData]) -> str:
+    """Sample efficiency across checkpoints: pass@k (any of the first k rollouts passed) and
+    the best reward among the first k, against k, one line per run, on one plot each."""
+    from rlenv import metrics
+
+    tables = [metrics.sample_efficiency(run.records) for run in runs]
+    k_max = min((len(table) for table in tables), default=0)
+    if k_max < 1:
+        return ""
+    ks = list(range(1, k_max + 1))
+    parts = []
+    for key, caption in (
+        ("pass_any", "sample efficiency: pass@k (any of the first k passed)"),
+        ("best_reward", "sample efficiency: best reward among the first k"),
+    ):
+        series = {
+            name: [row[key] for row in table[:k_max]]
+            for name, table in zip(names, tables, strict=True)
+        }
+        if all(v is None for values in series.values() for v in values):
+            continue
+        svg = line_plot(ks, series, xlabel="rollouts per input (k)", ylabel="",
+                        salt=f"compare-{key}-k", width=4.2, height=2.8)  # fmt: skip
+        parts.append(f'<figure data-metric="efficiency-{key}"><figcaption>{caption}</figcaption>'
+                     f"{svg}</figure>")  # fmt: skip
+    return "\n" + "\n".join(parts)
 
 
 def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
