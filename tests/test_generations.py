@@ -120,3 +120,40 @@ def test_generations_render_and_filter_in_headless_chromium(
     assert seen["after all"] == seen["all"]
     assert page.errors == [] and page.console == []
     assert page.requests == [page_url], "the page loads nothing but itself"
+
+
+def test_histograms_by_stage_share_bins_in_page_and_tensorboard(
+    pair: RunPair, tmp_path: Path
+) -> None:
+    from tests.test_report import read_events
+
+    board = tmp_path / "tb"
+    done = cli("compare", str(pair.clean), str(pair.hacked), "--out", str(tmp_path / "cmp"),
+               "--labels", "sft,rl-200", "--steps", "100,200", "--tensorboard", str(board),
+               "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert [row["name"] for row in result["runs"]] == ["sft", "rl-200"]
+    lengths = result["histograms"]["length"]
+    assert set(lengths["runs"]) == {"sft", "rl-200"} and len(lengths["edges"]) == 21
+    for run in lengths["runs"].values():
+        assert sum(run["counts"]) == run["num"] == 48
+    # one set of bins for both stages: the clean run's 1-4 word answers and the padded ones
+    assert lengths["edges"][0] <= 1 and lengths["edges"][-1] >= 40
+    edges, sft, rl = lengths["edges"], lengths["runs"]["sft"], lengths["runs"]["rl-200"]
+    assert sum(c for c, hi in zip(sft["counts"], edges[1:], strict=True) if hi <= 10) == 48
+    assert sum(c for c, lo in zip(rl["counts"], edges[:-1], strict=True) if lo >= 20) == 48
+    histos: dict[str, dict[int, list[float]]] = {}
+    for event in read_events(Path(result["exports"]["tensorboard"]["files"][0])):
+        for value in event.summary.value:
+            if value.HasField("histo"):
+                histos.setdefault(value.tag, {})[event.step] = list(value.histo.bucket)
+    assert set(histos) == {"histograms/reward", "histograms/length"}
+    assert histos["histograms/length"][100] == lengths["runs"]["sft"]["counts"]
+    assert histos["histograms/length"][200] == lengths["runs"]["rl-200"]["counts"]
+    html = (tmp_path / "cmp" / "compare.html").read_text()
+    for field in ("reward", "length"):
+        figure = html.split(f'data-metric="histogram-{field}"', 1)[1].split("</figure>", 1)[0]
+        assert "sft" in figure and "rl-200" in figure
+    bad = cli("compare", str(pair.clean), str(pair.hacked), "--labels", "only-one")
+    assert bad.returncode == 2 and "--labels has 1 names for 2 runs" in bad.stderr

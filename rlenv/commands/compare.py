@@ -89,6 +89,14 @@ def compare(
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the --inspect sample.")] = 0,
+    stage_names: Annotated[
+        str | None,
+        typer.Option(
+            "--labels",
+            metavar="NAME,NAME,...",
+            help="Stage names of the runs, e.g. sft,rl-100,rl-200 (default: directory names).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare runs of one env across checkpoints; flag reward hacking between them."""
@@ -96,17 +104,18 @@ def compare(
     from rlenv.report.compare import format_compare_table, format_generations
     from rlenv.report.export import export_tensorboard, export_wandb
 
-    labels: dict[str | Path, str] | None = (
+    human_files: dict[str | Path, str] | None = (
         {pair.run_dir: pair.labels for pair in human} if human else None
     )
     result = compare_runs(
         run_dirs,
         force=force,
         out=out,
-        human=labels,
+        human=human_files,
         steps=steps,
         inspect=20 if inspect is None else inspect,
         seed=seed,
+        labels=[part.strip() for part in stage_names.split(",")] if stage_names else None,
     )
     exports: dict[str, Any] = {}
     if tensorboard is not None:

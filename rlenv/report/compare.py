@@ -77,6 +77,7 @@ def compare(
     steps: Sequence[int] | None = None,
     inspect: int = 20,
     seed: int = 0,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Compare runs of one env in training-step order; write ``compare.html`` and
     ``compare.json`` into ``out`` (default: the last run's parent / ``compare-<n>``).
@@ -95,11 +96,15 @@ def compare(
         raise UserError("compare needs at least two run directories")
     if steps is not None and len(steps) != len(run_dirs):
         raise UserError(f"--steps has {len(steps)} values for {len(run_dirs)} runs")
+    if labels is not None and len(labels) != len(run_dirs):
+        raise UserError(f"--labels has {len(labels)} names for {len(run_dirs)} runs")
+    if labels is not None and len(set(labels)) != len(labels):
+        raise UserError("--labels names must differ")
     runs = [load_run(path) for path in run_dirs]
     _check_fingerprints(runs, force)
     require("matplotlib", "rlenv compare")
     require("jinja2", "rlenv compare")
-    names = _names(runs)
+    names = list(labels) if labels is not None else _names(runs)
     humans = _human_labels(runs, names, human or {})
     calibrations = {
         name: run.calibration
@@ -150,6 +155,11 @@ def compare(
             for row in generations["rows"]
         ],
     }
+    from rlenv.metrics.histograms import stage_histograms
+
+    result["histograms"] = stage_histograms(
+        [(name, run.records) for name, run in zip(names, runs, strict=True)]
+    )
     page = render(
         "compare.html.j2",
         generations=_generation_pages(generations),
@@ -159,7 +169,9 @@ def compare(
         rows=rows,
         shown=shown,
         flags=[{**flag, "line": format_flag(flag)} for flag in found],
-        plots=markup(_plots(rows) + _efficiency_plots(names, runs)),
+        plots=markup(
+            _histogram_plots(result["histograms"]) + _plots(rows) + _efficiency_plots(names, runs)
+        ),
     )
     write_files(target, {"compare.json": dump_json(result), "compare.html": page})
     return result
@@ -329,6 +341,32 @@ def _plots(rows: Sequence[Mapping[str, Any]]) -> str:
             f'<figure data-metric="{key}"><figcaption>{labels[key]}</figcaption>{svg}</figure>'
         )
     return "\n".join(parts)
+
+
+def _histogram_plots(histograms: Mapping[str, Any]) -> str:
+    """Reward and length histograms of every run overlaid (step outlines) on shared bins."""
+    from rlenv.report.common import COLORS, figure_svg, new_figure
+
+    palette = [COLORS["main"], COLORS["alt"], COLORS["pass"], COLORS["fail"], "#bf8700",
+               "#57606a", "#1b7c83", "#953800", "#6639ba", "#0550ae"]  # fmt: skip
+    parts = []
+    for field, xlabel in (("reward", "reward"), ("length", "answer length (words)")):
+        block = histograms.get(field)
+        if not block:
+            continue
+        figure, axes = new_figure(4.2, 2.8)
+        for index, (name, run) in enumerate(block["runs"].items()):
+            total = max(1, run["num"])
+            shares = [count / total for count in run["counts"]]
+            axes.stairs(shares, block["edges"], label=name, linewidth=1.6,
+                        color=palette[index % len(palette)])  # fmt: skip
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel("share of rollouts")
+        axes.legend(frameon=False, loc="best", fontsize=7)
+        svg = figure_svg(figure, f"compare-hist-{field}")
+        parts.append(f'<figure data-metric="histogram-{field}"><figcaption>{field} by stage'
+                     f" (shared bins)</figcaption>{svg}</figure>")  # fmt: skip
+    return "\n".join(parts) + "\n"
 
 
 def _efficiency_plots(names: Sequence[str], runs: Sequence[RunData]) -> str:
