@@ -21,7 +21,8 @@ TOP_SUSPECTS = 5
 def _cell(record: Record | None, suspects: set[tuple[str, int]]) -> dict[str, Any] | None:
     if record is None:
         return None
-    kl = record.get("kl") if isinstance(record.get("kl"), dict) else {}
+    raw_kl = record.get("kl")
+    kl: dict[str, Any] = raw_kl if isinstance(raw_kl, dict) else {}
     k1 = kl.get("k1") if isinstance(kl.get("k1"), int | float) else kl.get("mean_k1")
     return {
         "rollout": int(record.get("rollout", 0)),
