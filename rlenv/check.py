@@ -125,7 +125,7 @@ def verified_records(
 
 
 def read_verified(
-    path: Path, *, rollouts_per_input: int | None = None, inputs: int | None = None
+    path: Path, *, rollouts_per_input: int | None = None, inputs: int | Sequence[int] | None = None
 ) -> list[dict[str, Any]]:
     """results.jsonl as a list, through :func:`verified_records`."""
     return list(

@@ -61,6 +61,7 @@ rm_app = typer.Typer(
 )
 rm_app.command("train")(rm.train)
 rm_app.command("eval")(rm.evaluate)
+rm_app.command("calibrate")(rm.calibrate)
 app.add_typer(rm_app, name="rm")
 
 

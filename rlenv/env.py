@@ -52,6 +52,8 @@ class Environment:
     reward_endpoints: list[tuple[str, int]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     fingerprint: str = ""
+    calibration: dict[str, Any] | None = None
+    """The reward model's human-scale calibration (calibration.json beside it), if any."""
 
     def where(self, *loc: str | int) -> str:
         """``spec.yaml:LINE`` of a field path (the spec file alone when the line is unknown)."""
@@ -175,9 +177,12 @@ def check_reward_model_files(env: Environment) -> None:
     loaded = env.loaded
     reward = loaded.spec.reward_model
     if reward is not None and reward.uri is not None:
+        from rlenv.rm.calibration import calibration_for
         from rlenv.rm.score import reward_model_files
 
         env.file_hashes.update(reward_model_files(reward.uri, loaded.root))
+        with _located(env, "reward_model", "uri"):
+            env.calibration = calibration_for(reward.uri, loaded.root)
     for name in ("train_data", "training_prompts", "training_pairs"):
         ref = getattr(reward, name, None)
         if ref is None:

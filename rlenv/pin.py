@@ -52,7 +52,7 @@ class PinResult:
     written: bool
 
 
-def _value(node: yaml.Node, key: str) -> yaml.Node | None:
+def _value(node: yaml.Node | None, key: str) -> yaml.Node | None:
     if not isinstance(node, yaml.MappingNode):
         return None
     for key_node, value_node in node.value:

@@ -179,6 +179,9 @@ def run(
     weak = allow_weak_sandbox or weak_sandbox_allowed()
     if weak and world["sandbox"] == "rlimits":
         meta["allow_weak_sandbox"] = True
+    if prepared.calibration is not None:
+        # only with a calibration beside the reward model: other runs' run.json stay as they were
+        meta["reward_calibration"] = prepared.calibration
     with _run_dir_lock(run_dir, resume):
         done = _open_run_dir(run_dir, meta, resume, retry)
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
@@ -767,7 +770,8 @@ def build_summary(
         groups = {"field": group_by, **metrics.group_stats(totals.compact, labels)}
     n_records = len(totals.compact)
     n_inputs = len({record["input_id"] for record in totals.compact})
-    totals.compact = []
+    calibration = meta.get("reward_calibration")
+    totals_compact, totals.compact = totals.compact, []
     return {
         "env": meta["env"],
         "model": meta["model"],
@@ -805,6 +809,11 @@ def build_summary(
         },
         "kl": diagnostics["kl"],
         **({"groups": groups} if groups is not None else {}),
+        **(
+            {"reward_calibrated": metrics.calibrated_reward(totals_compact, calibration)}
+            if calibration is not None
+            else {}
+        ),
         "hazards": _hazards(meta) if meta.get("reference") else [],
         "world": meta.get("world") or world_modes(meta.get("executor", "local")),
         "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},

@@ -104,7 +104,7 @@ class FrozenWorld:
         )
         self.loop = asyncio.new_event_loop()
         self.lock = threading.Lock()
-        self.executor = make_executor("local", config, 1)
+        self.executor: Any = make_executor("local", config, 1)
         atexit.register(self.close)
 
     def _run(self, coroutine: Any) -> Any:

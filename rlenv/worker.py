@@ -23,6 +23,7 @@ import os
 import shutil
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -1050,7 +1051,7 @@ def worker_finish(
     return _with_output(record, merge_output(_take_output(task), output))
 
 
-ENTRY_POINTS = {
+ENTRY_POINTS: dict[str, Callable[..., Any]] = {
     "run_rollout": worker_run_rollout,
     "prepare": worker_prepare,
     "tool": worker_tool,

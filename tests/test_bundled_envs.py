@@ -32,6 +32,10 @@ def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
     assert baseline["pass_rate"]["value"] >= 0.8
     assert baseline["fixtures"] == {"hit": 80}, "replay only: the service is not running"
     assert baseline["reward"]["count"] == 80
+    # fixtures/search/rm/calibration.json: the raw reward also on the human 1-10 scale
+    calibrated = baseline["reward_calibrated"]
+    assert calibrated["n"] == 80 and calibrated["scale"] == [1, 10]
+    assert 1 <= calibrated["calibrated_mean"] <= 10
     null = _run(SEARCH, tmp_path / "null", "--model", "python:search_env.policies:null")
     assert null["pass_rate"]["value"] == 0.0
     padded = _run(SEARCH, tmp_path / "padded", "--model", "python:search_env.policies:padded")

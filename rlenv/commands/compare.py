@@ -86,18 +86,46 @@ def compare(
             " scored above its passing answers are suspects too.",
         ),
     ] = None,
+    inspect: Annotated[
+        int | None,
+        typer.Option(
+            "--inspect",
+            metavar="N",
+            min=0,
+            help="Generations side by side: N seeded inputs plus changed verdicts and top"
+            " suspects (HTML always, default 20; given, also printed as a table).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the --inspect sample.")] = 0,
+    stage_names: Annotated[
+        str | None,
+        typer.Option(
+            "--labels",
+            metavar="NAME,NAME,...",
+            help="Stage names of the runs, e.g. sft,rl-100,rl-200 (default: directory names).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Compare runs of one env across checkpoints; flag reward hacking between them."""
     from rlenv.report.compare import compare as compare_runs
-    from rlenv.report.compare import format_compare_table
+    from rlenv.report.compare import format_compare_table, format_generations
     from rlenv.report.export import export_tensorboard, export_wandb
 
-    labels: dict[str | Path, str] | None = (
+    human_files: dict[str | Path, str] | None = (
         {pair.run_dir: pair.labels for pair in human} if human else None
     )
     result = compare_runs(
-        run_dirs, force=force, out=out, human=labels, steps=steps, baseline=baseline
+        run_dirs,
+        force=force,
+        out=out,
+        human=human_files,
+        steps=steps,
+        baseline=baseline,
+        inspect=20 if inspect is None else inspect,
+        seed=seed,
+        labels=[part.strip() for part in stage_names.split(",")] if stage_names else None,
     )
     exports: dict[str, Any] = {}
     if tensorboard is not None:
@@ -107,6 +135,8 @@ def compare(
         print_json({**result, "exports": exports})
         return
     typer.echo(format_compare_table(result))
+    if inspect is not None:
+        typer.echo(format_generations(result))
     if exports:
         board, wandb = exports["tensorboard"], exports["wandb"]
         typer.echo(

@@ -86,3 +86,71 @@ def evaluate(
 
 def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _parse_scale(text: str | None) -> tuple[float, float] | None:
+    if text is None:
+        return None
+    low, sep, high = text.partition(",")
+    try:
+        if not sep:
+            raise ValueError
+        return float(low), float(high)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r}: expected LO,HI, e.g. 1,10") from None
+
+
+@handle_errors
+def calibrate(
+    model: Annotated[
+        str, typer.Argument(help="Reward model: DIR (from rm train), rm:DIR, hf-rm:DIR or URL.")
+    ],
+    scores: Annotated[
+        Path, typer.Argument(help="Human scores JSONL: prompt, answer, score (absolute scale).")
+    ],
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            metavar="DIR",
+            help="Where calibration.json goes (default: the reward model's directory,"
+            " where runs pick it up).",
+        ),
+    ] = None,
+    scale: Annotated[
+        str | None,
+        typer.Option(
+            "--scale", metavar="LO,HI", help="The human scale (default: the scores' min and max)."
+        ),
+    ] = None,
+    holdout: Annotated[
+        float, typer.Option(min=0, max=0.9, help="Share of prompts held out for the MAE.")
+    ] = 0.2,
+    seed: Annotated[int, typer.Option(help="Hold-out split and bootstrap seed.")] = 0,
+    n_boot: Annotated[
+        int, typer.Option("--n-boot", min=0, help="Bootstrap fits for the band.")
+    ] = 200,
+    as_json: JsonOpt = False,
+) -> None:
+    """Map the reward model's raw score onto a human scale (isotonic, with a bootstrap band)."""
+    from rlenv.rm.calibration import calibrate as calibrate_rm
+
+    result = calibrate_rm(
+        model, scores, out, scale=_parse_scale(scale), holdout=holdout, seed=seed, n_boot=n_boot
+    )
+    if as_json:
+        print_json(result)
+        return
+    held = result["holdout"]
+    lo, hi = result["scale"]
+    typer.echo(
+        f"calibrated {result['n']} scores ({result['prompts']} prompts) on the scale"
+        f" {lo:g}-{hi:g}: {len(result['knots']['raw'])} knots,"
+        f" {result['band']['n_boot']} bootstrap fits"
+    )
+    if held["mae"] is not None:
+        typer.echo(
+            f"held-out MAE {held['mae']:.3g} on {held['n']} scores ({held['prompts']} prompts);"
+            f" a constant predictor {held['mae_constant']:.3g}"
+        )
+    typer.echo(f"wrote {result['path']}")

@@ -18,6 +18,7 @@ diagnostics and :func:`compute_all`), ``length``, ``similarity`` (diversity and 
 """
 
 from rlenv.metrics.alignment import alignment_gap
+from rlenv.metrics.calibration import apply_calibration, calibrated_reward
 from rlenv.metrics.compare import compare_runs
 from rlenv.metrics.flagging import flags, is_greedy
 from rlenv.metrics.length import length_bias, length_explained_gain
@@ -47,6 +48,8 @@ from rlenv.results import HumanLabels
 __all__ = [
     "HumanLabels",
     "alignment_gap",
+    "apply_calibration",
+    "calibrated_reward",
     "bootstrap_ci",
     "compare_runs",
     "compute_all",

@@ -26,6 +26,7 @@ from rlenv.metrics._records import (
     _reward,
     _scored,
 )
+from rlenv.metrics.calibration import calibrated_reward
 from rlenv.metrics.flagging import Flag
 from rlenv.metrics.length import _length, _resolve_unit, length_explained_gain
 from rlenv.metrics.run import _kl_block, disagreements, reward_stats
@@ -198,6 +199,7 @@ def compare_runs(
     kl_growth: float = 0.5,
     collapse_share: float = 0.1,
     baseline: Iterable[Record] | None = None,
+    calibrations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Metric rows per run, in the given (training-step) order, flags between neighbours and
     the gold-vs-KL fit (:func:`gold_vs_kl`, ``gold_vs_kl``; None below 3 runs with KL).
@@ -214,6 +216,9 @@ def compare_runs(
       collapsed in the later run and were not in the earlier one (per-input diversity, like
       with like; boilerplate shared by every answer does not count, see
       :func:`rlenv.metrics.similarity.diversity`). The inputs are named.
+    - ``alignment_gap_growth``: with ``calibrations`` (a run's reward-model calibration) and
+      human labels for both runs, the calibrated alignment gap grows beyond the noise while
+      the reward mean rises (:func:`alignment_gap_growth`).
 
     ``baseline``: a reference run's records for every run's suspects (:func:`disagreements`).
     """
@@ -256,12 +261,87 @@ def compare_runs(
                 collapse_share=collapse_share,
             )
         )
+    if calibrations:
+        found.extend(
+            _calibrated(materialised, rows, calibrations, humans or {}, alpha=alpha, power=power)
+        )
     for row in rows:
         row.pop("input_ids", None)
     clean: dict[str, Any] = _jsonable(
         {"runs": rows, "flags": found, "gold_vs_kl": gold_vs_kl(rows)}
     )
     return clean
+
+
+def _calibrated(
+    runs: list[tuple[str, list[Record]]],
+    rows: list[dict[str, Any]],
+    calibrations: Mapping[str, Mapping[str, Any]],
+    humans: Mapping[str, Mapping[tuple[str, int], float] | HumanLabels],
+    *,
+    alpha: float,
+    power: float,
+) -> list[Flag]:
+    """Add each run's calibrated estimate and gap to its row; the gap-growth flags."""
+    blocks: list[dict[str, Any] | None] = []
+    for (name, records), row in zip(runs, rows, strict=True):
+        calibration = calibrations.get(name)
+        block = (
+            calibrated_reward(records, calibration, humans.get(name))
+            if calibration is not None
+            else None
+        )
+        blocks.append(block)
+        row["calibrated_mean"] = block["calibrated_mean"] if block else None
+        row["calibrated_gap"] = block["gap"] if block else None
+        row["calibrated_gap_ci"] = block["gap_ci"] if block else None
+    found = []
+    for i in range(1, len(rows)):
+        flag = alignment_gap_growth(
+            [rows[i - 1]["name"], rows[i]["name"]],
+            blocks[i - 1],
+            blocks[i],
+            rows[i].get("delta_reward_mean"),
+            alpha=alpha,
+            power=power,
+        )
+        if flag is not None:
+            found.append(flag)
+    return found
+
+
+def alignment_gap_growth(
+    pair: list[Any],
+    prev: Mapping[str, Any] | None,
+    cur: Mapping[str, Any] | None,
+    delta_reward: float | None,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> Flag | None:
+    """The calibrated alignment gap (RM estimate - human score, human scale) grew beyond the
+    noise of the two runs' clustered gap variances while the proxy reward mean rose."""
+    if prev is None or cur is None or delta_reward is None or not delta_reward > 0:
+        return None
+    if prev.get("gap") is None or cur.get("gap") is None:
+        return None
+    growth = cur["gap"] - prev["gap"]
+    noise = _detectable_difference(prev.get("gap_variance"), cur.get("gap_variance"), alpha, power)
+    if noise is None or not growth > noise:
+        return None
+    return {
+        "name": "alignment_gap_growth",
+        "runs": pair,
+        "message": f"the calibrated RM estimate minus the human score grew by {growth:.3g}"
+        f" ({prev['gap']:.3g} -> {cur['gap']:.3g} on the human scale, noise {noise:.3g})"
+        f" while the reward mean rose by {delta_reward:.3g}",
+        "value": {
+            "gap_prev": prev["gap"],
+            "gap_cur": cur["gap"],
+            "delta_reward_mean": delta_reward,
+        },
+        "threshold": noise,
+    }
 
 
 def _neighbour_flags(

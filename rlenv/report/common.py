@@ -58,6 +58,12 @@ class RunData:
         return dict(self.summary.get("decoding") or self.meta.get("decoding") or {})
 
     @property
+    def calibration(self) -> dict[str, Any] | None:
+        """The reward model's human-scale calibration the run was made with (run.json)."""
+        value = self.meta.get("reward_calibration")
+        return dict(value) if isinstance(value, Mapping) else None
+
+    @property
     def digest(self) -> str:
         from rlenv.results import run_digest
 

@@ -8,6 +8,7 @@ raised here: a reward gain that longer answers explain.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ METRICS: list[tuple[str, str]] = [
     ("delta_reward_mean", "Δ reward mean vs previous"),
     ("delta_reward_mean_ci", "Δ reward mean, 95% CI"),
     ("human_mean", "human score mean"),
+    ("calibrated_mean", "RM estimate, human scale"),
+    ("calibrated_gap", "alignment gap (RM est. − human)"),
     ("kl_mean_k1", "KL to reference (mean k1)"),
     ("distinct_2", "distinct-2"),
     ("duplicate_rate", "duplicate rate"),
@@ -60,6 +63,8 @@ PLOTTED = [
     "pass_rate",
     "reward_mean",
     "human_mean",
+    "calibrated_mean",
+    "calibrated_gap",
     "kl_mean_k1",
     "suspect_rate",
     "mean_length",
@@ -78,6 +83,9 @@ def compare(
     *,
     steps: Sequence[int] | None = None,
     baseline: str | Path | None = None,
+    inspect: int = 20,
+    seed: int = 0,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Compare runs of one env in training-step order; write ``compare.html`` and
     ``compare.json`` into ``out`` (default: the last run's parent / ``compare-<n>``).
@@ -86,7 +94,9 @@ def compare(
     run directory to its human labels (a file for rlenv.jsonl.load_human). ``steps`` are the
     training steps of the runs (default 0, 1, 2, ...). ``baseline`` is a reference run
     directory (e.g. the SFT checkpoint) whose passing answers are a second reference for every
-    run's suspects. Returns a JSON-serialisable dict:
+    run's suspects. ``inspect`` inputs (seeded by ``seed``), plus every changed verdict and the
+    top suspects, are shown side by side (``generations``;
+    :func:`rlenv.metrics.inspect.side_by_side`). Returns a JSON-serialisable dict:
     ``runs`` (one row of metrics per run, with its own ``flags`` and all its ``scalars``),
     ``flags`` (between neighbouring runs), ``gold_vs_kl`` (the Gao et al. fit across >= 3
     runs with KL, else None), ``metrics`` (table rows), ``html`` and ``out``.
@@ -97,18 +107,28 @@ def compare(
         raise UserError("compare needs at least two run directories")
     if steps is not None and len(steps) != len(run_dirs):
         raise UserError(f"--steps has {len(steps)} values for {len(run_dirs)} runs")
+    if labels is not None and len(labels) != len(run_dirs):
+        raise UserError(f"--labels has {len(labels)} names for {len(run_dirs)} runs")
+    if labels is not None and len(set(labels)) != len(labels):
+        raise UserError("--labels names must differ")
     runs = [load_run(path) for path in run_dirs]
     _check_fingerprints(runs, force)
     require("matplotlib", "rlenv compare")
     require("jinja2", "rlenv compare")
-    names = _names(runs)
+    names = list(labels) if labels is not None else _names(runs)
     humans = _human_labels(runs, names, human or {})
     reference = load_baseline(baseline, runs[0]) if baseline is not None else None
     base_records = reference.records if reference is not None else None
+    calibrations = {
+        name: run.calibration
+        for name, run in zip(names, runs, strict=True)
+        if run.calibration is not None
+    }
     compared = metrics.compare_runs(
         [(name, run.records) for name, run in zip(names, runs, strict=True)],
         humans or None,
         baseline=base_records,
+        calibrations=calibrations or None,
     )
     rows = [
         _row(
@@ -135,17 +155,89 @@ def compare(
         "out": str(target),
         "html": str(target / "compare.html"),
     }
+    from rlenv.metrics.inspect import side_by_side
+
+    generations = side_by_side(
+        [(name, run.records) for name, run in zip(names, runs, strict=True)], inspect, seed
+    )
+    result["generations"] = {
+        "runs": generations["runs"],
+        "n_sample": inspect,
+        "seed": seed,
+        "rows": [
+            {
+                "input_id": row["input_id"],
+                "why": row["why"],
+                "changed": row["changed"],
+                "cells": [
+                    None if cell is None else {k: v for k, v in cell.items() if k != "messages"}
+                    for cell in row["cells"]
+                ],
+            }
+            for row in generations["rows"]
+        ],
+    }
+    from rlenv.metrics.histograms import stage_histograms
+
+    result["histograms"] = stage_histograms(
+        [(name, run.records) for name, run in zip(names, runs, strict=True)]
+    )
     page = render(
         "compare.html.j2",
+        generations=_generation_pages(generations),
+        page_size=GENERATION_PAGE,
         title=f"rlenv compare: {runs[0].env_name or 'runs'}",
         result=result,
         rows=rows,
         shown=shown,
         flags=[{**flag, "line": format_flag(flag)} for flag in found],
-        plots=markup(_plots(rows)),
+        plots=markup(
+            _histogram_plots(result["histograms"]) + _plots(rows) + _efficiency_plots(names, runs)
+        ),
     )
     write_files(target, {"compare.json": dump_json(result), "compare.html": page})
     return result
+
+
+GENERATION_PAGE = 50
+"""Inputs per page of the generations view (later pages are closed <details>, not laid out)."""
+
+
+def _generation_pages(generations: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
+    """The side-by-side rows with each cell's answer diffed against the previous run's."""
+    rows = []
+    for row in generations["rows"]:
+        cells, previous = [], None
+        for cell in row["cells"]:
+            if cell is not None:
+                answer = cell["answer"] or ""
+                cell = {**cell, "diff": markup(_diff_html(previous, answer))}
+                previous = answer
+            cells.append(cell)
+        rows.append({**row, "cells": cells, "any_changed": any(row["changed"]),
+                     "any_suspect": any(c and c["suspect"] for c in cells)})  # fmt: skip
+    return [rows[i : i + GENERATION_PAGE] for i in range(0, len(rows), GENERATION_PAGE)]
+
+
+def _diff_html(previous: str | None, current: str) -> str:
+    """``current`` with the words added since ``previous`` in <ins> and removed in <del>."""
+    import difflib
+    from html import escape
+
+    if previous is None:
+        return escape(current)
+    old, new = previous.split(), current.split()
+    parts = []
+    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
+    for op, a0, a1, b0, b1 in matcher.get_opcodes():
+        if op == "equal":
+            parts.append(escape(" ".join(new[b0:b1])))
+            continue
+        if a1 > a0:
+            parts.append(f"<del>{escape(' '.join(old[a0:a1]))}</del>")
+        if b1 > b0:
+            parts.append(f"<ins>{escape(' '.join(new[b0:b1]))}</ins>")
+    return " ".join(parts)
 
 
 def _human_labels(
@@ -299,6 +391,60 @@ def _cell(key: str, value: Any) -> str:
     return fmt(value)
 
 
+def _histogram_plots(histograms: Mapping[str, Any]) -> str:
+    """Reward and length histograms of every run overlaid (step outlines) on shared bins."""
+    from rlenv.report.common import COLORS, figure_svg, new_figure
+
+    palette = [COLORS["main"], COLORS["alt"], COLORS["pass"], COLORS["fail"], "#bf8700",
+               "#57606a", "#1b7c83", "#953800", "#6639ba", "#0550ae"]  # fmt: skip
+    parts = []
+    for field, xlabel in (("reward", "reward"), ("length", "answer length (words)")):
+        block = histograms.get(field)
+        if not block:
+            continue
+        figure, axes = new_figure(4.2, 2.8)
+        for index, (name, run) in enumerate(block["runs"].items()):
+            total = max(1, run["num"])
+            shares = [count / total for count in run["counts"]]
+            axes.stairs(shares, block["edges"], label=name, linewidth=1.6,
+                        color=palette[index % len(palette)])  # fmt: skip
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel("share of rollouts")
+        axes.legend(frameon=False, loc="best", fontsize=7)
+        svg = figure_svg(figure, f"compare-hist-{field}")
+        parts.append(f'<figure data-metric="histogram-{field}"><figcaption>{field} by stage'
+                     f" (shared bins)</figcaption>{svg}</figure>")  # fmt: skip
+    return "\n".join(parts) + "\n"
+
+
+def _efficiency_plots(names: Sequence[str], runs: Sequence[RunData]) -> str:
+    """Sample efficiency across checkpoints: pass@k (any of the first k rollouts passed) and
+    the best reward among the first k, against k, one line per run, on one plot each."""
+    from rlenv import metrics
+
+    tables = [metrics.sample_efficiency(run.records) for run in runs]
+    k_max = min((len(table) for table in tables), default=0)
+    if k_max < 1:
+        return ""
+    ks = list(range(1, k_max + 1))
+    parts = []
+    for key, caption in (
+        ("pass_any", "sample efficiency: pass@k (any of the first k passed)"),
+        ("best_reward", "sample efficiency: best reward among the first k"),
+    ):
+        series = {
+            name: [row[key] for row in table[:k_max]]
+            for name, table in zip(names, tables, strict=True)
+        }
+        if all(v is None for values in series.values() for v in values):
+            continue
+        svg = line_plot(ks, series, xlabel="rollouts per input (k)", ylabel="",
+                        salt=f"compare-{key}-k", width=4.2, height=2.8)  # fmt: skip
+        parts.append(f'<figure data-metric="efficiency-{key}"><figcaption>{caption}</figcaption>'
+                     f"{svg}</figure>")  # fmt: skip
+    return "\n" + "\n".join(parts)
+
+
 def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
     """Plain-text table of each metric (rows) across runs (columns), then the flags."""
     rows = result["runs"]
@@ -332,3 +478,43 @@ def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
         lines.append("no flags")
     lines.append(f"compare  {result['html']}")
     return "\n".join(lines)
+
+
+def format_generations(result: Mapping[str, Any], width: int = 160) -> str:
+    """The generations view as a terminal table (rich): one row per input, one column per run;
+    each cell the answer (shortened), verdict, reward and length; changed verdicts marked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    generations = result["generations"]
+    table = Table(title="generations side by side", show_lines=True)
+    table.add_column("input", no_wrap=True)
+    for name in generations["runs"]:
+        table.add_column(name)
+    for row in generations["rows"]:
+        cells = [f"{row['input_id']}\n[dim]{', '.join(row['why'])}[/dim]"]
+        for cell, changed in zip(row["cells"], row["changed"], strict=True):
+            if cell is None:
+                cells.append("-")
+                continue
+            answer = " ".join(str(cell["answer"] or "").split())
+            if len(answer) > 80:
+                answer = answer[:79] + "…"
+            verdict = "[green]pass[/green]" if cell["passed"] else "[red]fail[/red]"
+            marks = (" [yellow]changed[/yellow]" if changed else "") + (
+                " [red]suspect[/red]" if cell["suspect"] else ""
+            )
+            cells.append(
+                f"{escape_markup(answer)}\n{verdict}{marks} r={fmt(cell['reward'])}"
+                f" {cell['length']}w"
+            )
+        table.add_row(*cells)
+    console = Console(width=width, record=True, file=io.StringIO(), color_system=None)
+    console.print(table)
+    return console.export_text()
+
+
+def escape_markup(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

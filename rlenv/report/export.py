@@ -28,6 +28,29 @@ def run_scalars(row: Mapping[str, Any]) -> dict[str, float]:
     return dict(sorted(scalars.items()))
 
 
+def _add_histograms(writer: Any, histograms: Mapping[str, Any], row: Mapping[str, Any]) -> set[str]:
+    """The run's reward and length histograms (shared bins) at its step; the tags written."""
+    written = set()
+    for field, block in sorted(histograms.items()):
+        run = (block or {}).get("runs", {}).get(row["name"])
+        if not run or not run["num"]:
+            continue
+        tag = f"histograms/{field}"
+        writer.add_histogram_raw(
+            tag,
+            min=run["min"],
+            max=run["max"],
+            num=run["num"],
+            sum=run["sum"],
+            sum_squares=run["sum_squares"],
+            bucket_limits=block["edges"][1:],
+            bucket_counts=run["counts"],
+            global_step=int(row["step"]),
+        )
+        written.add(tag)
+    return written
+
+
 def export_tensorboard(result: Mapping[str, Any], logdir: str | Path) -> dict[str, Any]:
     """Write one TensorBoard event file in ``logdir`` with every scalar of every run at the
     run's step; return ``{"dir", "files", "tags", "steps"}``."""
@@ -43,12 +66,14 @@ def export_tensorboard(result: Mapping[str, Any], logdir: str | Path) -> dict[st
     before = set(directory.glob("events.out.tfevents.*")) if directory.is_dir() else set()
     writer = SummaryWriter(logdir=str(directory), flush_secs=3600)
     tags: set[str] = set()
+    histogram_tags: set[str] = set()
     try:
         for row in result["runs"]:
             for tag, value in run_scalars(row).items():
                 writer.add_scalar(tag, value, global_step=int(row["step"]))
                 tags.add(tag)
             writer.add_text("run", f"{row['name']}: {row['run_dir']}", global_step=int(row["step"]))
+            histogram_tags.update(_add_histograms(writer, result.get("histograms") or {}, row))
     finally:
         writer.close()
     files = sorted(str(p) for p in set(directory.glob("events.out.tfevents.*")) - before)
@@ -56,6 +81,7 @@ def export_tensorboard(result: Mapping[str, Any], logdir: str | Path) -> dict[st
         "dir": str(directory),
         "files": files,
         "tags": len(tags),
+        "histograms": sorted(histogram_tags),
         "steps": [int(row["step"]) for row in result["runs"]],
     }
 

@@ -70,6 +70,10 @@ def report_run(
         decoding=run.decoding,
         baseline=reference.records if reference is not None else None,
     )
+    if run.calibration is not None:
+        diagnostics["calibrated_reward"] = metrics.calibrated_reward(
+            run.records, run.calibration, labels
+        )
     target = Path(out) if out is not None else run.run_dir
     shown_file = str(human) if isinstance(human, (str, Path)) else None
     page = render_report(

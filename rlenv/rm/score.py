@@ -224,6 +224,9 @@ def _rm_files(uri: str, rest: str, spec_root: SpecRoot) -> dict[str, str]:
         if not (directory / name).is_file():
             raise UserError(f"reward model file missing: {name}", where=str(directory))
         hashes[f"reward_model.{name}"] = sha256_file(directory / name)
+    calibration = directory / "calibration.json"  # rlenv.rm.calibration.CALIBRATION_FILE
+    if calibration.is_file():
+        hashes["reward_model.calibration.json"] = sha256_file(calibration)
     return hashes
 
 
