@@ -537,6 +537,20 @@ def checks_for(purpose: Purpose) -> list[Check]:
     return [check for check in CHECKS if purpose in check.purposes]
 
 
+def _reported(problems: list[UserError], purpose: Purpose) -> UserError:
+    """`validate` lists every problem (one line each); the other commands say the first in one
+    line and how many more there are."""
+    if len(problems) == 1:
+        return problems[0]
+    if purpose == "validate":
+        return Problems(problems)
+    first = problems[0]
+    return type(first)(
+        f"{first.message} (and {len(problems) - 1} more: `rlenv validate` lists them)",
+        where=first.where,
+    )
+
+
 def load_environment(
     spec_path: str | Path,
     *,
@@ -550,7 +564,11 @@ def load_environment(
     check runs even after one fails (except those that `need` a failed one), so every problem
     is reported at once: one is raised as itself, several as `Problems`.
     """
-    env = Environment(load_spec(spec_path), purpose, model, defer_expensive)
+    try:
+        loaded = load_spec(spec_path)
+    except Problems as exc:
+        raise _reported(exc.problems, purpose) from None
+    env = Environment(loaded, purpose, model, defer_expensive)
     failed: set[str] = set()
     problems: list[UserError] = []
     for check in checks_for(purpose):
@@ -566,7 +584,7 @@ def load_environment(
             problems.append(exc)
             failed.add(check.name)
     if problems:
-        raise problems[0] if len(problems) == 1 else Problems(problems)
+        raise _reported(problems, purpose)
     env.fingerprint = fingerprint(env.loaded, env.file_hashes)
     return env
 

@@ -134,6 +134,8 @@ def run(
     """
     retry = tuple(sorted(set(retry)))
     _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
+    if model and reference:  # a mismatched pair is said before the env is even loaded
+        check_reference(model, reference)
     _check_retry(retry, resume)
     prepared = load_environment(
         spec_path,

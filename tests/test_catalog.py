@@ -329,7 +329,10 @@ def test_in_world_outputs_that_are_not_json_become_statuses(
     )
     out = tmp_path / "run"
     outcome = invoke(["run", str(spec), "--out", str(out), "--concurrency", "2"])
-    assert outcome.code == 0, outcome.stderr
+    # a verifier failing on more than half its rollouts fails the run (issue 18: honest
+    # outcomes), but it still finishes: summary written, every line strict JSON
+    assert outcome.code in (0, 1), outcome.stderr
+    assert outcome.code == 0 or "could not produce the scores" in outcome.stderr
     lines = (out / "results.jsonl").read_text().splitlines()
 
     def strict(name: str) -> None:

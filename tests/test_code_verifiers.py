@@ -153,7 +153,8 @@ def test_allow_weak_sandbox_flag_on_run_and_resume(env_builder: EnvBuilder, tmp_
     )
     env = {"RLENV_SANDBOX": "rlimits", "RLENV_ALLOW_WEAK_SANDBOX": ""}
     refused = cli("run", str(spec), "--out", str(tmp_path / "refused"), "--json", env=env)
-    assert refused.returncode == 0, refused.stderr
+    # the verifier refused on every rollout: a failing part, so the run fails (exit 1)
+    assert refused.returncode == 1 and "refusing to run model code" in refused.stderr
     assert json.loads(refused.stdout)["world"]["sandbox"] == "rlimits"
     detail = read_jsonl(tmp_path / "refused" / "results.jsonl")[0]["verifiers"][0]["detail"]
     assert "refusing to run model code with no namespace sandbox" in detail

@@ -28,7 +28,7 @@ def _env_with_comments(tmp_path: Path) -> Path:
     (root / "snap" / "a.txt").write_text("a\n")
     (root / "inputs.jsonl").write_text('{"id": "a", "prompt": "say a", "answer": "a"}\n')
     (root / "tape.yaml").write_text("interactions: []\nversion: 1\n")
-    (root / "pinmod.py").write_text(POLICY + "\ndef tool(**kw):\n    return 'x'\n")
+    (root / "pinmod.py").write_text(POLICY + "\ndef tool(args, ctx):\n    return 'x'\n")
     spec = root / "env.yaml"
     spec.write_text(
         "# my env: keep this comment\n"
@@ -151,7 +151,7 @@ def test_default_policy_is_the_models_identity_not_the_envs(
     model's recorded sources, and --resume refuses it naming the model; editing what a tool
     imports changes the fingerprint."""
     spec = env_builder.write(
-        POLICY + "\nimport helper_tool\n\ndef tool(**kw):\n    return helper_tool.X\n",
+        POLICY + "\nimport helper_tool\n\ndef tool(args, ctx):\n    return helper_tool.X\n",
         tools=[{"name": "t", "function": "MOD:tool"}],
     )
     root = env_builder.root

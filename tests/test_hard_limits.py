@@ -100,7 +100,11 @@ TIMEOUTS = [
     "verifier_swallows_timeout",
     "reward_loops",
 ]
-DEATHS = {"policy_sigkill": "SIGKILL", "policy_segfault": "SIGSEGV"}
+DEATHS = {"policy_segfault": "SIGSEGV"}
+# A policy SIGKILLing its own worker: where the worker is pid 1 of its own pid namespace the
+# kernel ignores the signal (nothing inside can kill it: the rollout goes on, "ok"); without a
+# pid namespace the worker dies and the rollout is a policy_error. Never a hang or a lost run.
+SELF_KILL = "policy_sigkill"
 CONTROLS = ["ok0", "ok1"]  # first in the inputs: `--limit 2` runs only them
 
 
@@ -108,7 +112,7 @@ def _overrun_env(builder: EnvBuilder) -> Path:
     builder.root.mkdir(parents=True, exist_ok=True)
     prompts = builder.root / "prompts.jsonl"
     prompts.write_text('{"id": "p", "prompt": "unrelated"}\n')
-    modes = CONTROLS + TIMEOUTS + sorted(DEATHS)
+    modes = CONTROLS + TIMEOUTS + sorted(DEATHS) + [SELF_KILL]
     return builder.write(
         OVERRUNS,
         inputs=[{"id": mode, "prompt": f"do {mode}"} for mode in modes],
@@ -161,12 +165,12 @@ def test_the_run_goes_on_and_writes_its_summary(overrun_run: tuple[Path, Path, d
     records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
     for mode in CONTROLS:
         assert records[mode]["status"] == "ok" and records[mode]["passed"] is True, mode
-    assert summary["rollouts"] == len(records) == len(CONTROLS) + len(TIMEOUTS) + len(DEATHS)
-    assert summary["counts"] == {
-        "ok": len(CONTROLS),
-        "timeout": len(TIMEOUTS),
-        "policy_error": len(DEATHS),
-    }
+    assert summary["rollouts"] == len(records) == len(CONTROLS) + len(TIMEOUTS) + len(DEATHS) + 1
+    killed = records[SELF_KILL]["status"]
+    assert killed in ("ok", "policy_error"), records[SELF_KILL]
+    expected = {"ok": len(CONTROLS), "timeout": len(TIMEOUTS), "policy_error": len(DEATHS)}
+    expected[killed] += 1
+    assert summary["counts"] == expected
     assert json.loads((out / "summary.json").read_text())["digest"] == summary["digest"]
 
 
@@ -227,7 +231,7 @@ def spawn(args, ctx):
 def policy(messages, tools, ctx):
     if len(messages) < 3:
         return {"tool_calls": [{"id": "c", "function": {"name": "spawn", "arguments": "{}"}}]}
-    return messages[1]["content"].split()[-1]
+    return messages[0]["content"].split()[-1]
 """
 
 

@@ -82,7 +82,8 @@ def test_every_route_out_is_refused(env_builder: EnvBuilder, tmp_path: Path) -> 
             server.accept()  # no route reached the listening server
     finally:
         server.close()
-    assert result.returncode == 0, result.stderr
+    # every route refused: fixture misses on most rollouts fail the run (exit 1), honestly
+    assert result.returncode in (0, 1), result.stderr
     records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
     refused = {route: _refused_by(records[route], port) for route in routes}
     expected = {route: EXPECTED_LAYER.get(route, "replay") for route in routes}

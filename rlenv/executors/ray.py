@@ -61,7 +61,7 @@ from rlenv.errors import RunFailed, UserError, WorkerLost
 from rlenv.executors.base import CALLS, backstop, death_error
 from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig
-from rlenv.world.environment import looks_secret, scrub_process_environment, world_environment
+from rlenv.world.environment import scrub_process_environment, world_environment
 
 INSTALL_HINT = "the ray executor needs Ray: pip install 'rlenv[ray]'"
 
@@ -88,11 +88,8 @@ def _without_secrets() -> Iterator[None]:
     """This process's environment reduced to the world's (plus Ray's own RAY_* settings) while
     a local Ray instance starts, so its raylet and workers never hold the driver's secrets."""
     saved = dict(os.environ)
-    keep = {
-        name: value
-        for name, value in saved.items()
-        if name.startswith("RAY_") and not looks_secret(name)
-    }
+    # Ray's own RAY_* settings, its cluster auth token included: without it no worker joins
+    keep = {name: value for name, value in saved.items() if name.startswith("RAY_")}
     os.environ.clear()
     os.environ.update({**keep, **world_environment(saved)})
     try:

@@ -75,6 +75,8 @@ def world_environment(environ: Mapping[str, str] | None = None) -> dict[str, str
     source = os.environ if environ is None else environ
     passed = {}
     for name, value in source.items():
+        if name.startswith("RAY_"):
+            continue  # Ray's own settings (its auth token too) are Ray's to pass, never the world's
         if looks_secret(name):
             passed[name] = PLACEHOLDER
         elif name in WORLD_VARIABLES or name.startswith("RLENV_"):
