@@ -177,6 +177,11 @@ def test_record_refuses_when_the_service_is_down(tmp_path: Path) -> None:
     """The issue's `record` with the service down: `"counts": {"ok": 4}`, "nothing written",
     exit 0. Now: exit 1, the first connection error named, nothing written."""
     spec = _copy_search_env(tmp_path)
+    # the env reaches the service through RLENV_SEARCH_URL, not a `services:` block record
+    # would start itself: the service is simply not there
+    document = yaml.safe_load(spec.read_text())
+    document.pop("services", None)
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
     port = _free_port()
     result = cli(
         "record", str(spec), "--limit", "2", "--rollouts", "1",

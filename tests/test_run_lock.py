@@ -140,12 +140,15 @@ from pkg.deep import thing
 
 def policy(messages, tools, ctx):
     return helper_mid.answer(messages) + sub.X + thing.Y
+
+def tool(args, ctx):
+    return policy([], [], ctx)
 """
 
 
 def test_fingerprint_covers_indirectly_imported_helpers(env_builder: EnvBuilder) -> None:
     # the module is a tool's too, so its helpers are env code (a policy's alone are the model's)
-    spec = env_builder.write(INDIRECT, rollouts=1, tools=[{"name": "t", "function": "MOD:policy"}])
+    spec = env_builder.write(INDIRECT, rollouts=1, tools=[{"name": "t", "function": "MOD:tool"}])
     root = env_builder.root
     (root / "helper_mid.py").write_text("import helper_leaf\n\ndef answer(m):\n    return ''\n")
     (root / "helper_leaf.py").write_text("VALUE = 1\n")

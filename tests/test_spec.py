@@ -214,13 +214,14 @@ def test_unimportable_tool_and_verifier(env_builder: EnvBuilder) -> None:
 
 def test_valid_spec_prints_fingerprint_and_it_tracks_files(env_builder: EnvBuilder) -> None:
     # the module is a tool's as well as the policy's: env code, so the fingerprint tracks it
-    spec = env_builder.write(GOOD_POLICY, tools=[{"name": "t", "function": "MOD:policy"}])
+    tool = "\ndef tool(args, ctx):\n    return 'x'\n"
+    spec = env_builder.write(GOOD_POLICY + tool, tools=[{"name": "t", "function": "MOD:tool"}])
     first = cli("validate", str(spec))
     assert first.returncode == 0, first.stderr
     assert "fingerprint" in first.stdout
     again = cli("validate", str(spec))
     assert again.stdout == first.stdout
-    (spec.parent / f"{env_builder.module}.py").write_text(GOOD_POLICY + "\n# changed\n")
+    (spec.parent / f"{env_builder.module}.py").write_text(GOOD_POLICY + tool + "\n# changed\n")
     changed = cli("validate", str(spec))
     assert changed.returncode == 0
     assert changed.stdout.split("fingerprint")[1] != first.stdout.split("fingerprint")[1]
