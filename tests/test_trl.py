@@ -4,6 +4,7 @@ real GRPOTrainer run on a tiny model built here."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -30,6 +31,18 @@ HELD_OUT = [
 TRAIN = [
     {"id": "t1", "prompt": "repeat cherry", "answer": "cherry"},
     {"id": "t2", "prompt": "repeat DATE", "answer": "DATE"},
+]
+LOOKUP_TOOLS = [
+    {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {
+            "type": "object",
+            "properties": {"word": {"type": "string", "description": "the word"}},
+            "required": ["word"],
+        },
+        "function": "MOD:lookup",
+    }
 ]
 REWARD = {
     "components": {
@@ -120,19 +133,7 @@ def test_dataset_reward_funcs_and_weights(env_builder: EnvBuilder) -> None:
 def test_environment_factory_replays_tools(env_builder: EnvBuilder) -> None:
     import rlenv.trl as rt
 
-    tools = [
-        {
-            "name": "lookup",
-            "description": "Look a word up.",
-            "parameters": {
-                "type": "object",
-                "properties": {"word": {"type": "string", "description": "the word"}},
-                "required": ["word"],
-            },
-            "function": "MOD:lookup",
-        }
-    ]
-    spec = _spec(env_builder, tools=tools)
+    spec = _spec(env_builder, tools=copy.deepcopy(LOOKUP_TOOLS))  # write() fills in MOD
     Env = rt.environment_factory(spec)
     from transformers.utils import get_json_schema
 
@@ -210,19 +211,7 @@ def test_a_real_grpo_trainer_with_the_envs_tools_as_an_environment(
     import rlenv.trl as rt
     from tests.tiny_models import build_checkpoint
 
-    tools = [
-        {
-            "name": "lookup",
-            "description": "Look a word up.",
-            "parameters": {
-                "type": "object",
-                "properties": {"word": {"type": "string", "description": "the word"}},
-                "required": ["word"],
-            },
-            "function": "MOD:lookup",
-        }
-    ]
-    spec = _spec(env_builder, tools=tools)
+    spec = _spec(env_builder, tools=copy.deepcopy(LOOKUP_TOOLS))  # write() fills in MOD
     # the tool schema goes into the prompt: room for it, and a template that renders tool calls
     checkpoint = build_checkpoint(tmp_path / "tiny", seed=0, n_positions=4096)
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
