@@ -538,3 +538,23 @@ def test_output_is_capped(workdir: Path) -> None:
     assert result.returncode == 0
     assert len(result.stdout) == sandbox.OUTPUT_LIMIT
     assert result.truncated is True
+
+
+def test_faketime_site_dir_is_shared_and_outlives_a_killed_process(tmp_path: Path) -> None:
+    """The sleep shim's directory is one per user and shim content: a process killed before its
+    exit handlers run (as a timed-out worker is) leaves no directory behind, and a directory of
+    that name that is not a clean copy of ours is never used."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    code = "import os; from rlenv.sandbox import faketime_site_dir as f; print(f(), flush=True)"
+    killer = code + "; os.kill(os.getpid(), 9)"
+    made = [
+        subprocess.run([sys.executable, "-c", c], env=env, capture_output=True, text=True)
+        for c in (killer, killer, code)
+    ]
+    paths = {run.stdout.strip() for run in made}
+    assert len(paths) == 1 and [p.name for p in tmp_path.iterdir()] == [Path(*paths).name]
+    shared = Path(*paths)
+    (shared / "sitecustomize.py").write_text("import evil\n")  # tampered: not ours any more
+    again = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    private = Path(again.stdout.strip())
+    assert private != shared and not private.exists()  # a private copy, removed at exit

@@ -51,19 +51,61 @@ def faketime_string(instant: str, tz: str, *, stopped: bool = False) -> str:
 
 @functools.lru_cache(maxsize=1)
 def faketime_site_dir() -> str:
-    """A directory (created once per process) with a sitecustomize.py that keeps
-    ``time.sleep`` working in Python programs run under libfaketime; put it on PYTHONPATH.
+    """A directory with a sitecustomize.py that keeps ``time.sleep`` working in Python programs
+    run under libfaketime; put it on PYTHONPATH.
 
     A copy, not the package directory: it must hold nothing else (it goes on the program's
-    path) and be readable by the sandbox uid wherever rlenv is installed."""
+    path) and be readable by the sandbox uid wherever rlenv is installed. Named by the user and
+    the shim's content and kept between runs, so a worker that is killed (and never runs its
+    exit handlers) leaves nothing behind; a directory of that name that is not ours, not a
+    plain directory, writable by others or holding anything else is never used."""
+    import hashlib
+    import tempfile
+
+    shim = SLEEP_SHIM.read_bytes()
+    name = f"rlenv-faketime-site-{os.geteuid()}-{hashlib.sha256(shim).hexdigest()[:16]}"
+    path = Path(tempfile.gettempdir()) / name
+    if _usable_site_dir(path, shim):
+        return str(path)
+    staged = Path(tempfile.mkdtemp(prefix=name + ".", dir=path.parent))
+    (staged / "sitecustomize.py").write_bytes(shim)
+    (staged / "sitecustomize.py").chmod(0o644)
+    staged.chmod(0o755)
+    try:
+        staged.rename(path)  # atomic; fails when another process made it first
+    except OSError:
+        shutil.rmtree(staged, ignore_errors=True)
+    if _usable_site_dir(path, shim):
+        return str(path)
+    return _private_site_dir(shim)  # the shared name is taken by something else
+
+
+def _usable_site_dir(path: Path, shim: bytes) -> bool:
+    import stat
+
+    try:
+        info = path.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            return False
+        if info.st_mode & 0o022 or os.listdir(path) != ["sitecustomize.py"]:
+            return False
+        inner = (path / "sitecustomize.py").lstat()
+        if not stat.S_ISREG(inner.st_mode) or inner.st_uid != os.geteuid() or inner.st_mode & 0o022:
+            return False
+        return (path / "sitecustomize.py").read_bytes() == shim
+    except OSError:
+        return False
+
+
+def _private_site_dir(shim: bytes) -> str:
+    """A fresh directory for this process only, removed at its exit."""
     import atexit
     import tempfile
 
     path = tempfile.mkdtemp(prefix="rlenv-faketime-site-")
     os.chmod(path, 0o755)
-    shim = Path(path) / "sitecustomize.py"
-    shim.write_text(SLEEP_SHIM.read_text(encoding="utf-8"), encoding="utf-8")
-    shim.chmod(0o644)
+    (Path(path) / "sitecustomize.py").write_bytes(shim)
+    (Path(path) / "sitecustomize.py").chmod(0o644)
     creator = os.getpid()
 
     def cleanup() -> None:
