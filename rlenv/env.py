@@ -30,8 +30,8 @@ from rlenv.canonical import (
     unsafe_entries,
 )
 from rlenv.errors import Problems, SpecError, UserError
-from rlenv.files import sys_path
-from rlenv.inputs import InputRecord, check_templates, load_inputs
+from rlenv.files import atomic_write, sys_path
+from rlenv.inputs import InputRecord, check_templates, dataset_rows, load_inputs
 from rlenv.seeding import derive_seed, seed_everything
 from rlenv.spec import LoadedSpec, line_of, load_spec
 
@@ -101,14 +101,34 @@ def _pinned_file(
 
 def check_inputs_file(env: Environment) -> None:
     """The held-out inputs file exists and matches its pinned sha256."""
-    where = env.where("inputs", "path")
-    env.file_hashes["inputs"] = _pinned_file(
-        env.loaded.inputs_path,
-        env.loaded.spec.inputs.sha256,
-        "inputs",
-        where=where,
-        where_hash=where,
-    )
+    env.file_hashes["inputs"] = _pinned_inputs(env, "inputs")
+
+
+def _pinned_inputs(env: Environment, field: str) -> str:
+    """The pinned hash of inputs or train_inputs, checked: a file as it is, a datasets split by
+    its rows, written once to the cache (under that hash) where workers read them."""
+    source = getattr(env.loaded.spec, field)
+    path = env.loaded.source_path(source)
+    if source.dataset is None:
+        where = env.where(field, "path")
+        return _pinned_file(path, source.sha256, field, where=where, where_hash=where)
+    if path.is_file() and sha256_file(path) == source.sha256:
+        return str(source.sha256)
+    where = env.where(field, "dataset")
+    try:
+        rows = dataset_rows(source.dataset, env.loaded.root)
+    except SpecError as exc:
+        raise SpecError(f"{field}.{exc.message}", where=where) from None
+    actual = sha256_bytes(rows)
+    if actual != source.sha256:
+        raise SpecError(
+            f"{field}.sha256: hash mismatch for the dataset's rows: pinned"
+            f" {source.sha256[:12]}…, rows have {actual}",
+            where=env.where(field, "sha256"),
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, rows)
+    return actual
 
 
 def check_snapshot(env: Environment) -> None:
@@ -205,12 +225,11 @@ def check_train_inputs(env: Environment) -> None:
     spec = env.loaded.spec
     if spec.train_inputs is None:
         return
-    where = env.where("train_inputs", "path")
-    path = env.loaded.resolve(spec.train_inputs.path)
-    env.file_hashes["train_inputs"] = _pinned_file(
-        path, spec.train_inputs.sha256, "train_inputs", where=where, where_hash=where
+    where = env.where("train_inputs")
+    env.file_hashes["train_inputs"] = _pinned_inputs(env, "train_inputs")
+    train = load_inputs(
+        env.loaded.source_path(spec.train_inputs), templated=spec.prompt is not None
     )
-    train = load_inputs(path, templated=spec.prompt is not None)
 
     def shown(records: list[InputRecord]) -> list[dict[str, Any]]:
         if spec.prompt is None:

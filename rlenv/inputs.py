@@ -185,3 +185,88 @@ def load_inputs(path: Path, *, templated: bool = False) -> list[InputRecord]:
     if not records:
         raise SpecError("inputs file has no records", where=str(path))
     return records
+
+
+def dataset_rows(source: Any, root: Path) -> bytes:
+    """A `datasets` split (the spec's ``inputs.dataset``) as JSONL bytes, one canonical JSON
+    object per row with an ``id`` (``id_field``, else an ``id`` column, else the row number);
+    their sha256 is what the spec pins. A hub dataset is read from the local hub cache at its
+    commit only: nothing is downloaded. Every problem is one SpecError naming the dataset."""
+    from rlenv.canonical import canonical_bytes, json_problem
+
+    label = f"dataset {source.name or source.path!r} split {source.split!r}"
+    table = _load_split(source, root, label)
+    id_field = source.id_field or ("id" if "id" in table.column_names else None)
+    if id_field is not None and id_field not in table.column_names:
+        raise SpecError(
+            f"{label}: no column {id_field!r} for id_field (columns: "
+            f"{', '.join(table.column_names)})"
+        )
+    lines: list[bytes] = []
+    for number, row in enumerate(table):
+        data = dict(row)
+        if id_field is not None:
+            data["id"] = data[id_field]
+        else:
+            data["id"] = number
+        problem = json_problem(data)
+        if problem:
+            at = ".".join(str(part) for part in problem[0])
+            raise SpecError(f"{label}: row {number}, {at}: {problem[1]}")
+        lines.append(canonical_bytes(data) + b"\n")
+    if not lines:
+        raise SpecError(f"{label}: the split has no rows")
+    return b"".join(lines)
+
+
+def _load_split(source: Any, root: Path, label: str) -> Any:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # inputs are read, never fetched
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    try:
+        import datasets
+    except ImportError:
+        raise SpecError(
+            f"{label}: reading a datasets split needs the `datasets` package"
+            " (pip install 'rlenv[datasets]')"
+        ) from None
+    datasets.disable_progress_bars()
+    if source.name is not None:
+        from huggingface_hub import snapshot_download
+
+        try:
+            directory = Path(
+                snapshot_download(
+                    source.name,
+                    repo_type="dataset",
+                    revision=source.revision,
+                    local_files_only=True,
+                )
+            )
+        except Exception:
+            raise SpecError(
+                f"{label}: revision {source.revision[:12]}… is not in the local Hugging Face"
+                " cache (HF_HUB_CACHE); download it once where there is network"
+                " (`huggingface-cli download --repo-type dataset NAME --revision REV`)"
+            ) from None
+    else:
+        directory = (root / source.path).resolve()
+        if not directory.exists():
+            raise SpecError(f"{label}: directory not found: {directory}")
+    try:
+        if (directory / "dataset_dict.json").is_file() or (directory / "state.json").is_file():
+            loaded = datasets.load_from_disk(str(directory))
+            if isinstance(loaded, datasets.DatasetDict):
+                if source.split not in loaded:
+                    raise SpecError(f"{label}: no such split (splits: {', '.join(sorted(loaded))})")
+                loaded = loaded[source.split]
+            return loaded
+        return datasets.load_dataset(str(directory), source.config, split=source.split)
+    except SpecError:
+        raise
+    except Exception as exc:  # the library's own message (and its cause's), on one line
+        cause = exc.__cause__ or exc.__context__
+        message = str(exc) + (f" ({type(cause).__name__}: {cause})" if cause else "")
+        message = " ".join(message.split())[:400]
+        raise SpecError(f"{label}: cannot load: {type(exc).__name__}: {message}") from None

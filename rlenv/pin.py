@@ -110,6 +110,17 @@ def plan(spec_path: str | Path) -> tuple[str, list[tuple[Pin, yaml.MappingNode]]
     for name, node, kind in _targets(root):
         path_node = _value(node, "path")
         where = f"{spec}:{node.start_mark.line + 1}"
+        dataset_node = _value(node, "dataset")
+        if kind == "file" and path_node is None and isinstance(dataset_node, yaml.MappingNode):
+            try:
+                label, digest = _dataset_hash(name, dataset_node, base)
+            except UserError as exc:
+                problems.append(exc if exc.where else SpecError(str(exc), where=where))
+                continue
+            old_node = _value(node, "sha256")
+            old = old_node.value if isinstance(old_node, yaml.ScalarNode) else None
+            found.append((Pin(name, label, old or None, digest), node))
+            continue
         if not isinstance(path_node, yaml.ScalarNode) or not path_node.value:
             problems.append(SpecError(f"{name}.path: missing, nothing to pin", where=where))
             continue
@@ -126,6 +137,26 @@ def plan(spec_path: str | Path) -> tuple[str, list[tuple[Pin, yaml.MappingNode]]
     if problems:
         raise _many(problems)
     return text, found
+
+
+def _dataset_hash(name: str, node: yaml.MappingNode, base: Path) -> tuple[str, str]:
+    """What a datasets split is called and the sha256 its rows pin (``inputs.dataset``)."""
+    from pydantic import ValidationError
+
+    from rlenv.canonical import sha256_bytes
+    from rlenv.inputs import dataset_rows
+    from rlenv.spec import DatasetSplit
+
+    try:
+        source = DatasetSplit(**yaml.SafeLoader("").construct_document(node))
+    except (TypeError, ValidationError) as exc:
+        first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+        raise SpecError(f"{name}.dataset: {first}") from None
+    label = f"{source.name or source.path} [{source.split}]"
+    try:
+        return label, sha256_bytes(dataset_rows(source, base))
+    except SpecError as exc:
+        raise SpecError(f"{name}.{exc.message}") from None
 
 
 def _many(problems: list[UserError]) -> UserError:

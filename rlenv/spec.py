@@ -59,6 +59,43 @@ class PinnedFile(Strict):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
+class DatasetSplit(Strict):
+    """A Hugging Face `datasets` split as inputs: a hub dataset at a commit (read from the local
+    hub cache, never downloaded at run time) or a local directory (``save_to_disk`` output, or
+    parquet/JSON/CSV data files). Pinned by the sha256 of its rows as canonical JSON lines."""
+
+    name: str | None = Field(None, min_length=1)  # hub id, e.g. "openai/gsm8k"
+    path: str | None = Field(None, min_length=1)  # relative to the spec
+    config: str | None = None
+    split: str = Field(min_length=1)
+    revision: str | None = Field(None, pattern=r"^[0-9a-f]{40}$")
+    id_field: str | None = Field(None, min_length=1)  # default: "id", else the row number
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DatasetSplit:
+        if (self.name is None) == (self.path is None):
+            raise ValueError("give exactly one of 'name' (a hub dataset) or 'path' (a local one)")
+        if self.name is not None and self.revision is None:
+            raise ValueError(
+                "a hub dataset needs 'revision': the 40-hex commit it was read at (a branch moves)"
+            )
+        return self
+
+
+class Inputs(Strict):
+    """Where inputs come from: a JSONL/CSV file (``path``) or a datasets split (``dataset``)."""
+
+    path: str | None = None
+    dataset: DatasetSplit | None = None
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Inputs:
+        if (self.path is None) == (self.dataset is None):
+            raise ValueError("give exactly one of 'path' (a JSONL or CSV file) or 'dataset'")
+        return self
+
+
 class Fallback(Strict):
     status: int = 200
     body: Any = None
@@ -364,9 +401,9 @@ class EnvSpec(Strict):
     decoding: Decoding = Field(default_factory=Decoding)  # type: ignore[arg-type]
     system_prompt: str | None = None
     prompt: PromptTemplate | None = None
-    inputs: PinnedFile
+    inputs: Inputs
     # prompts for training (rlenv.trl.dataset); never the held-out inputs (validate checks)
-    train_inputs: PinnedFile | None = None
+    train_inputs: Inputs | None = None
     snapshot: PinnedFile | None = None
     tools: list[Tool] = Field(default_factory=list)
     services: list[Service] = Field(default_factory=list)
@@ -424,7 +461,24 @@ class LoadedSpec:
 
     @property
     def inputs_path(self) -> Path:
-        return self.resolve(self.spec.inputs.path)
+        return self.source_path(self.spec.inputs)
+
+    @property
+    def train_inputs_path(self) -> Path | None:
+        train = self.spec.train_inputs
+        return None if train is None else self.source_path(train)
+
+    def source_path(self, inputs: Inputs) -> Path:
+        """The file inputs are read from: the spec's file, or a datasets split's rows as
+        written to the cache under their pinned hash (`rlenv.inputs.materialise` writes it)."""
+        if inputs.path is not None:
+            return self.resolve(inputs.path)
+        from rlenv.canonical import sha256_json
+        from rlenv.files import default_cache_dir
+
+        assert inputs.dataset is not None
+        source = sha256_json(inputs.dataset.model_dump(mode="json"))[:16]
+        return default_cache_dir() / "datasets" / f"{source}-{inputs.sha256}.jsonl"
 
     @property
     def snapshot_path(self) -> Path | None:

@@ -52,7 +52,7 @@ def _train_records(prepared: Environment) -> list[InputRecord]:
             where=prepared.where(),
         )
     return load_inputs(
-        loaded.resolve(loaded.spec.train_inputs.path), templated=loaded.spec.prompt is not None
+        loaded.source_path(loaded.spec.train_inputs), templated=loaded.spec.prompt is not None
     )
 
 

@@ -259,8 +259,8 @@ class WorldRuntime:
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
         self.work_root = Path(config.work_root)
         inputs_path = self.loaded.inputs_path
-        if config.split == "train" and self.loaded.spec.train_inputs is not None:
-            inputs_path = self.loaded.resolve(self.loaded.spec.train_inputs.path)
+        if config.split == "train" and self.loaded.train_inputs_path is not None:
+            inputs_path = self.loaded.train_inputs_path
         self.inputs: list[InputRecord] = load_inputs(
             inputs_path, templated=self.loaded.spec.prompt is not None
         )
