@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,7 +11,9 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +172,33 @@ def chat() -> Any:
     yield start
     for server in servers:
         server.stop()
+
+
+@contextlib.contextmanager
+def json_endpoint(reply: Callable[[dict[str, Any]], tuple[int, Any]]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1:0 that answers each JSON POST with ``reply(body)`` ->
+    (status, JSON value); yields its base URL, stopped on exit."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status, value = reply(body)
+            payload = json.dumps(value).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -65,9 +65,17 @@ def keyword(index: int) -> str:
 
 
 def record(
-    index: int, rollout: int, answer: str, passed: bool, reward: float, status: str = "ok"
+    index: int,
+    rollout: int,
+    answer: str,
+    passed: bool,
+    reward: float,
+    status: str = "ok",
+    *,
+    question: str | None = None,
 ) -> dict[str, Any]:
-    """A result record with the fields the metrics read (not sealed)."""
+    """A result record with the fields the metrics read (not sealed); the user message is
+    ``question`` (default: the input's id and keyword)."""
     return {
         "input_id": qid(index),
         "input_index": index,
@@ -77,7 +85,10 @@ def record(
         "status": status,
         "error": None,
         "messages": [
-            {"role": "user", "content": f"question {qid(index)} about {keyword(index)}"},
+            {
+                "role": "user",
+                "content": question or f"question {qid(index)} about {keyword(index)}",
+            },
             {"role": "assistant", "content": answer},
         ],
         "tool_calls": [],

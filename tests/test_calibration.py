@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import pytest
 
 from rlenv.metrics import apply_calibration, calibrated_reward, compare_runs
 from rlenv.rm.calibration import fit_calibration, load_calibration
-from tests.conftest import ROOT, cli
+from tests.conftest import ROOT, cli, json_endpoint
 from tests.hacked_runs import CAPITALS, ROLLOUTS, RunPair, input_id, make_pair
 
 LINEAR = {
@@ -120,30 +118,11 @@ def test_gap_growth_flag_needs_the_reward_to_rise() -> None:
 # ----------------------------------------------------------------------------- rm calibrate
 
 
-class _LengthReward(BaseHTTPRequestHandler):
-    """A reward model that pays for words: reward = number of words in the answer."""
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        payload = json.dumps({"reward": len(body["answer"].split())}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
-
-
 @pytest.fixture
 def reward_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _LengthReward)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/reward"
-    server.shutdown()
-    server.server_close()
+    """A reward model that pays for words: reward = number of words in the answer."""
+    with json_endpoint(lambda body: (200, {"reward": len(body["answer"].split())})) as url:
+        yield f"{url}/reward"
 
 
 def _scores(path: Path) -> Path:

@@ -30,27 +30,9 @@ from tests.conftest import cli
 def _record(
     index: int, rollout: int, answer: str, passed: bool, reward: float, status: str = "ok"
 ) -> dict[str, Any]:
-    qid = f"q{index:03d}"
-    return {
-        "input_id": qid,
-        "input_index": index,
-        "rollout": rollout,
-        "seed": index * 100 + rollout,
-        "model": "python:planted",
-        "status": status,
-        "error": None,
-        "messages": [
-            {"role": "user", "content": f"question {qid}"},
-            {"role": "assistant", "content": answer},
-        ],
-        "tool_calls": [],
-        "answer": answer,
-        "verifiers": [{"name": "answer", "type": "contains", "passed": passed}],
-        "passed": passed,
-        "reward": round(reward, 6),
-        "usage": {"completion_tokens": len(answer.split())},
-        "timing": {"wall_s": 0.01},
-    }
+    return P.record(
+        index, rollout, answer, passed, reward, status, question=f"question {P.qid(index)}"
+    )
 
 
 def _write_run(

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from rlenv.rm.evaluate import calibration, pad_longer
 from rlenv.rm.leakage import check_leakage
 from rlenv.rm.probe import HACKS
 from rlenv.rm.train import read_prefs, write_npz
-from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl
+from tests.conftest import ROOT, EnvBuilder, cli, json_endpoint, read_jsonl
 
 SEARCH = ROOT / "fixtures" / "search"
 PREFS_TRAIN = SEARCH / "prefs_train.jsonl"
@@ -372,35 +370,22 @@ def test_hf_rm_uri_scores_with_first_logit(tmp_path: Path) -> None:
     assert model("When was Raby founded?", "I don't know.") != first
 
 
-class _RewardHandler(BaseHTTPRequestHandler):
+class _RewardHandler:
     seen: list[dict[str, Any]] = []
 
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).seen.append(body)
+    @classmethod
+    def reply(cls, body: dict[str, Any]) -> tuple[int, Any]:
+        cls.seen.append(body)
         if body["answer"] == "boom":
-            status, payload = 500, b'{"error": "down"}'
-        else:
-            status, payload = 200, json.dumps({"reward": len(body["answer"]) / 10}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-        pass
+            return 500, {"error": "down"}
+        return 200, {"reward": len(body["answer"]) / 10}
 
 
 @pytest.fixture
 def reward_server() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _RewardHandler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
     _RewardHandler.seen = []
-    yield f"http://127.0.0.1:{server.server_address[1]}/reward"
-    server.shutdown()
-    server.server_close()
+    with json_endpoint(_RewardHandler.reply) as url:
+        yield f"{url}/reward"
 
 
 def test_http_reward_model(reward_server: str) -> None:
