@@ -171,32 +171,6 @@ def _grpo_config(output: Path, **extra: object):
     )
 
 
-def test_a_real_grpo_trainer_trains_on_the_envs_rewards(
-    env_builder: EnvBuilder, tmp_path: Path
-) -> None:
-    """Two GRPO steps of a tiny GPT-2 built here, rewarded by the env's components."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOTrainer
-
-    import rlenv.trl as rt
-    from tests.tiny_models import build_checkpoint
-
-    spec = _spec(env_builder)
-    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0)
-    trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(checkpoint),
-        processing_class=AutoTokenizer.from_pretrained(checkpoint),
-        reward_funcs=rt.reward_funcs(spec),
-        train_dataset=rt.dataset(spec),
-        args=_grpo_config(tmp_path / "out", reward_weights=rt.reward_weights(spec)),
-    )
-    trainer.train()
-    logged = {key for entry in trainer.state.log_history for key in entry}
-    for name in ("correct", "short", "loud"):
-        assert f"rewards/{name}/mean" in logged, sorted(logged)
-    assert trainer.state.global_step == 2
-
-
 def test_a_real_grpo_trainer_with_the_envs_tools_as_an_environment(
     env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
@@ -246,7 +220,8 @@ def _tags(directory: Path) -> set[str]:
 def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
     env_builder: EnvBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A real GRPO run saving two checkpoints: the callback writes a run directory per step
+    """A real GRPO run of a tiny GPT-2 built here, rewarded by the env's components, saving two
+    checkpoints: the callback writes a run directory per step
     (compare accepts them) and TensorBoard gets rlenv/ scalars; `rlenv watch --once` scores
     the same checkpoints from outside the trainer, into its own directories."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -274,6 +249,11 @@ def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
     )
     callback = rt.RlenvCallback(spec, limit=2, rollouts=1).attach(trainer)
     trainer.train()
+    # GRPO was rewarded by the env's components, each logged under its name
+    history = {key for entry in trainer.state.log_history for key in entry}
+    for name in ("correct", "short", "loud"):
+        assert f"rewards/{name}/mean" in history, sorted(history)
+    assert trainer.state.global_step == 2
     steps = sorted(e.step for e in callback.evaluations)
     assert steps == [1, 2]
     assert callback.reference == str(checkpoint)  # KL against the model training began from
