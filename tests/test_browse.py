@@ -46,6 +46,8 @@ def _answer(messages, ctx, step):
         return messages[-1]["content"]
     if number == "7":
         raise RuntimeError("boom at seven")
+    if number == "3":
+        return "33"  # digits, the wrong ones: the two verifiers disagree
     if number == "1" and step == 2:
         return "<b>1</b></script><script>window.pwned = 1</script>"
     if kind == "echo":
@@ -199,8 +201,8 @@ def test_report_browser_filters_every_rollout(
         ("status", [("#sb-status", "policy_error")],
          expect(lambda r: r["status"] == "policy_error")),
         ("verdict", [("#sb-verdict", "pass")], expect(lambda r: r["passed"] is True)),
-        ("one verifier", [("#sb-verdict", "fail"), ("#sb-verifier", "digits")],
-         expect(lambda r: any(v["name"] == "digits" and v["passed"] is False
+        ("one verifier", [("#sb-verdict", "pass"), ("#sb-verifier", "digits")],
+         expect(lambda r: any(v["name"] == "digits" and v["passed"] is True
                               for v in r["verifiers"]))),
         ("reward range", [("#sb-wmin", str(low)), ("#sb-wmax", str(high))],
          expect(lambda r: r["reward"] is not None and low <= r["reward"] <= high)),
