@@ -152,7 +152,8 @@ def _bench(root: Path, args: argparse.Namespace) -> int:
         # the sample browser: a text search over every rollout of every checkpoint
         searched = await page.evaluate(
             "new Promise(done => { const t0 = performance.now();"
-            " const box = document.getElementById('sb-text'); box.value = 'right 42 ';"
+            " const box = document.getElementById('sb-text');"
+            " if (!box) { done([null, null]); return; } box.value = 'right 42 ';"
             " box.dispatchEvent(new Event('change', {bubbles: true}));"
             " requestAnimationFrame(() => requestAnimationFrame(() => done([performance.now() - t0,"
             " Number(document.getElementById('sb-count').dataset.matching)]))); })",
@@ -171,7 +172,11 @@ def _bench(root: Path, args: argparse.Namespace) -> int:
     print(f"page load            {figures['load_ms']:.0f} ms to the load event (Chromium)")
     print(f"filter 'changed'     {figures['filter_ms']:.0f} ms, {figures['visible']} rows shown")
     print(f"DOM elements         {figures['nodes']} after load and the filter")
-    print(f"search every rollout {figures['search_ms']:.0f} ms, {figures['search_rows']} match")
+    if figures["search_ms"] is None:
+        print("search every rollout (the page has no sample browser)")
+    else:
+        ms, rows = figures["search_ms"], figures["search_rows"]
+        print(f"search every rollout {ms:.0f} ms, {rows} match")
     print(f"requests             {len(page.requests)} (the page itself)")
     print(f"console/errors       {len(page.console)}/{len(page.errors)}")
     print(f"{'PASS' if size < 5e6 else 'MISS'} page under 5 MB")
