@@ -157,6 +157,18 @@ def set_control(selector: str, value: str) -> str:
     )
 
 
+async def screenshot(page: Any, path: Path) -> int:
+    """The page as a PNG (kept in the test's temp dir); its size in bytes."""
+    import base64
+
+    await page.evaluate("window.scrollTo(0, document.getElementById('samples').offsetTop)")
+    shot = await page.send("Page.captureScreenshot", format="png")
+    png = base64.b64decode(shot["data"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    path.write_bytes(png)
+    return len(png)
+
+
 def in_chromium(html: Path, profile: Path, script: Callable[[Any], Any]) -> Any:
     from tests.cdp import drive
 
@@ -242,7 +254,7 @@ def test_report_browser_filters_every_rollout(
         seen["markup answer"] = await page.evaluate(
             "[document.querySelector('tr.sb-row .sb-answer').textContent, window.pwned]"
         )
-        await page.send("Page.captureScreenshot")
+        seen["screenshot"] = await screenshot(page, tmp_path / "page.png")
         return seen
 
     seen = in_chromium(html, tmp_path / "profile", script)
@@ -259,6 +271,7 @@ def test_report_browser_filters_every_rollout(
     )
     answer, pwned = seen["markup answer"]
     assert "</script><script>window.pwned = 1</script>" in answer and pwned is None
+    assert seen["screenshot"] > 20_000  # a blank page compresses to a few kB
 
 
 def test_report_groups_by_an_input_field(runs: Runs, report: dict[str, Any]) -> None:
@@ -325,7 +338,7 @@ def test_compare_collapsed_filter_and_paging(
         await page.evaluate(set_control("#sb-run", "1"))
         await page.evaluate(set_control("#sb-mark", "collapsed"))
         seen["browser collapsed"] = await page.evaluate(MATCHING)
-        await page.send("Page.captureScreenshot")
+        seen["screenshot"] = await screenshot(page, tmp_path / "page.png")
         return seen
 
     seen = in_chromium(Path(compared["html"]), tmp_path / "profile", script)
@@ -334,6 +347,7 @@ def test_compare_collapsed_filter_and_paging(
     assert seen["collapsed"] == collapsed and seen["marked cells"] == marked
     assert seen["rollouts"] == 120
     assert seen["browser collapsed"] == sum(r["input_id"] in after for r in runs.records)
+    assert seen["screenshot"] > 20_000
 
 
 def test_component_histograms_share_bins_in_page_and_tensorboard(
