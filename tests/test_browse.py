@@ -109,7 +109,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Runs:
     dirs = []
     for step in (1, 2):
         out = root / f"step-{step}"
-        done = cli("run", str(spec), "--out", str(out), "--json",
+        grouped = ["--group-by", "level"] if step == 1 else []
+        done = cli("run", str(spec), "--out", str(out), "--json", *grouped,
                    "--model", f"python:{builder.module}:checkpoint_{step}")  # fmt: skip
         assert done.returncode == 0, done.stderr
         dirs.append(out)
@@ -286,6 +287,11 @@ def test_report_groups_by_an_input_field(runs: Runs, report: dict[str, Any]) -> 
     assert [m for m in re.findall(r'data-group="([^"]+)"', table)] == KINDS
     metrics = json.loads(Path(report["metrics"]).read_text())
     assert metrics["groups"] == groups
+    # a run made with --group-by gets its table without the option
+    own = cli("report", str(runs.first), "--json")
+    assert own.returncode == 0, own.stderr
+    assert json.loads(own.stdout)["groups"]["field"] == "level"
+    assert set(json.loads(own.stdout)["groups"]) == {"field", "1", "2", "3"}
     bad = cli("report", str(runs.second), "--group-by", "colour")
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [

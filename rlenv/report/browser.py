@@ -27,19 +27,19 @@ HIDDEN_FIELDS = frozenset({"id", "prompt", "messages"})
 
 def input_fields(run_meta: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]], str | None]:
     """Each input's scalar fields (``{input_id: {field: value}}``) from the inputs file of the
-    spec the run was made from (run.json ``spec``), and a note when they cannot be read (the
+    spec the run was made from (run.json ``spec``), and why not when they cannot be read (the
     spec moved or no longer loads): the page then offers no field filters."""
     from rlenv.inputs import load_inputs
     from rlenv.spec import load_spec
 
     spec = run_meta.get("spec")
     if not spec:
-        return {}, "run.json names no spec, so the inputs' fields are not shown"
+        return {}, "run.json names no spec"
     try:
         loaded = load_spec(Path(str(spec)))
         inputs = load_inputs(loaded.inputs_path, templated=loaded.spec.prompt is not None)
     except (UserError, OSError) as exc:
-        return {}, f"input fields not shown: {str(exc).splitlines()[0]}"
+        return {}, str(exc).splitlines()[0]
     out: dict[str, dict[str, Any]] = {}
     for record in inputs:
         out[record.id] = {

@@ -93,7 +93,7 @@ def report_run(
     elif field and (run.summary.get("groups") or {}).get("field") == field:
         diagnostics["groups"] = run.summary["groups"]  # the run's own, when the inputs moved
     elif group_by:
-        raise UserError(f"--group-by {field}: {fields_note}")
+        raise UserError(f"--group-by {field}: the inputs' fields cannot be read ({fields_note})")
     target = Path(out) if out is not None else run.run_dir
     shown_file = str(human) if isinstance(human, (str, Path)) else None
     page = render_report(
