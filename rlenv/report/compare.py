@@ -94,9 +94,10 @@ def compare(
     run directory to its human labels (a file for rlenv.jsonl.load_human). ``steps`` are the
     training steps of the runs (default 0, 1, 2, ...). ``baseline`` is a reference run
     directory (e.g. the SFT checkpoint) whose passing answers are a second reference for every
-    run's suspects. ``inspect`` inputs (seeded by ``seed``), plus every changed verdict and the
-    top suspects, are shown side by side (``generations``;
-    :func:`rlenv.metrics.inspect.side_by_side`). Returns a JSON-serialisable dict:
+    run's suspects. ``inspect`` inputs (seeded by ``seed``), plus every changed verdict, the
+    top suspects and newly collapsed inputs, are shown side by side (``generations``;
+    :func:`rlenv.metrics.inspect.side_by_side`); compare.html also holds every rollout of every
+    run in its sample browser (:mod:`rlenv.report.browser`). Returns a JSON-serialisable dict:
     ``runs`` (one row of metrics per run, with its own ``flags`` and all its ``scalars``),
     ``flags`` (between neighbouring runs), ``gold_vs_kl`` (the Gao et al. fit across >= 3
     runs with KL, else None), ``metrics`` (table rows), ``html`` and ``out``.
