@@ -1,6 +1,6 @@
 """Generations side by side (issue 16 item 1): which inputs `rlenv compare` shows, the text
-table for `--inspect N`, and the HTML view rendered in headless Chromium, with its filters
-applied through their links (CSS :target, the page has no script)."""
+table for `--inspect N`, and the HTML view rendered in headless Chromium from its JSON blob,
+with its filters applied through their links."""
 
 from __future__ import annotations
 
@@ -66,9 +66,10 @@ def test_compare_json_and_page_hold_the_view(compared: dict[str, Any]) -> None:
     assert all("messages" not in cell for row in rows for cell in row["cells"])
     html = Path(compared["html"]).read_text()
     assert_self_contained(html)
-    assert html.count('class="gen-row') == len(rows)
-    assert "<ins>" in html and "<del>" in html  # "Paris." -> the padded answer
-    assert 'href="#gen-changed"' in html and 'href="#gen-suspect"' in html
+    blob = html.split('id="generations-data">', 1)[1].split("</script>", 1)[0]
+    assert [row["input_id"] for row in json.loads(blob)["rows"]] == [r["input_id"] for r in rows]
+    for name in ("changed", "suspect", "collapsed"):
+        assert f'data-filter="{name}"' in html
     # sample efficiency across checkpoints (item 5): pass@k and best reward vs k, a line per run
     for key in ("pass_any", "best_reward"):
         figure = html.split(f'data-metric="efficiency-{key}"', 1)[1].split("</figure>", 1)[0]
@@ -104,8 +105,13 @@ def test_generations_render_and_filter_in_headless_chromium(
     suspect = sorted(r["input_id"] for r in rows if any(c and c["suspect"] for c in r["cells"]))
     assert changed and suspect and set(changed) != set(suspect)
 
-    async def click_filters(page: Any) -> dict[str, list[str]]:
+    async def click_filters(page: Any) -> dict[str, Any]:
         seen = {"all": sorted(await page.evaluate(VISIBLE_ROWS))}
+        # "Paris." -> the padded answer: words added underlined, removed struck (drawn in-page)
+        seen["diff"] = await page.evaluate(
+            "[document.querySelectorAll('table.gen ins').length,"
+            " document.querySelectorAll('table.gen del').length]"
+        )
         for name in ("changed", "suspect", "all"):
             await page.evaluate(f"document.querySelector('a[data-filter={name}]').click()")
             seen[f"after {name}"] = sorted(await page.evaluate(VISIBLE_ROWS))
@@ -118,6 +124,7 @@ def test_generations_render_and_filter_in_headless_chromium(
     assert seen["after changed"] == changed
     assert seen["after suspect"] == suspect
     assert seen["after all"] == seen["all"]
+    assert seen["diff"][0] > 0 and seen["diff"][1] > 0
     assert page.errors == [] and page.console == []
     assert page.requests == [page_url], "the page loads nothing but itself"
 

@@ -43,7 +43,9 @@ def hacked_report(pair: RunPair) -> dict[str, Any]:
 
 def assert_self_contained(html: str) -> None:
     assert not ASSET_REFERENCE.search(html), ASSET_REFERENCE.search(html)
-    assert "<script" not in html and "<link" not in html and "<img" not in html
+    # scripts are inline (the sample browser's and its JSON blob), never fetched
+    assert not re.search(r"<script\b[^>]*\bsrc\s*=", html, re.IGNORECASE)
+    assert "<link" not in html and "<img" not in html
     # the constructed runs hold no URL at all, so none may appear anywhere in the page
     assert "http://" not in html and "https://" not in html
 

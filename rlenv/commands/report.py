@@ -30,13 +30,22 @@ def report(
             " scored above its passing answers are suspects too.",
         ),
     ] = None,
+    group_by: Annotated[
+        str | None,
+        typer.Option(
+            "--group-by",
+            metavar="FIELD",
+            help="Pass rate and reward per value of this input field (default: the run's own"
+            " --group-by).",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Write a self-contained HTML report of a run's diagnostics (report.html)."""
     from rlenv.report.common import format_errors, format_flags
     from rlenv.report.html import report_run
 
-    result = report_run(run_dir, human=human, baseline=baseline)
+    result = report_run(run_dir, human=human, baseline=baseline, group_by=group_by)
     if as_json:
         print_json(result)
         return
@@ -51,5 +60,13 @@ def report(
     if collapsed:
         shown = ", ".join(collapsed[:10]) + (" ..." if len(collapsed) > 10 else "")
         typer.echo(f"collapsed {len(collapsed)} inputs: {shown}")
+    groups = result.get("groups")
+    if groups:
+        for value, group in groups.items():
+            if value != "field":
+                rate = group["pass_rate"].get("value")
+                shown = "-" if rate is None else f"{rate:.3f}"
+                n = group["rollouts"]
+                typer.echo(f"group    {groups['field']}={value}: pass {shown}, n={n}")
     typer.echo(f"report   {result['report']}")
     typer.echo(f"metrics  {result['metrics']}")

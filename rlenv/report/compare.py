@@ -94,9 +94,10 @@ def compare(
     run directory to its human labels (a file for rlenv.jsonl.load_human). ``steps`` are the
     training steps of the runs (default 0, 1, 2, ...). ``baseline`` is a reference run
     directory (e.g. the SFT checkpoint) whose passing answers are a second reference for every
-    run's suspects. ``inspect`` inputs (seeded by ``seed``), plus every changed verdict and the
-    top suspects, are shown side by side (``generations``;
-    :func:`rlenv.metrics.inspect.side_by_side`). Returns a JSON-serialisable dict:
+    run's suspects. ``inspect`` inputs (seeded by ``seed``), plus every changed verdict, the
+    top suspects and newly collapsed inputs, are shown side by side (``generations``;
+    :func:`rlenv.metrics.inspect.side_by_side`); compare.html also holds every rollout of every
+    run in its sample browser (:mod:`rlenv.report.browser`). Returns a JSON-serialisable dict:
     ``runs`` (one row of metrics per run, with its own ``flags`` and all its ``scalars``),
     ``flags`` (between neighbouring runs), ``gold_vs_kl`` (the Gao et al. fit across >= 3
     runs with KL, else None), ``metrics`` (table rows), ``html`` and ``out``.
@@ -155,11 +156,13 @@ def compare(
         "out": str(target),
         "html": str(target / "compare.html"),
     }
+    from rlenv.metrics.histograms import stage_histograms
     from rlenv.metrics.inspect import side_by_side
+    from rlenv.report.browser import json_blob
 
-    generations = side_by_side(
-        [(name, run.records) for name, run in zip(names, runs, strict=True)], inspect, seed
-    )
+    named = [(name, run.records) for name, run in zip(names, runs, strict=True)]
+    collapsed = [row.get("collapsed_inputs") or [] for row in rows]
+    generations = side_by_side(named, inspect, seed, collapsed=collapsed)
     result["generations"] = {
         "runs": generations["runs"],
         "n_sample": inspect,
@@ -177,15 +180,10 @@ def compare(
             for row in generations["rows"]
         ],
     }
-    from rlenv.metrics.histograms import stage_histograms
-
-    result["histograms"] = stage_histograms(
-        [(name, run.records) for name, run in zip(names, runs, strict=True)]
-    )
+    result["histograms"] = stage_histograms(named)
+    samples, generation_view = _browser_data(runs, names, generations, collapsed)
     page = render(
         "compare.html.j2",
-        generations=_generation_pages(generations),
-        page_size=GENERATION_PAGE,
         title=f"rlenv compare: {runs[0].env_name or 'runs'}",
         result=result,
         rows=rows,
@@ -194,50 +192,64 @@ def compare(
         plots=markup(
             _histogram_plots(result["histograms"]) + _plots(rows) + _efficiency_plots(names, runs)
         ),
+        samples=samples,
+        samples_json=json_blob(samples),
+        generations_json=json_blob(generation_view),
+        counts={
+            reason: sum(1 for row in generation_view["rows"] if reason in row["marks"])
+            for reason in ("changed", "suspect", "collapsed")
+        },
     )
     write_files(target, {"compare.json": dump_json(result), "compare.html": page})
     return result
 
 
-GENERATION_PAGE = 50
-"""Inputs per page of the generations view (later pages are closed <details>, not laid out)."""
+def _browser_data(
+    runs: Sequence[RunData],
+    names: Sequence[str],
+    generations: Mapping[str, Any],
+    collapsed: Sequence[Sequence[str]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The sample browser's blob (every rollout of every run) and the generations view's:
+    its rows, each cell the index of its rollout in the browser's rows (and its KL), each row
+    with its marks (``changed``, ``suspect``, ``collapsed``) for the filters."""
+    from rlenv.report.browser import SampleTable, input_fields
 
-
-def _generation_pages(generations: Mapping[str, Any]) -> list[list[dict[str, Any]]]:
-    """The side-by-side rows with each cell's answer diffed against the previous run's."""
-    rows = []
+    fields: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        fields, _ = input_fields(run.meta)
+        if fields:
+            break
+    table = SampleTable(fields)
+    for index, (name, run) in enumerate(zip(names, runs, strict=True)):
+        table.add_run(
+            name,
+            run.records,
+            suspects=[tuple(key) for key in generations["suspects"][index]],
+            collapsed=collapsed[index],
+        )
+    samples = table.data()
+    position = {(row["run"], row["i"], row["r"]): n for n, row in enumerate(samples["rows"])}
+    view_rows = []
     for row in generations["rows"]:
-        cells, previous = [], None
-        for cell in row["cells"]:
-            if cell is not None:
-                answer = cell["answer"] or ""
-                cell = {**cell, "diff": markup(_diff_html(previous, answer))}
-                previous = answer
-            cells.append(cell)
-        rows.append({**row, "cells": cells, "any_changed": any(row["changed"]),
-                     "any_suspect": any(c and c["suspect"] for c in cells)})  # fmt: skip
-    return [rows[i : i + GENERATION_PAGE] for i in range(0, len(rows), GENERATION_PAGE)]
-
-
-def _diff_html(previous: str | None, current: str) -> str:
-    """``current`` with the words added since ``previous`` in <ins> and removed in <del>."""
-    import difflib
-    from html import escape
-
-    if previous is None:
-        return escape(current)
-    old, new = previous.split(), current.split()
-    parts = []
-    matcher = difflib.SequenceMatcher(a=old, b=new, autojunk=False)
-    for op, a0, a1, b0, b1 in matcher.get_opcodes():
-        if op == "equal":
-            parts.append(escape(" ".join(new[b0:b1])))
-            continue
-        if a1 > a0:
-            parts.append(f"<del>{escape(' '.join(old[a0:a1]))}</del>")
-        if b1 > b0:
-            parts.append(f"<ins>{escape(' '.join(new[b0:b1]))}</ins>")
-    return " ".join(parts)
+        cells = [
+            None
+            if cell is None
+            else [position[(index, row["input_id"], cell["rollout"])], cell["kl_k1"]]
+            for index, cell in enumerate(row["cells"])
+        ]
+        marks = [
+            mark
+            for mark, on in (
+                ("changed", any(row["changed"])),
+                ("suspect", any(cell and cell["suspect"] for cell in row["cells"])),
+                ("collapsed", any(cell and cell["collapsed"] for cell in row["cells"])),
+            )
+            if on
+        ]
+        view_rows.append({"input_id": row["input_id"], "why": row["why"],
+                          "changed": row["changed"], "cells": cells, "marks": marks})  # fmt: skip
+    return samples, {"runs": list(names), "rows": view_rows}
 
 
 def _human_labels(
@@ -392,16 +404,22 @@ def _cell(key: str, value: Any) -> str:
 
 
 def _histogram_plots(histograms: Mapping[str, Any]) -> str:
-    """Reward and length histograms of every run overlaid (step outlines) on shared bins."""
+    """Reward, reward-component and length histograms of every run overlaid (step outlines)
+    on shared bins."""
     from rlenv.report.common import COLORS, figure_svg, new_figure
 
     palette = [COLORS["main"], COLORS["alt"], COLORS["pass"], COLORS["fail"], "#bf8700",
                "#57606a", "#1b7c83", "#953800", "#6639ba", "#0550ae"]  # fmt: skip
+    from html import escape
+
+    from rlenv.metrics.histograms import COMPONENT_PREFIX
+
+    labels = {"reward": "reward", "length": "answer length (words)"}
     parts = []
-    for field, xlabel in (("reward", "reward"), ("length", "answer length (words)")):
-        block = histograms.get(field)
+    for field, block in histograms.items():
         if not block:
             continue
+        xlabel = labels.get(field) or f"reward component {field[len(COMPONENT_PREFIX) :]}"
         figure, axes = new_figure(4.2, 2.8)
         for index, (name, run) in enumerate(block["runs"].items()):
             total = max(1, run["num"])
@@ -411,8 +429,10 @@ def _histogram_plots(histograms: Mapping[str, Any]) -> str:
         axes.set_xlabel(xlabel)
         axes.set_ylabel("share of rollouts")
         axes.legend(frameon=False, loc="best", fontsize=7)
-        svg = figure_svg(figure, f"compare-hist-{field}")
-        parts.append(f'<figure data-metric="histogram-{field}"><figcaption>{field} by stage'
+        slug = escape(field.replace("/", "-"), quote=True)
+        svg = figure_svg(figure, f"compare-hist-{slug}")
+        caption = escape(xlabel if field.startswith(COMPONENT_PREFIX) else field)
+        parts.append(f'<figure data-metric="histogram-{slug}"><figcaption>{caption} by stage'
                      f" (shared bins)</figcaption>{svg}</figure>")  # fmt: skip
     return "\n".join(parts) + "\n"
 

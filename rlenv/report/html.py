@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rlenv.errors import UserError
 from rlenv.report.common import (
     COLORS,
     RunData,
@@ -39,11 +40,12 @@ def write_report(
     *,
     out: str | Path | None = None,
     baseline: str | Path | None = None,
+    group_by: str | None = None,
 ) -> Path:
     """Write ``report.html`` and ``metrics.json`` (compute_all output) into the run directory
     (or ``out``); return the report's path. ``human`` is a labels file for jsonl.load_human
     (or loaded labels). UserError when the directory holds no results.jsonl."""
-    return Path(report_run(run_dir, human, out=out, baseline=baseline)["report"])
+    return Path(report_run(run_dir, human, out=out, baseline=baseline, group_by=group_by)["report"])
 
 
 def report_run(
@@ -52,11 +54,16 @@ def report_run(
     *,
     out: str | Path | None = None,
     baseline: str | Path | None = None,
+    group_by: str | None = None,
 ) -> dict[str, Any]:
     """:func:`write_report`, returning what a command prints: ``report`` and ``metrics``
     paths, the ``flags`` shown on the page, the reward-hacking ``suspects`` and the
     ``collapsed_inputs``. ``baseline``: a reference run directory of the same env (e.g. the
-    SFT checkpoint) whose passing answers are a second reference for suspects."""
+    SFT checkpoint) whose passing answers are a second reference for suspects.
+
+    ``group_by`` names an input field (default: the run's own ``--group-by``): pass rate and
+    reward per value of it (:func:`rlenv.metrics.group_stats`) are shown, and kept in
+    metrics.json as ``groups``. Input fields come from the inputs file of the run's spec."""
     from rlenv import metrics
 
     run = load_run(run_dir)
@@ -74,6 +81,19 @@ def report_run(
         diagnostics["calibrated_reward"] = metrics.calibrated_reward(
             run.records, run.calibration, labels
         )
+    from rlenv.report.browser import input_fields
+
+    fields, fields_note = input_fields(run.meta)
+    field = group_by or run.meta.get("group_by")
+    if field and fields:
+        if group_by and not any(field in row for row in fields.values()):
+            raise UserError(f"--group-by {field}: no input of this run has that field")
+        labels_of = {input_id: row.get(field) for input_id, row in fields.items()}
+        diagnostics["groups"] = {"field": field, **metrics.group_stats(run.records, labels_of)}
+    elif field and (run.summary.get("groups") or {}).get("field") == field:
+        diagnostics["groups"] = run.summary["groups"]  # the run's own, when the inputs moved
+    elif group_by:
+        raise UserError(f"--group-by {field}: the inputs' fields cannot be read ({fields_note})")
     target = Path(out) if out is not None else run.run_dir
     shown_file = str(human) if isinstance(human, (str, Path)) else None
     page = render_report(
@@ -81,6 +101,8 @@ def report_run(
         diagnostics,
         human_file=shown_file,
         baseline_dir=str(reference.run_dir) if reference is not None else None,
+        fields=fields,
+        fields_note=fields_note,
     )
     write_files(target, {"metrics.json": dump_json(diagnostics), "report.html": page})
     return {
@@ -90,6 +112,7 @@ def report_run(
         "errors": diagnostics.get("errors") or [],
         "suspects": (diagnostics.get("disagreements") or {}).get("high_reward_failed") or [],
         "collapsed_inputs": (diagnostics.get("diversity") or {}).get("collapsed_inputs") or [],
+        "groups": diagnostics.get("groups"),
         "warnings": run.warnings,
     }
 
@@ -99,9 +122,13 @@ def render_report(
     diagnostics: Mapping[str, Any],
     human_file: str | None = None,
     baseline_dir: str | None = None,
+    fields: Mapping[str, Mapping[str, Any]] | None = None,
+    fields_note: str | None = None,
 ) -> str:
-    """The report page for a run and its compute_all dict, as an HTML string."""
+    """The report page for a run and its compute_all dict, as an HTML string. ``fields``:
+    each input's fields, for the sample browser's filters (:func:`browser.input_fields`)."""
     from rlenv.metrics import is_greedy
+    from rlenv.report.browser import SampleTable, json_blob
 
     by_key = {(str(r.get("input_id")), int(r.get("rollout", 0))): r for r in run.records}
     flags = diagnostics.get("flags") or []
@@ -113,6 +140,14 @@ def render_report(
         if alignment
         else []
     )
+    table = SampleTable(fields)
+    table.add_run(
+        run.run_dir.name or "run",
+        run.records,
+        suspects=[(s["input_id"], s["rollout"]) for s in suspects],
+        collapsed=(diagnostics.get("diversity") or {}).get("collapsed_inputs") or [],
+    )
+    samples = table.data()
     plots = {
         "pass_k": _pass_k_plot(diagnostics.get("pass_k") or {}),
         "reward_histogram": _histogram_plot(diagnostics.get("reward") or {}),
@@ -140,6 +175,10 @@ def render_report(
         collapsed=_collapsed_rows(diagnostics.get("diversity") or {}, by_key),
         plots={name: markup(svg) if svg else None for name, svg in plots.items()},
         warnings=run.warnings,
+        samples=samples,
+        samples_json=json_blob(samples),
+        fields_note=fields_note,
+        groups=diagnostics.get("groups"),
     )
 
 
