@@ -81,8 +81,12 @@ def test_composite_reward_in_records_and_summary(env_builder: EnvBuilder, tmp_pa
     records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
     assert records["a"]["rewards"] == {"correct": 1.0, "short": 1.0, "loud": 0.0, "total": 1.2}
     assert records["b"]["rewards"] == {"correct": 1.0, "short": 0.0, "loud": 1.0, "total": 1.5}
-    components = json.loads(done.stdout)["reward_components"]
+    summary = json.loads(done.stdout)
+    components = summary["reward_components"]
     assert components["total"]["mean"] == pytest.approx(1.35)
+    # no reward model: the diagnostics read the composite total as the proxy (it was null)
+    assert records["a"]["reward"] is None
+    assert summary["reward"]["count"] == 2 and summary["reward"]["mean"] == pytest.approx(1.35)
     assert components["loud"]["n"] == 2 and components["correct"]["mean"] == 1.0
     text = cli("run", str(spec), "--out", str(tmp_path / "text"))
     assert "loud       mean 0.500" in text.stdout, text.stdout

@@ -17,6 +17,7 @@ diagnostics and :func:`compute_all`), ``length``, ``similarity`` (diversity and 
 ``compare`` (checkpoints side by side). Human labels are read by :func:`rlenv.jsonl.load_human`.
 """
 
+from rlenv.metrics._records import _reward as proxy_reward
 from rlenv.metrics.alignment import alignment_gap
 from rlenv.metrics.calibration import apply_calibration, calibrated_reward
 from rlenv.metrics.compare import compare_runs
@@ -47,6 +48,7 @@ from rlenv.results import HumanLabels
 
 __all__ = [
     "HumanLabels",
+    "proxy_reward",
     "alignment_gap",
     "apply_calibration",
     "calibrated_reward",

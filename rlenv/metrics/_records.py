@@ -41,8 +41,13 @@ def _passed(record: Record) -> bool:
 
 
 def _reward(record: Record) -> float | None:
+    """The proxy reward the diagnostics read: the reward model's score, or, in an env without
+    one, its composite reward's ``total`` (what a trainer given the spec's components would
+    optimise). None when there is neither, or a reward part failed (never a partial total)."""
     value = record.get("reward")
-    if value is None or isinstance(value, bool):
+    if value is None and not record.get("reward_error"):
+        value = (record.get("rewards") or {}).get("total")
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return None
     value = float(value)
     return value if math.isfinite(value) else None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.errors import UserError
+from rlenv.metrics import proxy_reward
 
 MAX_TEXT = 20_000
 """Characters kept of any one text (answer, message, error); results.jsonl has the rest."""
@@ -153,7 +154,7 @@ class SampleTable:
                 "r": rollout,
                 "s": str(record.get("status", "ok")),
                 "p": record.get("passed"),
-                "w": _number(record.get("reward")),
+                "w": proxy_reward(record),
                 "a": _text(record.get("answer")),
                 "v": [_verifier(v) for v in record.get("verifiers") or []],
                 "q": prompt,

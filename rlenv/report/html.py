@@ -6,7 +6,6 @@ The page has no network assets: CSS is inline and plots are inline SVG drawn wit
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -266,13 +265,13 @@ def _length(record: Mapping[str, Any], unit: str) -> float:
 
 
 def _scatter_plot(records: Sequence[Mapping[str, Any]], bias: Mapping[str, Any]) -> str | None:
+    from rlenv.metrics import proxy_reward
+
     unit = str(bias.get("unit") or "words")
     points = []
     for record in records:
-        reward = record.get("reward")
-        if record.get("status") == Status.INFRA_ERROR or reward is None or isinstance(reward, bool):
-            continue
-        if not math.isfinite(float(reward)):
+        reward = proxy_reward(record)
+        if record.get("status") == Status.INFRA_ERROR or reward is None:
             continue
         points.append((_length(record, unit), float(reward), record.get("passed") is True))
     if not points:
