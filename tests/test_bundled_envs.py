@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,3 +54,42 @@ def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
     assert as_written(null["pass_rate"]["value"], null_figure) == null_figure
     rates = {name: row["rate"] for name, row in padded["verifiers"].items()}
     assert rates["mentions"] > 0 and rates["exact"] == 0
+
+    # issue 16's review of the three as checkpoints: generations side by side, histograms on
+    # shared bins, and the calibrated alignment gap (rubric labels of each run's rollouts)
+    humans = []
+    for name in ("baseline", "padded", "null"):
+        labels = tmp_path / f"{name}.human.jsonl"
+        made = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "envs" / "search_env" / "make_human_scores.py"),
+                "--label-run",
+                str(tmp_path / name),
+                "--out",
+                str(labels),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert made.returncode == 0, made.stderr
+        humans += ["--human", f"{tmp_path / name}={labels}"]
+    runs = [str(tmp_path / name) for name in ("baseline", "padded", "null")]
+    done = cli(
+        "compare",
+        *runs,
+        *humans,
+        "--labels",
+        "sft,rl-100,rl-200",
+        "--json",
+        "--out",
+        str(tmp_path / "cmp"),
+    )
+    assert done.returncode == 0, done.stderr
+    compared = json.loads(done.stdout)
+    assert compared["generations"]["rows"] and len(compared["generations"]["runs"]) == 3
+    assert {"reward", "length"} <= set(compared["histograms"])
+    gaps = [row["calibrated_gap"] for row in compared["runs"]]
+    assert gaps[0] is not None and gaps[1] is not None and gaps[1] > gaps[0], gaps
+    assert (tmp_path / "cmp" / "compare.html").is_file()
