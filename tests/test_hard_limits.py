@@ -407,3 +407,73 @@ def test_a_late_verifier_that_overruns_is_killed_by_grade(
     assert records["a"]["verifiers"][0]["detail"] == "not graded: timeout"
     assert records["b"]["status"] == "ok" and records["b"]["passed"] is True
     assert cli("check", str(out)).returncode == 0
+
+
+KILLED_FROM_OUTSIDE = """
+import os
+def policy(messages, tools, ctx):
+    word = messages[-1]["content"].split()[-1]
+    if word == "a":  # says where it is, then waits for a release that never comes
+        with open(os.environ["RLENV_TEST_GATE_STARTED"], "w") as started:
+            started.write(str(os.getpid()))
+        with open(os.environ["RLENV_TEST_GATE_RELEASE"]) as release:
+            release.read()
+    return word
+"""
+
+
+def _host_pid(candidates: list[psutil.Process], inner: int) -> int:
+    """The host pid of the process numbered ``inner`` in its own (innermost) pid namespace."""
+    for process in candidates:
+        try:
+            status = Path(f"/proc/{process.pid}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            fields = line.split()
+            nested = len(fields) > 2 or inner == process.pid  # own namespace, or none at all
+            if fields[:1] == ["NSpid:"] and int(fields[-1]) == inner and nested:
+                return process.pid
+    raise AssertionError(f"no process is pid {inner} of its namespace")
+
+
+def test_a_worker_killed_from_outside_costs_only_its_rollout(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The OOM killer (or an operator) SIGKILLs a worker mid-rollout: that rollout is the
+    error of the part that was running, a fresh worker takes the rest, the run writes its
+    summary; nothing hangs."""
+    inputs = [{"id": i, "prompt": f"say {i}", "answer": i} for i in ("a", "b", "c")]
+    spec = env_builder.write(KILLED_FROM_OUTSIDE, inputs=inputs, rollouts=1)
+    started, release = tmp_path / "started", tmp_path / "release"
+    os.mkfifo(started)
+    os.mkfifo(release)
+    out = tmp_path / "run"
+    orchestrator = subprocess.Popen(
+        [str(RLENV), "run", str(spec), "--out", str(out), "--json", "--concurrency", "1"],
+        env={
+            **os.environ,
+            "RLENV_TEST_GATE_STARTED": str(started),
+            "RLENV_TEST_GATE_RELEASE": str(release),
+        },
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with open(started) as reader:  # blocks until input a's policy runs in a worker
+            inner = int(reader.read())
+        descendants = psutil.Process(orchestrator.pid).children(recursive=True)
+        os.kill(_host_pid(descendants, inner), signal.SIGKILL)
+        stdout, stderr = orchestrator.communicate(timeout=120)
+    finally:
+        if orchestrator.poll() is None:
+            orchestrator.kill()
+    assert orchestrator.returncode == 0, stderr
+    records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
+    assert records["a"]["status"] == "policy_error", records["a"]
+    # (under `unshare --pid` the wrapper cannot re-raise a SIGKILL and exits 1: the error says
+    # the worker died in the policy, not by which signal)
+    assert records["a"]["error"].startswith("the worker process died in the policy")
+    assert records["b"]["status"] == records["c"]["status"] == "ok"
+    assert json.loads(stdout)["counts"] == {"ok": 2, "policy_error": 1}
