@@ -39,6 +39,15 @@ LimitOpt = Annotated[
 ]
 ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=1024, help="Rollouts in flight at once.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+BaselineOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--baseline",
+        metavar="RUN_DIR",
+        help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
+        " scored above its passing answers are suspects too.",
+    ),
+]
 WeakSandboxOpt = Annotated[
     bool,
     typer.Option(

@@ -7,7 +7,7 @@ from typing import Annotated, Any, NamedTuple
 
 import typer
 
-from rlenv.commands._common import JsonOpt, handle_errors, print_json
+from rlenv.commands._common import BaselineOpt, JsonOpt, handle_errors, print_json
 
 
 class Steps(list[int]):
@@ -77,15 +77,7 @@ def compare(
             help="RUN_DIR=LABELS.jsonl human labels of a run (repeat).",
         ),
     ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--baseline",
-            metavar="RUN_DIR",
-            help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
-            " scored above its passing answers are suspects too.",
-        ),
-    ] = None,
+    baseline: BaselineOpt = None,
     inspect: Annotated[
         int | None,
         typer.Option(

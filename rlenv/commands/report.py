@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rlenv.commands._common import JsonOpt, handle_errors, print_json
+from rlenv.commands._common import BaselineOpt, JsonOpt, handle_errors, print_json
 
 
 @handle_errors
@@ -21,15 +21,7 @@ def report(
             "--human", metavar="FILE", help="Human labels JSONL: {input_id, rollout, score} lines."
         ),
     ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--baseline",
-            metavar="RUN_DIR",
-            help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
-            " scored above its passing answers are suspects too.",
-        ),
-    ] = None,
+    baseline: BaselineOpt = None,
     group_by: Annotated[
         str | None,
         typer.Option(

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from rlenv.commands._common import (
+    BaselineOpt,
     BaseUrlOpt,
     ConcurrencyOpt,
     JsonOpt,
@@ -72,15 +73,7 @@ def run(
         str | None,
         typer.Option("--group-by", help="Also report pass rate and reward per value of FIELD."),
     ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--baseline",
-            metavar="RUN_DIR",
-            help="Reference run of the same env (e.g. the SFT checkpoint): failing rollouts"
-            " scored above its passing answers are suspects too.",
-        ),
-    ] = None,
+    baseline: BaselineOpt = None,
     retry_errors: Annotated[
         bool,
         typer.Option("--retry-errors", help="With --resume: run the infra_error rollouts again."),
