@@ -16,7 +16,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Literal, NotRequired, TypedDict
 
-from rlenv.canonical import canonical_bytes, plain_json, sha256_bytes
+from rlenv.canonical import canonical_bytes, fast_json, plain_json, sha256_bytes
 
 
 class Status(StrEnum):
@@ -182,6 +182,14 @@ def encode_line(record: dict[str, Any]) -> bytes:
     Every line is strict JSON: a NaN or infinity that reached the record is written as null,
     as the digest already saw it (never a bare `NaN`).
     """
+    try:
+        return fast_json(record, canonical=False)
+    except Exception:  # what the fast path cannot prove the same: the reference below
+        return _reference_line(record)
+
+
+def _reference_line(record: dict[str, Any]) -> bytes:
+    """`encode_line` as json.dumps writes it (the reference of the orjson fast path)."""
     return json.dumps(
         plain_json(record),
         sort_keys=True,
