@@ -132,20 +132,20 @@ def _prepare(value: Any, canonical: bool) -> Any:
     kind = type(value)
     if kind is str or kind is bool or value is None:
         return value
-    if kind is int:
-        low, high = (-SAFE_INTEGER, SAFE_INTEGER) if canonical else _ORJSON_INT
-        if low <= value <= high:
-            return value
-        raise _NotFast
-    if kind is float:
-        if not math.isfinite(value):
-            return None
-        return orjson.Fragment(_canonical_float(value) if canonical else _repr_float(value))
     if kind is dict:
-        prepared = {
-            (key if type(key) is str else str(key)): _prepare(item, canonical)
-            for key, item in value.items()
-        }
+        prepared = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                key = str(key)
+            leaf = type(item)
+            # the common leaves inline (a call per value was most of the cost)
+            prepared[key] = (
+                item
+                if leaf is str or leaf is bool or item is None
+                else _number(item, canonical)
+                if leaf is int or leaf is float
+                else _prepare(item, canonical)
+            )
         keys = "".join(prepared)
         # RFC 8785 sorts keys by UTF-16 code units, orjson by code points: the same order
         # unless a key holds a character beyond U+FFFF
@@ -153,10 +153,32 @@ def _prepare(value: Any, canonical: bool) -> Any:
             raise _NotFast
         return prepared
     if kind is list or kind is tuple:
-        return [_prepare(item, canonical) for item in value]
+        return [
+            item
+            if type(item) is str or item is None
+            else _prepare(item, canonical)
+            for item in value
+        ]
+    if kind is int or kind is float:
+        return _number(value, canonical)
     if isinstance(value, str):  # e.g. a StrEnum status: both references write its content
         return str.__str__(value)
     raise _NotFast
+
+
+def _number(value: int | float, canonical: bool) -> Any:
+    if type(value) is int:
+        low, high = (-SAFE_INTEGER, SAFE_INTEGER) if canonical else _ORJSON_INT
+        if low <= value <= high:
+            return value
+        raise _NotFast
+    if not math.isfinite(value):
+        return None
+    if not canonical:
+        return orjson.Fragment(_repr_float(value))
+    if value.is_integer() and -SAFE_INTEGER <= value <= SAFE_INTEGER:
+        return int(value)  # RFC 8785 writes an integral double as the integer (1.0 -> 1)
+    return orjson.Fragment(_canonical_float(value))
 
 
 def fast_json(value: Any, *, canonical: bool) -> bytes:
