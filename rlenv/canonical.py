@@ -154,9 +154,7 @@ def _prepare(value: Any, canonical: bool) -> Any:
         return prepared
     if kind is list or kind is tuple:
         return [
-            item
-            if type(item) is str or item is None
-            else _prepare(item, canonical)
+            item if type(item) is str or item is None else _prepare(item, canonical)
             for item in value
         ]
     if kind is int or kind is float:
@@ -167,7 +165,7 @@ def _prepare(value: Any, canonical: bool) -> Any:
 
 
 def _number(value: int | float, canonical: bool) -> Any:
-    if type(value) is int:
+    if not isinstance(value, float):
         low, high = (-SAFE_INTEGER, SAFE_INTEGER) if canonical else _ORJSON_INT
         if low <= value <= high:
             return value

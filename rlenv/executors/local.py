@@ -140,7 +140,12 @@ class LocalExecutor:
             loop = asyncio.get_running_loop()
             readable = loop.create_future()
             fd = slot.connection.fileno()
-            loop.add_reader(fd, lambda: readable.done() or readable.set_result(None))
+
+            def wake() -> None:
+                if not readable.done():
+                    readable.set_result(None)
+
+            loop.add_reader(fd, wake)
             try:
                 await asyncio.wait_for(readable, timeout)
             except TimeoutError:
