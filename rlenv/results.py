@@ -10,11 +10,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Literal, NotRequired, TypedDict
+
+import orjson
 
 from rlenv.canonical import canonical_bytes, fast_json, plain_json, sha256_bytes
 
@@ -188,6 +191,23 @@ def encode_line(record: dict[str, Any]) -> bytes:
         return _reference_line(record)
 
 
+def decode_line(line: bytes | str) -> Any:
+    """One results line parsed: orjson, or json.loads for what orjson refuses (then json.loads
+    raises what it always raised) and for a line with 19 digits in a row (orjson would read an
+    integer past 64 bits as a float; tests/test_canonical_fast.py found it)."""
+    long_digits = _LONG_DIGITS if isinstance(line, bytes) else _LONG_DIGITS_TEXT
+    if long_digits.search(line) is None:  # orjson reads an integer past 64 bits as a float
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line)
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+
+
 def _reference_line(record: dict[str, Any]) -> bytes:
     """`encode_line` as json.dumps writes it (the reference of the orjson fast path)."""
     return json.dumps(
@@ -242,7 +262,7 @@ def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
         end = position + len(line)
         if line.endswith(b"\n"):
             try:
-                records.append(json.loads(line))
+                records.append(decode_line(line))
                 good_end = end
             except json.JSONDecodeError:
                 break
@@ -273,7 +293,7 @@ def iter_results(path: Path) -> Iterator[dict[str, Any]]:
             if not line.endswith(b"\n"):
                 return
             try:
-                yield json.loads(line)
+                yield decode_line(line)
             except json.JSONDecodeError:
                 return
 

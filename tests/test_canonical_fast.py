@@ -113,3 +113,18 @@ def test_fast_path_refuses_what_it_cannot_prove() -> None:
     assert canonical_bytes({"\U00010000": 1, "\uffff": 2}) == rfc8785.dumps(
         {"\U00010000": 1, "\uffff": 2}
     )
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text(max_size=6), values, max_size=6))
+def test_results_line_decodes_as_json_loads_does(record: dict[str, Any]) -> None:
+    """A results line read back through orjson is the value json.loads gives (types and key
+    order included: repr tells 1 from 1.0 and True from 1)."""
+    from rlenv.results import decode_line
+
+    try:
+        line = _reference_line(record)
+    except Exception:
+        return
+    assert repr(decode_line(line)) == repr(json.loads(line))
+    assert repr(decode_line(line.decode())) == repr(json.loads(line.decode()))
