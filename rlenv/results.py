@@ -195,8 +195,10 @@ def decode_line(line: bytes | str) -> Any:
     """One results line parsed: orjson, or json.loads for what orjson refuses (then json.loads
     raises what it always raised) and for a line with 19 digits in a row (orjson would read an
     integer past 64 bits as a float; tests/test_canonical_fast.py found it)."""
-    long_digits = _LONG_DIGITS if isinstance(line, bytes) else _LONG_DIGITS_TEXT
-    if long_digits.search(line) is None:  # orjson reads an integer past 64 bits as a float
+    long_run = (
+        _LONG_DIGITS.search(line) if isinstance(line, bytes) else _LONG_DIGITS_TEXT.search(line)
+    )
+    if long_run is None:  # orjson reads an integer past 64 bits as a float
         try:
             return orjson.loads(line)
         except orjson.JSONDecodeError:
