@@ -1,23 +1,32 @@
-"""Per-rollout overhead of `rlenv run` against Inspect AI for the same number of samples.
+"""Per-rollout overhead of `rlenv run`: 10k plain and 10k one-tool-call rollouts, whole process;
+`verify` (2 runs) against one run; Inspect AI for the same number of samples when its venv exists.
 
-rlenv: a bundled-style env built in a temp dir: N inputs, an instant python policy that makes
-one tool call (the tool POSTs with a module-level `httpx.Client`; the HTTP is replayed from a
-vcrpy YAML cassette of N distinct interactions) and then answers; one exact_match verifier.
-`rlenv run SPEC --concurrency C` for C in 2 and 4, whole process.
+rlenv: bundled-style envs built in a temp dir: N inputs and one exact_match verifier, with
+- plain: an instant python policy that answers at once (no tools);
+- one-tool: an instant python policy that makes one tool call (the tool POSTs with a
+  module-level `httpx.Client`; the HTTP is replayed from a vcrpy YAML cassette of N distinct
+  interactions) and then answers.
+`rlenv run SPEC --concurrency C`, whole process (interpreter start, imports, worker start, the
+rollouts, the summary, exit). Wall time, CPU time (user + sys of the whole tree) and memory
+(sum of each process's peak RSS, `common.measure`) are printed; the machine is shared, so CPU
+time says more than wall time when the load average is high.
+
+The first rlenv run of the one-tool env builds the cassette's index (cached by the file's hash
+in RLENV_CACHE_DIR, a temp dir of this benchmark's own); it is reported as "first run", and the
+later runs, which load the index from the cache, are the ones the targets are about.
+
+`verify`: `rlenv verify SPEC --runs 2` of the plain env against one `rlenv run` of it.
 
 Inspect: a Task with a MemoryDataset of N samples, solver generate(), scorer includes(), model
 mockllm/model, `inspect_ai.eval(...)` with default log writing and max_connections = max_samples
-= N, whole process, in the separate venv /tmp/venv-inspect (`INSPECT_VENV` to change).
+= N, whole process, in the separate venv /tmp/venv-inspect (`INSPECT_VENV` to change); skipped
+with `--no-inspect` or when that venv does not exist.
 
-The first rlenv run of an env builds the cassette's index (cached by the file's hash in
-RLENV_CACHE_DIR, a temp dir of this benchmark's own); it is reported as "first run", and the
-later runs, which load the index from the cache, are the ones compared with Inspect.
-
-Targets: rlenv's 10k run at least 5x faster than Inspect's; rlenv peak memory <= 200 MB (sum
-of the peak RSS of every process of the run: orchestrator + workers + helpers). On a miss, a
-cProfile of the orchestrator (`--concurrency 1`) and of an in-process frozen-world worker is
-printed. Run: `.venv/bin/python bench/overhead.py [--quick]` (`--quick`: 1k, --concurrency 2,
-no Inspect warm-up, no profile).
+Targets (issue 17): 10k plain <= 3 s; 10k one-tool <= 8 s; sum of peak RSS <= 150 MB at 10k;
+verify (2 runs) <= 2.1x one run; with Inspect: 10k one-tool >= 5x faster than Inspect. On a
+miss, a cProfile of the orchestrator (`--concurrency 1`) and of an in-process frozen-world
+worker is printed (`--no-profile` to skip). Run: `.venv/bin/python bench/overhead.py [--quick]
+[--no-inspect]` (`--quick`: 1k only, no profile).
 """
 
 from __future__ import annotations
@@ -34,8 +43,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 SPEEDUP_TARGET = 5.0
-MEMORY_TARGET_MB = 200.0
+MEMORY_TARGET_MB = 150.0
+PLAIN_TARGET_S = 3.0
+TOOL_TARGET_S = 8.0
+VERIFY_TARGET = 2.1
 CONCURRENCIES = (2, 4)
+DEFAULT_CONCURRENCY = 4
 
 INSPECT_SCRIPT = '''\
 """N samples through Inspect: MemoryDataset, generate(), includes(), mockllm/model."""
@@ -87,17 +100,33 @@ def inspect_version() -> str:
     return result.stdout.strip() or f"unavailable ({result.stderr.strip()[-200:]})"
 
 
-def run_rlenv(spec: Path, root: Path, concurrency: int, expected: int) -> common.Measurement:
+def run_rlenv(
+    spec: Path, root: Path, concurrency: int, expected: int, *, tool: bool = True
+) -> common.Measurement:
     out = root / f"out-c{concurrency}-{time.monotonic_ns()}"
-    measured = common.measure(common.rlenv_run(spec, out, "--concurrency", str(concurrency)))
+    measured = common.measure(
+        common.rlenv_run(spec, out, "--concurrency", str(concurrency)), timeout=1800
+    )
     measured.check()
     summary = json.loads(measured.stdout)
     hits = summary.get("fixtures", {}).get("hit", 0)
     passed = summary["pass_rate"]["value"]
-    if summary["rollouts"] != expected or hits != expected or passed != 1.0:
+    if tool and (summary["rollouts"] != expected or hits != expected or passed != 1.0):
         raise RuntimeError(
             f"unexpected run: {summary['counts']} fixtures {summary['fixtures']} pass rate {passed}"
         )
+    if not tool and (summary["rollouts"] != expected or summary["counts"].get("ok") != expected):
+        raise RuntimeError(f"unexpected run: {summary['counts']}")
+    return measured
+
+
+def run_verify(spec: Path) -> common.Measurement:
+    """`rlenv verify SPEC --runs 2 --json`, whole process; the digests must agree."""
+    measured = common.measure(
+        [str(common.RLENV), "verify", str(spec), "--runs", "2", "--json"], timeout=1800
+    ).check()
+    if json.loads(measured.stdout).get("identical") is not True:
+        raise RuntimeError(f"verify did not find identical runs: {measured.stdout[-500:]}")
     return measured
 
 
@@ -116,46 +145,62 @@ def run_inspect(script: Path, root: Path, samples: int) -> common.Measurement:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument(
-        "--quick", action="store_true", help="1k only, --concurrency 2 only, no profile"
-    )
+    parser.add_argument("--quick", action="store_true", help="1k only, no profile")
+    parser.add_argument("--no-inspect", action="store_true", help="skip the Inspect AI runs")
+    parser.add_argument("--no-profile", action="store_true", help="no profile on a miss")
     args = parser.parse_args()
     sizes = [1000] if args.quick else [1000, 10000]
-    concurrencies = CONCURRENCIES[:1] if args.quick else CONCURRENCIES
-    common.header("overhead: rlenv run vs Inspect, whole process")
-    print(f"inspect_ai {inspect_version()} in {common.INSPECT_VENV}")
+    with_inspect = not args.no_inspect and inspect_python().exists()
+    common.header("overhead: rlenv run per rollout (plain, one tool call), verify, Inspect")
+    if with_inspect:
+        print(f"inspect_ai {inspect_version()} in {common.INSPECT_VENV}")
+    else:
+        why = "--no-inspect" if args.no_inspect else f"no venv at {common.INSPECT_VENV}"
+        print(f"Inspect AI runs skipped ({why})")
     print("memory: sum of each process's peak RSS (VmHWM from /proc, sampled every 20 ms over")
-    print("the whole process tree); PSS: peak of the sampled sum of Pss over the live tree")
+    print("the whole process tree); PSS: peak of the sampled sum of Pss over the live tree;")
+    print("cpu s: user + sys of the whole tree (the machine is shared: see the load average)")
     print()
 
     rows = []
     results: dict[tuple[str, int, int], common.Measurement] = {}
-    specs: dict[int, Path] = {}
+    specs: dict[tuple[str, int], Path] = {}
     with common.temp_dir("bench-overhead-") as root:
         warm = common.build_env(root / "warm", 10, policy="one_tool", tool=True)
         run_rlenv(warm, root, 2, 10)  # fills the bytecode cache; not reported
         script = root / "inspect_task.py"
         script.write_text(INSPECT_SCRIPT)
-        if not args.quick:  # --quick relies on the bytecode cache an earlier run left
+        if with_inspect and not args.quick:
             run_inspect(script, root, 10)  # fills Inspect's bytecode cache too; not reported
         for samples in sizes:
-            spec = common.build_env(root / f"env-{samples}", samples, policy="one_tool", tool=True)
-            specs[samples] = spec
+            plain = common.build_env(root / f"plain-{samples}", samples)
+            specs[("plain", samples)] = plain
+            measured = run_rlenv(plain, root, DEFAULT_CONCURRENCY, samples, tool=False)
+            results[("plain", samples, DEFAULT_CONCURRENCY)] = measured
+            rows.append(_row(f"rlenv plain --concurrency {DEFAULT_CONCURRENCY}", samples, measured))
+            print(f"  ... rlenv plain {samples}: {measured.wall_s:.1f}s", flush=True)
+
+            spec = common.build_env(root / f"tool-{samples}", samples, policy="one_tool", tool=True)
+            specs[("tool", samples)] = spec
             measured = run_rlenv(spec, root, CONCURRENCIES[0], samples)
-            results[("rlenv-cold", samples, CONCURRENCIES[0])] = measured
-            rows.append(
-                _row(f"rlenv --concurrency {CONCURRENCIES[0]}, first run", samples, measured)
-            )
-            print(f"  ... rlenv {samples} first run: {measured.wall_s:.1f}s", flush=True)
-            for concurrency in concurrencies:
+            results[("tool-cold", samples, CONCURRENCIES[0])] = measured
+            first = f"rlenv one-tool --concurrency {CONCURRENCIES[0]}, first run"
+            rows.append(_row(first, samples, measured))
+            print(f"  ... rlenv one-tool {samples} first run: {measured.wall_s:.1f}s", flush=True)
+            for concurrency in CONCURRENCIES:
                 measured = run_rlenv(spec, root, concurrency, samples)
-                results[("rlenv", samples, concurrency)] = measured
-                rows.append(_row(f"rlenv --concurrency {concurrency}", samples, measured))
-                print(f"  ... rlenv {samples} c={concurrency}: {measured.wall_s:.1f}s", flush=True)
-            measured = run_inspect(script, root, samples)
-            results[("inspect", samples, 0)] = measured
-            rows.append(_row(f"inspect max_samples={samples}", samples, measured))
-            print(f"  ... inspect {samples}: {measured.wall_s:.1f}s", flush=True)
+                results[("tool", samples, concurrency)] = measured
+                rows.append(_row(f"rlenv one-tool --concurrency {concurrency}", samples, measured))
+                print(f"  ... rlenv one-tool {samples} c={concurrency}: {measured.wall_s:.1f}s")
+            if with_inspect:
+                measured = run_inspect(script, root, samples)
+                results[("inspect", samples, 0)] = measured
+                rows.append(_row(f"inspect max_samples={samples}", samples, measured))
+                print(f"  ... inspect {samples}: {measured.wall_s:.1f}s", flush=True)
+        largest = max(sizes)
+        verified = run_verify(specs[("plain", largest)])
+        rows.append(_row("rlenv verify --runs 2, plain", largest, verified))
+        print(f"  ... rlenv verify {largest}: {verified.wall_s:.1f}s", flush=True)
         print()
         print(
             common.table(
@@ -163,6 +208,7 @@ def main() -> None:
                     "system",
                     "N",
                     "wall s",
+                    "cpu s",
                     "samples/s",
                     "sum peak RSS MB",
                     "peak PSS MB",
@@ -174,69 +220,97 @@ def main() -> None:
         )
         print()
 
-        ratio_rows = []
-        for samples in sizes:
-            inspect = results[("inspect", samples, 0)]
-            for concurrency in concurrencies:
-                mine = results[("rlenv", samples, concurrency)]
-                ratio_rows.append(
-                    [
-                        f"{samples}",
-                        f"{concurrency}",
-                        f"{inspect.wall_s / mine.wall_s:.2f}x",
-                        f"{inspect.sum_peak_mb / mine.sum_peak_mb:.2f}x",
-                    ]
-                )
-        print("ratio inspect / rlenv (higher: rlenv better)")
-        print(common.table(["N", "rlenv concurrency", "wall time", "sum peak RSS"], ratio_rows))
-        print()
+        if with_inspect:
+            ratio_rows = []
+            for samples in sizes:
+                inspect = results[("inspect", samples, 0)]
+                for concurrency in CONCURRENCIES:
+                    mine = results[("tool", samples, concurrency)]
+                    ratio_rows.append(
+                        [
+                            f"{samples}",
+                            f"{concurrency}",
+                            f"{inspect.wall_s / mine.wall_s:.2f}x",
+                            f"{inspect.sum_peak_mb / mine.sum_peak_mb:.2f}x",
+                        ]
+                    )
+            print("ratio inspect / rlenv one-tool (higher: rlenv better)")
+            print(common.table(["N", "rlenv concurrency", "wall time", "sum peak RSS"], ratio_rows))
+            print()
 
-        print("targets")
+        label = "10k" if largest == 10000 else f"{largest} (--quick; the targets are at 10k)"
+        print(f"targets (at {label}, --concurrency {DEFAULT_CONCURRENCY} unless named)")
         missed = False
-        largest = max(sizes)
-        for concurrency in concurrencies:
-            ratio = (
-                results[("inspect", largest, 0)].wall_s
-                / results[("rlenv", largest, concurrency)].wall_s
-            )
-            ok = ratio >= SPEEDUP_TARGET
-            missed |= not ok and largest == 10000
-            label = "10k" if largest == 10000 else f"{largest} (--quick; the target is at 10k)"
-            print(
-                f"  rlenv {label} --concurrency {concurrency} >= {SPEEDUP_TARGET:.0f}x faster"
-                f" than inspect: {ratio:.2f}x  {common.verdict(ok)}"
-            )
-        for (system, samples, concurrency), measured in sorted(results.items()):
-            if not system.startswith("rlenv"):
-                continue
-            ok = measured.sum_peak_mb <= MEMORY_TARGET_MB
-            missed |= not ok
-            which = " (first run)" if system == "rlenv-cold" else ""
-            print(
-                f"  rlenv {samples} --concurrency {concurrency}{which} peak memory <="
-                f" {MEMORY_TARGET_MB:.0f} MB: sum of peaks {measured.sum_peak_mb:.0f} MB"
-                f" ({_per_process(measured)})  {common.verdict(ok)}"
-            )
-            if samples == largest:
-                print(measured.breakdown())
 
-        if missed and not args.quick:
+        def target(text: str, ok: bool) -> None:
+            nonlocal missed
+            missed |= not ok
+            print(f"  {text}  {common.verdict(ok)}")
+
+        plain_run = results[("plain", largest, DEFAULT_CONCURRENCY)]
+        tool_run = results[("tool", largest, DEFAULT_CONCURRENCY)]
+        target(
+            f"plain <= {PLAIN_TARGET_S:.0f} s: {plain_run.wall_s:.1f} s wall"
+            f" ({plain_run.cpu_s:.1f} s cpu)",
+            plain_run.wall_s <= PLAIN_TARGET_S,
+        )
+        target(
+            f"one-tool <= {TOOL_TARGET_S:.0f} s: {tool_run.wall_s:.1f} s wall"
+            f" ({tool_run.cpu_s:.1f} s cpu)",
+            tool_run.wall_s <= TOOL_TARGET_S,
+        )
+        for name, measured in (("plain", plain_run), ("one-tool", tool_run)):
+            target(
+                f"{name} sum of peak RSS <= {MEMORY_TARGET_MB:.0f} MB:"
+                f" {measured.sum_peak_mb:.0f} MB ({_per_process(measured)})",
+                measured.sum_peak_mb <= MEMORY_TARGET_MB,
+            )
+        ratio = verified.wall_s / plain_run.wall_s
+        target(
+            f"verify (2 runs) <= {VERIFY_TARGET}x one run: {verified.wall_s:.1f} /"
+            f" {plain_run.wall_s:.1f} s = {ratio:.2f}x (cpu {verified.cpu_s:.1f} /"
+            f" {plain_run.cpu_s:.1f} s = {verified.cpu_s / plain_run.cpu_s:.2f}x)",
+            ratio <= VERIFY_TARGET,
+        )
+        if with_inspect:
+            for concurrency in CONCURRENCIES:
+                speedup = (
+                    results[("inspect", largest, 0)].wall_s
+                    / results[("tool", largest, concurrency)].wall_s
+                )
+                target(
+                    f"one-tool --concurrency {concurrency} >= {SPEEDUP_TARGET:.0f}x faster than"
+                    f" inspect: {speedup:.2f}x",
+                    speedup >= SPEEDUP_TARGET,
+                )
+        print("per process, plain:")
+        print(plain_run.breakdown())
+        print("per process, one-tool:")
+        print(tool_run.breakdown())
+
+        if missed and not args.quick and not args.no_profile:
             print()
             print("profile (a target was missed)")
-            spec = specs[largest]
             limit = 2000
-            for command in (
-                common.profile_command("orchestrator", str(spec), str(limit), "25"),
-                common.profile_command(
-                    "worker", str(spec), "python:benchenv:one_tool", str(limit), "25"
-                ),
-            ):
-                profiled = subprocess.run(
-                    command, capture_output=True, text=True, env=common.bench_env(), cwd=spec.parent
-                )
-                print(profiled.stdout)
-                if profiled.returncode:
-                    print(profiled.stderr[-3000:])
+            for kind, policy in (("plain", "instant"), ("tool", "one_tool")):
+                spec = specs[(kind, largest)]
+                for command in (
+                    common.profile_command("orchestrator", str(spec), str(limit), "25"),
+                    common.profile_command(
+                        "worker", str(spec), f"python:benchenv:{policy}", str(limit), "25"
+                    ),
+                ):
+                    profiled = subprocess.run(
+                        command,
+                        capture_output=True,
+                        text=True,
+                        env=common.bench_env(),
+                        cwd=spec.parent,
+                    )
+                    print(f"[{kind}]")
+                    print(profiled.stdout)
+                    if profiled.returncode:
+                        print(profiled.stderr[-3000:])
 
 
 def _row(system: str, samples: int, measured: common.Measurement) -> list[str]:
@@ -244,6 +318,7 @@ def _row(system: str, samples: int, measured: common.Measurement) -> list[str]:
         system,
         str(samples),
         f"{measured.wall_s:.1f}",
+        f"{measured.cpu_s:.1f}",
         f"{samples / measured.wall_s:.0f}",
         f"{measured.sum_peak_mb:.0f}",
         f"{measured.peak_pss_mb:.0f}",

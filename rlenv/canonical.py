@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import orjson
 import rfc8785
 
 SAFE_INTEGER = 2**53 - 1
@@ -95,8 +96,95 @@ def plain_json(value: Any) -> Any:
 
 
 def canonical_bytes(value: Any) -> bytes:
-    """RFC 8785 canonical JSON bytes (sorted keys, stable number formatting)."""
-    return rfc8785.dumps(_clean(value))
+    """RFC 8785 canonical JSON bytes (sorted keys, stable number formatting).
+
+    The common case goes through orjson (`fast_json`): byte-identical to `rfc8785.dumps`, which
+    remains the reference for anything the fast path cannot prove the same (and for the error
+    a value that is not JSON raises); tests/test_canonical_fast.py checks the two agree.
+    """
+    try:
+        return fast_json(value, canonical=True)
+    except Exception:  # _NotFast, or anything the reference is to raise (or not) itself
+        return rfc8785.dumps(_clean(value))
+
+
+class _NotFast(Exception):
+    """A value the orjson fast path does not take (the reference serialiser does)."""
+
+
+_ORJSON_INT = (-(2**63), 2**64 - 1)  # what orjson writes as an integer
+
+
+def _canonical_float(number: float) -> bytes:
+    return rfc8785.dumps(number)
+
+
+def _repr_float(number: float) -> bytes:
+    return float.__repr__(number).encode()
+
+
+def _prepare(value: Any, canonical: bool) -> Any:
+    """`_clean(value)` in a form orjson (with OPT_SORT_KEYS) writes byte for byte as the
+    reference does: floats as pre-written fragments (RFC 8785's number form, or `repr` as
+    `json.dumps` writes them), integers and keys only where the two agree; anything else (a
+    subclass, a type that is not JSON, an integer out of range, a key whose UTF-16 order may
+    differ from its code point order) raises `_NotFast`."""
+    kind = type(value)
+    if kind is str or kind is bool or value is None:
+        return value
+    if kind is dict:
+        prepared = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                key = str(key)
+            leaf = type(item)
+            # the common leaves inline (a call per value was most of the cost)
+            prepared[key] = (
+                item
+                if leaf is str or leaf is bool or item is None
+                else _number(item, canonical)
+                if leaf is int or leaf is float
+                else _prepare(item, canonical)
+            )
+        keys = "".join(prepared)
+        # RFC 8785 sorts keys by UTF-16 code units, orjson by code points: the same order
+        # unless a key holds a character beyond U+FFFF
+        if canonical and not keys.isascii() and max(keys) > "\uffff":
+            raise _NotFast
+        return prepared
+    if kind is list or kind is tuple:
+        return [
+            item if type(item) is str or item is None else _prepare(item, canonical)
+            for item in value
+        ]
+    if kind is int or kind is float:
+        return _number(value, canonical)
+    if isinstance(value, str):  # e.g. a StrEnum status: both references write its content
+        return str.__str__(value)
+    raise _NotFast
+
+
+def _number(value: int | float, canonical: bool) -> Any:
+    if not isinstance(value, float):
+        low, high = (-SAFE_INTEGER, SAFE_INTEGER) if canonical else _ORJSON_INT
+        if low <= value <= high:
+            return value
+        raise _NotFast
+    if not math.isfinite(value):
+        return None
+    if not canonical:
+        return orjson.Fragment(_repr_float(value))
+    if value.is_integer() and -SAFE_INTEGER <= value <= SAFE_INTEGER:
+        return int(value)  # RFC 8785 writes an integral double as the integer (1.0 -> 1)
+    return orjson.Fragment(_canonical_float(value))
+
+
+def fast_json(value: Any, *, canonical: bool) -> bytes:
+    """Sorted-key compact JSON of `_clean(value)` through orjson: with `canonical`, the bytes
+    of `rfc8785.dumps`; without, those of `json.dumps(sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)`. Raises (`_NotFast`, orjson's TypeError) on what it cannot prove the
+    same; callers fall back to the reference serialiser then."""
+    return orjson.dumps(_prepare(value, canonical), option=orjson.OPT_SORT_KEYS)
 
 
 def sha256_bytes(data: bytes) -> str:

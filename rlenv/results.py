@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Literal, NotRequired, TypedDict
 
-from rlenv.canonical import canonical_bytes, plain_json, sha256_bytes
+import orjson
+
+from rlenv.canonical import canonical_bytes, fast_json, plain_json, sha256_bytes
 
 
 class Status(StrEnum):
@@ -182,6 +185,33 @@ def encode_line(record: dict[str, Any]) -> bytes:
     Every line is strict JSON: a NaN or infinity that reached the record is written as null,
     as the digest already saw it (never a bare `NaN`).
     """
+    try:
+        return fast_json(record, canonical=False)
+    except Exception:  # what the fast path cannot prove the same: the reference below
+        return _reference_line(record)
+
+
+def decode_line(line: bytes | str) -> Any:
+    """One results line parsed: orjson, or json.loads for what orjson refuses (then json.loads
+    raises what it always raised) and for a line with 19 digits in a row (orjson would read an
+    integer past 64 bits as a float; tests/test_canonical_fast.py found it)."""
+    long_run = (
+        _LONG_DIGITS.search(line) if isinstance(line, bytes) else _LONG_DIGITS_TEXT.search(line)
+    )
+    if long_run is None:  # orjson reads an integer past 64 bits as a float
+        try:
+            return orjson.loads(line)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(line)
+
+
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
+
+
+def _reference_line(record: dict[str, Any]) -> bytes:
+    """`encode_line` as json.dumps writes it (the reference of the orjson fast path)."""
     return json.dumps(
         plain_json(record),
         sort_keys=True,
@@ -234,7 +264,7 @@ def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
         end = position + len(line)
         if line.endswith(b"\n"):
             try:
-                records.append(json.loads(line))
+                records.append(decode_line(line))
                 good_end = end
             except json.JSONDecodeError:
                 break
@@ -265,7 +295,7 @@ def iter_results(path: Path) -> Iterator[dict[str, Any]]:
             if not line.endswith(b"\n"):
                 return
             try:
-                yield json.loads(line)
+                yield decode_line(line)
             except json.JSONDecodeError:
                 return
 

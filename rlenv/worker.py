@@ -22,6 +22,7 @@ import copy
 import os
 import shutil
 import signal
+import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -284,6 +285,8 @@ class WorldRuntime:
         self.snapshot_manifest = (
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
         )
+        self._spare: Path | None = None  # an empty workdir kept for the next rollout
+        self._empty_mode: int | None = None  # the mode a fresh empty workdir gets
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
         self.cassette: Any = None
         if not config.live_tools:
@@ -345,7 +348,37 @@ class WorldRuntime:
         return self.work_root / f"{task.input_index}-{task.rollout}"
 
     def prepare(self, task: RolloutTask) -> None:
-        snapshot.fresh_copy(self.snapshot_path, self.workdir_of(task))
+        destination = self.workdir_of(task)
+        if self.snapshot_path is None and self._spare is not None and not destination.exists():
+            try:  # an empty workdir, renamed: a directory made and removed per rollout cost
+                os.rename(self._spare, destination)  # milliseconds on ext4
+                self._spare = None
+                return
+            except OSError:
+                self._spare = None
+        snapshot.fresh_copy(self.snapshot_path, destination)
+        if self.snapshot_path is None and self._empty_mode is None:
+            self._empty_mode = stat.S_IMODE(os.lstat(destination).st_mode)
+
+    def release(self, task: RolloutTask) -> None:
+        """Remove a rollout's workdir; without a snapshot, one left as it was made (empty,
+        same mode) is kept aside for the next rollout instead."""
+        workdir = self.workdir_of(task)
+        if self.snapshot_path is None and self._spare is None and self._empty_mode is not None:
+            spare = self.work_root / f".empty-{os.getpid()}"
+            try:
+                status = os.lstat(workdir)
+                if (
+                    stat.S_ISDIR(status.st_mode)
+                    and stat.S_IMODE(status.st_mode) == self._empty_mode
+                    and not os.listdir(workdir)
+                ):
+                    os.rename(workdir, spare)
+                    self._spare = spare
+                    return
+            except OSError:
+                pass
+        shutil.rmtree(workdir, ignore_errors=True)
 
     def sanitise(self, text: str) -> str:
         return text.replace(str(self.work_root), "<workdir>")
@@ -492,7 +525,7 @@ class WorldRuntime:
         except RolloutTimeout:
             expired = True
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            self.release(task)
         if expired or timed_out():
             timeout_s = self.loaded.spec.limits.timeout_s
             return self.lost(task, model, "timeout", timeout_message(timeout_s))
@@ -781,46 +814,125 @@ def _ungraded(config: Any, why: str) -> dict[str, Any]:
 # -- what in-world code prints ---------------------------------------------------------------
 
 
-class CapturedOutput:
-    """fd 1 and fd 2 of this process, redirected into two pipes for one worker call; each is
-    drained into memory, its first `OUTPUT_LIMIT` bytes kept."""
+class _Drain:
+    """One pipe and the thread that reads it for the worker's whole life (a thread started and
+    joined per call cost more than a python policy's whole rollout). What arrives between a
+    call's start and its end marker is that call's output: the first `OUTPUT_LIMIT` bytes kept,
+    the rest read and discarded, so a writer never blocks on a full pipe."""
 
     def __init__(self) -> None:
-        self.streams = [bytearray(), bytearray()]
-        self.truncated = False
-        self._saved: list[int] = []
-        self._threads: list[Any] = []
-
-    def _drain(self, fd: int, sink: bytearray) -> None:
-        with open(fd, "rb", buffering=0, closefd=True) as pipe:
-            while chunk := pipe.read(65536):
-                room = OUTPUT_LIMIT - len(sink)
-                if room > 0:
-                    sink += chunk[:room]
-                if len(chunk) > max(room, 0):
-                    self.truncated = True
-
-    def __enter__(self) -> CapturedOutput:
         import threading
 
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_inheritable(self.write_fd, False)
+        self.head = bytearray()
+        self.tail = b""
+        self.total = 0
+        self.marker: bytes | None = None
+        self.busy = False  # the drain thread holds bytes it has not yet kept
+        self.ended = threading.Event()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._run, daemon=True, name="rlenv-drain").start()
+
+    def _run(self) -> None:
+        import select
+
+        from rlenv.world.reaper import QUIET_THREADS
+
+        QUIET_THREADS.add(str(threading_native_id()))
+        poller = select.poll()
+        poller.register(self.read_fd, select.POLLIN)
+        with open(self.read_fd, "rb", buffering=0, closefd=True) as pipe:
+            while True:
+                poller.poll()
+                self.busy = True  # before the read: `finish` sees it until the bytes are kept
+                chunk = pipe.read(65536)
+                if not chunk:
+                    return
+                with self.lock:
+                    self.busy = False
+                    room = OUTPUT_LIMIT + 64 - len(self.head)  # room for the marker too
+                    if room > 0:
+                        self.head += chunk[:room]
+                    self.total += len(chunk)
+                    self.tail = (self.tail + chunk)[-64:]
+                    if self.marker is not None and self.tail.endswith(self.marker):
+                        self.ended.set()
+
+    def start(self) -> None:
+        with self.lock:
+            self.head, self.tail, self.total, self.marker = bytearray(), b"", 0, None
+            self.ended.clear()
+
+    def finish(self) -> tuple[bytes, bool]:
+        """After the call (its writers restored or killed): this call's kept bytes, and
+        whether more were written. Waits (at most 5 s, as long as anything still holding the
+        pipe may keep writing) for the drain to reach the marker written now."""
+        # Nothing waits in the pipe and the drain holds nothing unkept (checked under the lock,
+        # after the pipe: the drain marks itself busy before it reads): all was kept, no marker
+        # round trip (the common case: nothing written at all).
+        if not self.busy and _unread(self.read_fd) == 0:
+            with self.lock:
+                if not self.busy:
+                    total = self.total
+                    return bytes(self.head[: min(total, OUTPUT_LIMIT)]), total > OUTPUT_LIMIT
+        marker = os.urandom(16)
+        with self.lock:
+            self.marker = marker
+        os.write(self.write_fd, marker)
+        self.ended.wait(timeout=5)
+        with self.lock:
+            total = self.total - len(marker) if self.ended.is_set() else self.total
+            kept = bytes(self.head[: min(total, OUTPUT_LIMIT)])
+            self.marker = None
+        return kept, total > OUTPUT_LIMIT
+
+
+_drains: list[_Drain] = []
+
+
+def threading_native_id() -> int:
+    import threading
+
+    return threading.get_native_id()
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting in a pipe (FIONREAD)."""
+    import fcntl
+    import struct
+    import termios
+
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+
+
+class CapturedOutput:
+    """fd 1 and fd 2 of this process, pointed at the two drain pipes for one worker call; of
+    each stream, the first `OUTPUT_LIMIT` bytes are kept."""
+
+    def __init__(self) -> None:
+        self.streams = [b"", b""]
+        self.truncated = False
+        self._saved: list[int] = []
+
+    def __enter__(self) -> CapturedOutput:
+        if not _drains:
+            _drains.extend([_Drain(), _Drain()])
         _flush_python_streams()
         self._saved = [os.dup(1), os.dup(2)]
-        for fd, sink in zip((1, 2), self.streams, strict=True):
-            read, write = os.pipe()
-            os.dup2(write, fd)
-            os.close(write)
-            thread = threading.Thread(target=self._drain, args=(read, sink), daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        for fd, drain in zip((1, 2), _drains, strict=True):
+            drain.start()
+            os.dup2(drain.write_fd, fd)
         return self
 
     def __exit__(self, *exc: object) -> None:
         _flush_python_streams()
         for fd, saved in zip((1, 2), self._saved, strict=True):
-            os.dup2(saved, fd)  # closes our pipe's write end: the drain reads to its end
+            os.dup2(saved, fd)
             os.close(saved)
-        for thread in self._threads:
-            thread.join(timeout=5)
+        for index, drain in enumerate(_drains):
+            self.streams[index], truncated = drain.finish()
+            self.truncated |= truncated
 
     def as_record(self, sanitise: Any) -> dict[str, Any] | None:
         """The record's ``output`` field, or None when nothing was written."""
@@ -962,7 +1074,7 @@ def _run_rollout(task: RolloutTask) -> dict[str, Any]:
     try:
         return runtime.run_rollout(task)
     except RolloutTimeout:  # the timer fired after grading, while the record was being made
-        shutil.rmtree(runtime.workdir_of(task), ignore_errors=True)
+        runtime.release(task)
         return _timeout_record(task, runtime.config.model_uri or "")
 
 
@@ -1040,7 +1152,7 @@ def _finish(
         with rollout_timer(timeout):
             return _get().finish(task, trajectory, model)
     except RolloutTimeout:  # the timer fired after grading, while the record was being made
-        shutil.rmtree(_get().workdir_of(task), ignore_errors=True)
+        _get().release(task)
         return _timeout_record(task, model)
 
 

@@ -67,7 +67,8 @@ class LocalExecutor:
             "#!/bin/sh\nexec " + shlex.join([*command, sys.executable]) + ' "$@"\n'
         )
         self.wrapper.chmod(0o700)
-        # waiting on the pipes happens in threads, so the event loop never blocks on a worker
+        # starting and stopping workers happens in threads, so the event loop never blocks on
+        # one (a call's answer is awaited on the loop itself: `_answer`)
         self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
         self.all: list[_Worker] = []
         self.idle: asyncio.Queue[_Worker] | None = None
@@ -127,6 +128,32 @@ class LocalExecutor:
             return ("dead", None)
         return None
 
+    @classmethod
+    async def _answer(cls, slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
+        """`_receive` for the event loop: the pipe is watched by the loop itself (a thread per
+        wait cost a hand-off per rollout), then the whole message is read."""
+        try:
+            ready = slot.connection.poll(0)
+        except Exception:
+            return ("dead", None)
+        if not ready:
+            loop = asyncio.get_running_loop()
+            readable = loop.create_future()
+            fd = slot.connection.fileno()
+
+            def wake() -> None:
+                if not readable.done():
+                    readable.set_result(None)
+
+            loop.add_reader(fd, wake)
+            try:
+                await asyncio.wait_for(readable, timeout)
+            except TimeoutError:
+                return None
+            finally:
+                loop.remove_reader(fd)
+        return cls._receive(slot, 0)
+
     def _check_started(self, slot: _Worker, message: tuple[str, Any] | None) -> None:
         if message is None or message[0] != "ready":
             why = message[1] if message and message[0] == "error" else self._death(slot)
@@ -181,7 +208,7 @@ class LocalExecutor:
                 slot.connection.send((name, args))
             limit = backstop(timeout) if timeout is not None else None
             loop = asyncio.get_running_loop()
-            message = await loop.run_in_executor(self.threads, self._receive, slot, limit)
+            message = await self._answer(slot, limit)
             if message is not None and message[0] == "ok":
                 return message[1]
             if message is not None and message[0] == "raise":

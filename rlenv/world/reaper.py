@@ -97,6 +97,11 @@ def no_leftovers() -> Iterator[None]:
         reap_zombies()
 
 
+QUIET_THREADS: set[str] = set()
+"""Native ids of this process's own threads that never start a process (the worker's output
+drains): `_direct_children` does not read their children files."""
+
+
 def _direct_children() -> set[int]:
     """This process's children: cheap from /proc/self/task/*/children (a subreaper's orphans
     become direct children, so the direct ones and their trees are everything); psutil's full
@@ -104,6 +109,8 @@ def _direct_children() -> set[int]:
     found: set[int] = set()
     try:
         for task in os.listdir("/proc/self/task"):
+            if task in QUIET_THREADS:
+                continue
             with open(f"/proc/self/task/{task}/children") as handle:
                 found.update(int(pid) for pid in handle.read().split())
     except OSError:

@@ -1,0 +1,130 @@
+"""The orjson fast path of canonical JSON and of results lines writes exactly the bytes of the
+reference serialisers (rfc8785, json.dumps), and raises where they raise."""
+
+from __future__ import annotations
+
+import enum
+import json
+from typing import Any
+
+import rfc8785
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rlenv import canonical
+from rlenv.canonical import canonical_bytes, fast_json, plain_json
+from rlenv.results import _reference_line, encode_line
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
+    ASTRAL = "\U0001f600"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
+keys = st.one_of(
+    st.text(max_size=6),
+    st.text(alphabet=st.sampled_from("a\ue000\uffff\U00010000\U0001f600é"), max_size=4),
+    st.integers(-5, 5),
+    st.sampled_from([Colour.RED, None, True]),
+)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),  # beyond 2**53 and 2**64 too
+    st.integers(-(2**53) - 2, -(2**53) + 2) | st.integers(2**53 - 2, 2**53 + 2),
+    st.floats(),  # NaN, infinities, -0.0, subnormals, 1e21...
+    st.floats(min_value=-1e22, max_value=1e22).map(float),
+    st.sampled_from([1.0, 1e16, 1e21, 1e-7, 1e-6, 123456789.125, 5e-324, 2.0**53]),
+    st.text(),  # control characters, lone surrogates, astral characters
+    st.sampled_from([Colour.RED, Colour.ASTRAL, Level.LOW]),
+)
+values = st.recursive(
+    scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(keys, children, max_size=4),
+    ),
+    max_leaves=25,
+)
+
+
+def _outcome(function: Any, value: Any) -> tuple[str, Any]:
+    try:
+        return "bytes", function(value)
+    except Exception as exc:
+        return "raised", type(exc)
+
+
+def _reference_canonical(value: Any) -> bytes:
+    return rfc8785.dumps(canonical._clean(value))
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(values)
+def test_canonical_bytes_equal_rfc8785(value: Any) -> None:
+    assert _outcome(canonical_bytes, value) == _outcome(_reference_canonical, value)
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(keys, values, max_size=6))
+def test_results_line_equal_json_dumps(record: dict[Any, Any]) -> None:
+    assert _outcome(encode_line, record) == _outcome(_reference_line, record)
+
+
+def test_fast_path_taken_for_ordinary_records() -> None:
+    """The common record (ASCII and non-ASCII text, integral and fractional floats, a StrEnum)
+    goes through orjson, not the fallback: the speed-up is real, and still byte-identical."""
+    record = {
+        "status": Colour.RED,
+        "messages": [{"role": "user", "content": "héllo\n\x01 \u2028"}],
+        "reward": 0.1 + 0.2,
+        "score": 1.0,
+        "big": 1e21,
+        "tiny": 1e-7,
+        "usage": {"completion_tokens": 3},
+        "world": {"é": 1, "e": 2},
+        "nan": float("nan"),
+        "pair": (1, 2),
+    }
+    assert fast_json(record, canonical=True) == rfc8785.dumps(plain_json(record))
+    assert fast_json(record, canonical=False) == _reference_line(record)
+    assert json.loads(fast_json(record, canonical=False))["nan"] is None
+
+
+def test_fast_path_refuses_what_it_cannot_prove() -> None:
+    """Integers beyond 2**53 (RFC 8785 refuses them), keys whose UTF-16 order differs from
+    their code point order, and types that are not JSON go to the reference serialiser."""
+    for value in (
+        {"n": 2**53},
+        {"\U00010000": 1, "\uffff": 2},
+        {"x": {1, 2}},
+        {"x": Level.LOW},
+    ):
+        try:
+            fast_json(value, canonical=True)
+        except Exception:
+            continue
+        raise AssertionError(f"fast path took {value!r}")
+    assert canonical_bytes({"\U00010000": 1, "\uffff": 2}) == rfc8785.dumps(
+        {"\U00010000": 1, "\uffff": 2}
+    )
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.text(max_size=6), values, max_size=6))
+def test_results_line_decodes_as_json_loads_does(record: dict[str, Any]) -> None:
+    """A results line read back through orjson is the value json.loads gives (types and key
+    order included: repr tells 1 from 1.0 and True from 1)."""
+    from rlenv.results import decode_line
+
+    try:
+        line = _reference_line(record)
+    except Exception:
+        return
+    assert repr(decode_line(line)) == repr(json.loads(line))
+    assert repr(decode_line(line.decode())) == repr(json.loads(line.decode()))
