@@ -96,6 +96,7 @@ NODE_VARIABLES = frozenset(
         "SSL_CERT_FILE",
         "SSL_CERT_DIR",
         "REQUESTS_CA_BUNDLE",
+        "RLENV_CACHE_DIR",  # cassette indexes: rebuilt on a node where the path is not
     }
 )
 """World variables that name places on a machine: an actor keeps its own node's (the driver's
