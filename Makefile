@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= test,dev,hf,report,rm,ray,trl,datasets
 
-.PHONY: venv demo test lint fmt bench clean search-service record-search
+.PHONY: venv inspect-venv demo test lint fmt bench bench-readme clean search-service record-search
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,21 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 venv: $(STAMP)
+
+# Inspect AI, the peer the benchmarks compare with, in its own venv at a pinned version (nothing
+# of it goes into the project's venv).
+INSPECT_VENV := .venv-inspect
+INSPECT_VERSION := 0.3.285
+INSPECT_STAMP := $(INSPECT_VENV)/.installed-$(INSPECT_VERSION)
+
+$(INSPECT_STAMP):
+	test -x $(INSPECT_VENV)/bin/python || $(PYTHON) -m venv $(INSPECT_VENV)
+	$(INSPECT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(INSPECT_VENV)/bin/python -m pip install -q inspect-ai==$(INSPECT_VERSION)
+	rm -f $(INSPECT_VENV)/.installed-*
+	touch $(INSPECT_STAMP)
+
+inspect-venv: $(INSPECT_STAMP)
 
 demo: venv
 	$(BIN)/rlenv validate envs/search.yaml
@@ -48,5 +63,16 @@ fmt: venv
 	$(BIN)/ruff format rlenv tests envs bench
 	$(BIN)/ruff check --fix rlenv tests envs bench
 
+# Every benchmark (bench/all.py): outputs in bench/results/, then one table of every figure with
+# its target and PASS/MISS. Long (tens of minutes); `make bench BENCH_ARGS=--quick` for a short
+# pass (outputs in a temp dir). `make bench-readme` rewrites README's performance table from
+# bench/results/ (runs nothing).
+BENCH_ARGS ?=
+bench: venv inspect-venv
+	INSPECT_VENV=$(abspath $(INSPECT_VENV)) $(BIN)/python bench/all.py $(BENCH_ARGS)
+
+bench-readme: venv
+	$(BIN)/python bench/all.py --readme
+
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(INSPECT_VENV) runs

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -341,14 +342,14 @@ def test_64_concurrent_requests_share_one_client(
     chat: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = chat(latency_s=0.05)
-    created: list[httpx.AsyncClient] = []
+    created: list[aiohttp.ClientSession] = []
+    session_class = aiohttp.ClientSession
 
-    class CountedClient(httpx.AsyncClient):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            created.append(self)
-            super().__init__(*args, **kwargs)
+    def counted_session(*args: Any, **kwargs: Any) -> aiohttp.ClientSession:
+        created.append(session_class(*args, **kwargs))
+        return created[-1]
 
-    monkeypatch.setattr(httpx, "AsyncClient", CountedClient)
+    monkeypatch.setattr(aiohttp, "ClientSession", counted_session)
     provider = provider_for(server, request_timeout=60.0, max_retries=0)  # no hidden retries
 
     async def wave(seeds: range) -> list[ModelReply]:
@@ -365,7 +366,7 @@ def test_64_concurrent_requests_share_one_client(
     assert [reply.extra["sent"]["seed"] for reply in second] == list(range(64, 128))
     assert sorted(body["seed"] for body in server.received) == list(range(128))
     assert len(created) == 1, f"{len(created)} HTTP clients for 128 requests, not one shared"
-    assert created[0].is_closed, "aclose closes the shared client"
+    assert created[0].closed, "aclose closes the shared client"
     first_peers = {entry["peer"] for entry in server.log[:64]}
     all_peers = {entry["peer"] for entry in server.log}
     assert len(first_peers) <= 64 and all_peers == first_peers, (

@@ -217,14 +217,44 @@ def test_model_outside_tools_in_actors_match_local(
     assert_each_rollout_once(on_ray.run_dir, ["a", "b", "c", "d"], 2)
 
 
-def test_worker_start_failure_is_one_line(tmp_path: Path) -> None:
-    config = WorkerConfig(spec_path=str(tmp_path / "elsewhere.yaml"), work_root=str(tmp_path))
+def test_worker_start_failure_is_one_line(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """A world that cannot start in its actor (here its policy module fails on import) is one
+    line naming the node, not a remote traceback."""
+    spec = env_builder.write("raise ImportError('no such thing on this node')\n")
+    config = WorkerConfig(
+        spec_path=str(spec),
+        work_root=str(tmp_path),
+        model_uri=f"python:{env_builder.module}:policy",
+    )
     with pytest.raises(RunFailed) as caught:
         RayExecutor(config, 1, None)
     message = str(caught.value)
-    assert "elsewhere.yaml is not on node" in message and "shared" in message
+    assert "frozen-world worker failed to start on " in message
+    assert "no such thing on this node" in message
     assert "Traceback" not in message and "\n" not in message
     assert ray.is_initialized(), "an executor leaves a Ray instance it did not start running"
+
+
+def test_actors_read_the_packed_env_not_the_drivers_paths(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Each actor builds its world from the env the driver packed, unpacked in its own work
+    root: the driver's spec path is never read on the node."""
+    spec = env_builder.write("def policy(messages, tools, ctx):\n    return 'a'\n")
+    config = WorkerConfig(spec_path=str(spec), work_root=str(tmp_path / "work"))
+    (tmp_path / "work").mkdir()
+    executor = RayExecutor(config, 2, None)
+    try:
+        for state in executor.states:
+            assert state["error"] is None
+            unpacked = Path(state["spec"])
+            assert unpacked != spec and unpacked.is_relative_to(state["work_root"])
+            assert unpacked.read_bytes() == spec.read_bytes()
+            module = unpacked.parent / f"{env_builder.module}.py"
+            assert module.read_bytes() == (spec.parent / module.name).read_bytes()
+    finally:
+        executor.close()
+    assert not any((tmp_path / "work").iterdir()), "actors remove their work roots"
 
 
 def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

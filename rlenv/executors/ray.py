@@ -20,10 +20,13 @@ actor's disk. Limits compared with the local executor:
   world's (`rlenv.world.environment`), and a Ray instance rlenv starts itself is started
   without the driver's secrets; the driver's own /proc/PID/environ (and that of the shell
   that started it) stays readable by same-user processes;
-- files: actors read the spec and every file it references at the driver's absolute paths, so
-  on a multi-node cluster the project directory must be on a filesystem shared by every node,
-  mounted at the same path (each actor checks at start and names the node that lacks it); rlenv
-  itself must be installed in the nodes' Python, at the driver's version (checked at start).
+- files: no filesystem is shared. The driver packs the spec and every file its world reads
+  (inputs, snapshot, cassettes, reward model, the env's python paths: `rlenv.executors.bundle`)
+  into one tar in Ray's object store; each actor unpacks it into its own work root on its node
+  and builds its world from there. Only rlenv itself must be installed in the nodes' Python, at
+  the driver's version (checked at start); a path the spec gives as absolute must exist on every
+  node. The grader cache of expensive verifiers is kept at the driver's cache path on each
+  node (one cache per node unless that path is shared).
 
 Limits (`limits.timeout_s`) are kept as locally: the in-actor alarm first, and past
 `base.backstop(timeout)` the driver kills the actor (`ray.kill`; `ray.cancel(force=True)` is
@@ -58,6 +61,7 @@ from typing import Any
 from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError, WorkerLost
+from rlenv.executors import bundle
 from rlenv.executors.base import CALLS, backstop, death_error
 from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig
@@ -75,12 +79,37 @@ def import_ray() -> Any:
     return ray
 
 
+NODE_VARIABLES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "TMPDIR",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "HF_HOME",
+        "HF_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+        "TORCH_HOME",
+        "XDG_CACHE_HOME",
+        "SENTENCE_TRANSFORMERS_HOME",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "RLENV_CACHE_DIR",  # cassette indexes: rebuilt on a node where the path is not
+    }
+)
+"""World variables that name places on a machine: an actor keeps its own node's (the driver's
+PATH or HOME may not exist there)."""
+
+
 def forwarded_environment() -> dict[str, str]:
     """Variables every actor process starts with: the world's (`world_environment`: the
     frozen ones, the driver's RLENV_* switches such as RLENV_PERTURB_LISTING under
-    `verify --perturb`, paths and caches; never a secret). An actor inherits its raylet's
+    `verify --perturb`, thread counts, secret-looking names as placeholders; never a secret),
+    except the paths of `NODE_VARIABLES`, which are the node's. An actor inherits its raylet's
     environment too; it drops the rest when it starts (`WorldActor`)."""
-    return world_environment()
+    return {k: v for k, v in world_environment().items() if k not in NODE_VARIABLES}
 
 
 @contextlib.contextmanager
@@ -121,20 +150,18 @@ def check_reachable(address: str) -> None:
 class WorldActor:
     """The body of one Ray actor: a frozen world, entered once, serving calls one at a time."""
 
-    def __init__(self, config: WorkerConfig, work_root: str | None = None) -> None:
+    def __init__(
+        self, config: WorkerConfig, env: bytes, spec: str, work_root: str | None = None
+    ) -> None:
         self.error: str | None = None
         self.work_root: Path | None = None
+        self.spec_path: str | None = None
         try:
-            self._start(config, work_root)
+            self._start(config, env, spec, work_root)
         except Exception as exc:  # reported by ready() as one line, not a remote traceback
             self.error = f"{type(exc).__name__}: {exc}"
 
-    def _start(self, config: WorkerConfig, work_root: str | None) -> None:
-        if not Path(config.spec_path).is_file():
-            raise FileNotFoundError(
-                f"{config.spec_path} is not on node {socket.gethostname()}: put the project on a"
-                " shared filesystem mounted at the same path on every Ray node"
-            )
+    def _start(self, config: WorkerConfig, env: bytes, spec: str, work_root: str | None) -> None:
         if work_root is not None:  # a replacement takes over a killed actor's snapshot copies
             self.work_root = Path(work_root)
             self.work_root.mkdir(parents=True, exist_ok=True)
@@ -143,8 +170,13 @@ class WorldActor:
             shared = Path(config.work_root)
             parent = shared if shared.is_dir() else Path(tempfile.gettempdir())
             self.work_root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
+        # the env as the driver packed it, never the driver's paths (which may not exist here);
+        # beside the rollouts' workdirs (named INPUT-ROLLOUT), removed with them
+        self.spec_path = str(bundle.unpack(env, spec, self.work_root / "env"))
         scrub_process_environment(world_environment())
-        config = dataclasses.replace(config, work_root=str(self.work_root), thread_filter=True)
+        config = dataclasses.replace(
+            config, spec_path=self.spec_path, work_root=str(self.work_root), thread_filter=True
+        )
         worker.init_worker(config, whole_process=False)
 
     def ready(self) -> dict[str, Any]:
@@ -157,6 +189,7 @@ class WorldActor:
             "node": socket.gethostname(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "work_root": str(self.work_root) if self.work_root else None,
+            "spec": self.spec_path,
             "rlenv": __version__,
             "python": list(sys.version_info[:2]),
         }
@@ -209,7 +242,11 @@ class RayExecutor:
                 raise UserError(f"{where}: cannot start or reach Ray: {exc}") from None
             self.started_ray = True
         self.actors: list[Any] = []
+        self.env: Any = None
         try:
+            packed = bundle.build(config.spec_path)
+            self.spec_member = packed.spec
+            self.env = ray.put(packed.data)  # once; every actor (and replacement) fetches it
             self._start_actors(config, workers)
         except BaseException:
             self.close()
@@ -226,7 +263,10 @@ class RayExecutor:
             "runtime_env": {"env_vars": forwarded_environment()},
             "scheduling_strategy": "SPREAD",
         }
-        self.actors = [self.actor_class.options(**options).remote(config) for _ in range(count)]
+        self.actors = [
+            self.actor_class.options(**options).remote(config, self.env, self.spec_member)
+            for _ in range(count)
+        ]
         self.busy = [0] * count
         self.locks: list[asyncio.Lock] | None = None
         self.assigned: dict[tuple[int, int], int] = {}
@@ -269,7 +309,9 @@ class RayExecutor:
             "runtime_env": {"env_vars": forwarded_environment()},
             "scheduling_strategy": NodeAffinitySchedulingStrategy(state["node_id"], soft=False),
         }
-        actor = self.actor_class.options(**options).remote(self.config, state["work_root"])
+        actor = self.actor_class.options(**options).remote(
+            self.config, self.env, self.spec_member, state["work_root"]
+        )
         self.actors[index] = actor
         try:
             fresh = await actor.ready.remote()
@@ -372,6 +414,7 @@ class RayExecutor:
             for actor in self.actors:
                 ray.kill(actor)
             self.actors = []
+        self.env = None  # the object store frees the bundle once no reference is left
         if self.started_ray:
             self.started_ray = False
             ray.shutdown()
