@@ -6,8 +6,12 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+import yaml
+
 from rlenv.canonical import manifest_hash, sha256_file
 from rlenv.executors import bundle
+from rlenv.pin import pin
 from rlenv.spec import load_spec
 from tests.conftest import EnvBuilder
 
@@ -65,3 +69,30 @@ def test_bundle_unpacks_the_env_as_it_is_without_what_is_not_env_code(tmp_path: 
     again = bundle.unpack(packed.data, packed.spec, tmp_path / "node" / "env")
     assert again == unpacked_spec
     assert (here / "helpers" / "data.json").read_text() == "changed on the node\n", "unpacked once"
+
+
+def test_a_datasets_split_reaches_the_node_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inputs from a datasets split are read from the driver's rlenv cache: the bundle carries
+    those rows, and unpacking puts them in the node's own cache, where its worker looks."""
+    from rlenv.env import load_environment
+
+    datasets = pytest.importorskip("datasets")
+    builder = EnvBuilder(tmp_path / "env")
+    spec = builder.write("def policy(messages, tools, ctx):\n    return 'a'\n")
+    rows = [{"id": "a", "prompt": "say a", "answer": "a"}]
+    datasets.Dataset.from_list(rows).save_to_disk(str(builder.root / "qa"))
+    document = yaml.safe_load(spec.read_text())
+    document["inputs"] = {"dataset": {"path": "qa", "split": "test"}, "sha256": "0" * 64}
+    spec.write_text(yaml.safe_dump(document))
+    monkeypatch.setenv("RLENV_CACHE_DIR", str(tmp_path / "driver-cache"))
+    assert pin(spec).written
+    load_environment(spec)  # the driver checks the rows and caches them
+    packed = bundle.build(spec)
+
+    monkeypatch.setenv("RLENV_CACHE_DIR", str(tmp_path / "node-cache"))
+    unpacked = bundle.unpack(packed.data, packed.spec, tmp_path / "node")
+    node_rows = load_spec(unpacked).inputs_path
+    assert node_rows.is_relative_to(tmp_path / "node-cache") and node_rows.is_file()
+    assert sha256_file(node_rows) == load_spec(unpacked).spec.inputs.sha256

@@ -28,6 +28,7 @@ from rlenv.spec import LoadedSpec, load_spec
 
 ROOT = "env"  # every member lives under this directory of the tar
 COMPLETE = ".unpacked"  # written last: a replacement actor reuses a complete unpacked copy
+DATASETS = "datasets"  # a datasets split's rows (the driver's cache copy), beside ROOT
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,11 @@ def referenced(loaded: LoadedSpec) -> tuple[list[Path], list[Path]]:
     """(files and directories packed exactly as they are, python-path directories packed
     without hidden entries, caches, virtualenvs and run directories)."""
     spec = loaded.spec
-    exact: list[str] = [spec.inputs.path]
-    if spec.train_inputs is not None:
-        exact.append(spec.train_inputs.path)
+    exact: list[str] = [
+        source.path
+        for source in (spec.inputs, spec.train_inputs)
+        if source is not None and source.path is not None  # a datasets split: dataset_rows()
+    ]
     if spec.snapshot is not None:
         exact.append(spec.snapshot.path)
     exact += [tool.cassette.path for tool in spec.tools if tool.cassette]
@@ -129,18 +132,40 @@ def build(spec_path: str | Path) -> Bundle:
                 with path.open("rb") as handle:
                     tar.addfile(info, handle)
                 names.add(name)
+        for rows in dataset_rows(loaded):
+            tar.add(rows, arcname=f"{DATASETS}/{rows.name}")
         count = sum(1 for info in tar.getmembers() if not info.isdir())
     data = buffer.getvalue()
     return Bundle(data, member(loaded.path), hashlib.sha256(data).hexdigest(), count)
 
 
+def dataset_rows(loaded: LoadedSpec) -> list[Path]:
+    """The cached rows of the spec's datasets splits (written when the driver loaded the env;
+    a node reads them from its own cache, where unpack() puts them)."""
+    sources = (loaded.spec.inputs, loaded.spec.train_inputs)
+    return [
+        loaded.source_path(source)
+        for source in sources
+        if source is not None and source.dataset is not None
+    ]
+
+
 def unpack(data: bytes, spec: str, into: Path) -> Path:
     """Unpack a bundle under `into` (once: a complete earlier unpack is reused) and return
-    the unpacked spec's path."""
+    the unpacked spec's path; a datasets split's rows go into this node's rlenv cache."""
     if not (into / COMPLETE).is_file():
         into.mkdir(parents=True, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
             # the driver's own files, packed by build(): modes and in-snapshot links as they are
             tar.extractall(into, filter="fully_trusted")
+        rows = into / DATASETS
+        if rows.is_dir():
+            from rlenv.files import atomic_write, default_cache_dir
+
+            cache = default_cache_dir() / "datasets"
+            cache.mkdir(parents=True, exist_ok=True)
+            for path in sorted(rows.iterdir()):
+                if not (cache / path.name).is_file():
+                    atomic_write(cache / path.name, path.read_bytes())
         (into / COMPLETE).write_text("")
     return into / spec
