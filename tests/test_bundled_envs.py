@@ -15,7 +15,8 @@ SEARCH = ROOT / "envs" / "search.yaml"
 
 
 def _run(spec: Path, out: Path, *extra: str) -> dict:
-    result = cli("run", str(spec), "--out", str(out), "--json", *extra)
+    # two workers on the two cores: each loads the reward model (MiniLM) at its start
+    result = cli("run", str(spec), "--out", str(out), "--json", "--concurrency", "2", *extra)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -35,7 +36,7 @@ def test_bundled_env_validates_and_verifies(spec: Path) -> None:
 def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
     assert cli("validate", str(SEARCH)).returncode == 0
     baseline = _run(SEARCH, tmp_path / "baseline")
-    again = _run(SEARCH, tmp_path / "again", "--concurrency", "2")
+    again = _run(SEARCH, tmp_path / "again")
     assert again["digest"] == baseline["digest"], "two runs of the search env differ"
     assert baseline["pass_rate"]["value"] >= 0.8
     assert baseline["fixtures"] == {"hit": 80}, "replay only: the service is not running"
