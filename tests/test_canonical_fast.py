@@ -64,13 +64,13 @@ def _reference_canonical(value: Any) -> bytes:
     return rfc8785.dumps(canonical._clean(value))
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values)
 def test_canonical_bytes_equal_rfc8785(value: Any) -> None:
     assert _outcome(canonical_bytes, value) == _outcome(_reference_canonical, value)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(keys, values, max_size=6))
 def test_results_line_equal_json_dumps(record: dict[Any, Any]) -> None:
     assert _outcome(encode_line, record) == _outcome(_reference_line, record)
@@ -115,7 +115,7 @@ def test_fast_path_refuses_what_it_cannot_prove() -> None:
     )
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.text(max_size=6), values, max_size=6))
 def test_results_line_decodes_as_json_loads_does(record: dict[str, Any]) -> None:
     """A results line read back through orjson is the value json.loads gives (types and key
