@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import rfc8785
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rlenv import canonical
@@ -117,6 +117,8 @@ def test_fast_path_refuses_what_it_cannot_prove() -> None:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.text(max_size=6), values, max_size=6))
+@example({"n": 2**64 + 1, "m": -(2**63) - 1})  # orjson reads these as floats: the slow path
+@example({"n": 2**63 - 1, "f": 1e300, "g": 5e-324})
 def test_results_line_decodes_as_json_loads_does(record: dict[str, Any]) -> None:
     """A results line read back through orjson is the value json.loads gives (types and key
     order included: repr tells 1 from 1.0 and True from 1)."""
