@@ -45,7 +45,10 @@ def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
     calibrated = baseline["reward_calibrated"]
     assert calibrated["n"] == 80 and calibrated["scale"] == [1, 10]
     assert 1 <= calibrated["calibrated_mean"] <= 10
-    null = _run(SEARCH, tmp_path / "null", "--model", "python:search_env.policies:null")
+    # (a quarter of the inputs: a policy that never answers scores 0 on any of them)
+    null = _run(
+        SEARCH, tmp_path / "null", "--model", "python:search_env.policies:null", "--limit", "10"
+    )
     assert null["pass_rate"]["value"] == 0.0
     padded = _run(SEARCH, tmp_path / "padded", "--model", "python:search_env.policies:padded")
     assert padded["pass_rate"]["value"] == 0.0

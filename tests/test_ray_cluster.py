@@ -182,6 +182,8 @@ def test_two_node_cluster_without_shared_files(cluster: str, tmp_path: Path) -> 
     assert summaries["ray"]["digest"] == summaries["local"]["digest"]
     assert summaries["ray"]["counts"] == summaries["local"]["counts"] == {"ok": 8}
     assert summaries["ray"]["fixtures"] == summaries["local"]["fixtures"]
+    assert set(summaries["ray"]["fixtures"]) == {"hit"}, "tool HTTP replayed inside the actors"
+    assert summaries["ray"]["world"]["network_guard"] == "python"
     on_ray: dict[str, set[str]] = {}
     for note in notes.iterdir():
         node = note.name.rsplit("-", 1)[0]
