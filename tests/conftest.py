@@ -73,20 +73,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-# Files with one long test (minutes of a bundled env's runs, a two-node Ray cluster) go first:
-# under `-n 2 --dist loadfile` (pyproject's addopts) each starts at once on its own worker while
-# the other files fill the other, instead of one of them running alone at the end.
-LONG_FIRST = ("test_bundled_envs.py", "test_ray_cluster.py")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    def rank(item: pytest.Item) -> int:
-        name = item.path.name
-        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
-
-    items.sort(key=rank)  # stable: the order within a file and among the rest is kept
-
-
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("system_dep"):
         require(mark.kwargs["available"], mark.kwargs["what"])
