@@ -65,7 +65,11 @@ from rlenv.executors import bundle
 from rlenv.executors.base import CALLS, backstop, death_error
 from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig
-from rlenv.world.environment import scrub_process_environment, world_environment
+from rlenv.world.environment import (
+    PLACE_VARIABLES,
+    scrub_process_environment,
+    world_environment,
+)
 
 INSTALL_HINT = "the ray executor needs Ray: pip install 'rlenv[ray]'"
 
@@ -80,24 +84,7 @@ def import_ray() -> Any:
 
 
 NODE_VARIABLES = frozenset(
-    {
-        "PATH",
-        "HOME",
-        "TMPDIR",
-        "PYTHONPATH",
-        "VIRTUAL_ENV",
-        "LD_LIBRARY_PATH",
-        "HF_HOME",
-        "HF_HUB_CACHE",
-        "TRANSFORMERS_CACHE",
-        "TORCH_HOME",
-        "XDG_CACHE_HOME",
-        "SENTENCE_TRANSFORMERS_HOME",
-        "SSL_CERT_FILE",
-        "SSL_CERT_DIR",
-        "REQUESTS_CA_BUNDLE",
-        "RLENV_CACHE_DIR",  # cassette indexes: rebuilt on a node where the path is not
-    }
+    {*PLACE_VARIABLES, "RLENV_CACHE_DIR"}  # cassette indexes: rebuilt where the path is not
 )
 """World variables that name places on a machine: an actor keeps its own node's (the driver's
 PATH or HOME may not exist there)."""

@@ -19,12 +19,7 @@ from rlenv.world.freeze import FROZEN_ENV
 from rlenv.world.scrub import REDACTED
 from rlenv.world.secrets import SECRET_ENV_NAME
 
-WORLD_VARIABLES = (
-    # the frozen world: time zone, locale, hash seed (set to FROZEN_ENV's values)
-    "TZ",
-    "LC_ALL",
-    "LANG",
-    "PYTHONHASHSEED",
+PLACE_VARIABLES = (
     # where programs, libraries and the user's files are (a tool may run `git` or `python`)
     "PATH",
     "HOME",
@@ -32,26 +27,37 @@ WORLD_VARIABLES = (
     "PYTHONPATH",
     "VIRTUAL_ENV",
     "LD_LIBRARY_PATH",
-    # local model caches and offline switches, so an in-world reward model loads from disk
+    # local model caches, so an in-world reward model loads from disk
     "HF_HOME",
     "HF_HUB_CACHE",
-    "HF_HUB_OFFLINE",
-    "HF_DATASETS_OFFLINE",
     "TRANSFORMERS_CACHE",
-    "TRANSFORMERS_OFFLINE",
     "TORCH_HOME",
     "XDG_CACHE_HOME",
     "SENTENCE_TRANSFORMERS_HOME",
+    # certificate bundles for an https reward-model endpoint (paths, not keys)
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+)
+"""World variables that name places on a machine (another machine's may not exist here)."""
+
+WORLD_VARIABLES = (
+    # the frozen world: time zone, locale, hash seed (set to FROZEN_ENV's values)
+    "TZ",
+    "LC_ALL",
+    "LANG",
+    "PYTHONHASHSEED",
+    *PLACE_VARIABLES,
+    # offline switches
+    "HF_HUB_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
     # devices and thread counts
     "CUDA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",
     "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "TOKENIZERS_PARALLELISM",
-    # certificate bundles for an https reward-model endpoint (paths, not keys)
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
 )
 """Names passed from the orchestrator to in-world code (when set there), besides rlenv's own
 ``RLENV_*`` switches. A name that looks like a secret (`SECRET_ENV_NAME`: OPENAI_API_KEY,
