@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import http.server
 import json
 import logging
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -207,6 +209,104 @@ def test_api_key_sent_as_bearer_and_identity_hides_credentials(
     }
     assert "sk-test" not in json.dumps(identity)
     assert provider.endpoints() == [(host, port)]
+
+
+class _ForwardProxy(http.server.ThreadingHTTPServer):
+    """A real HTTP forward proxy on 127.0.0.1: it relays each absolute-URI request to its
+    target and notes the request line and the Proxy-Authorization it was sent."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str | None]] = []
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - stdlib name
+                proxy.seen.append((self.path, self.headers.get("Proxy-Authorization")))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                forwarded = {
+                    name: value
+                    for name, value in self.headers.items()
+                    if name.lower() not in ("host", "proxy-authorization", "connection")
+                }
+                reply = httpx.post(
+                    self.path, content=body, headers=forwarded, timeout=10, trust_env=False
+                )
+                self.send_response(reply.status_code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply.content)))
+                self.end_headers()
+                self.wfile.write(reply.content)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+@pytest.fixture
+def forward_proxy() -> Any:
+    proxy = _ForwardProxy()
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.parametrize("bypass", [False, True])
+def test_proxy_from_the_environment_is_used_unless_bypassed(
+    chat: Callable[..., ChatServer],
+    forward_proxy: _ForwardProxy,
+    monkeypatch: pytest.MonkeyPatch,
+    bypass: bool,
+) -> None:
+    """HTTP_PROXY (with its credentials) and NO_PROXY are honoured as aiohttp's trust_env
+    would, though they are read once per client rather than on every request."""
+    server = chat()
+    host, port = forward_proxy.server_address[:2]
+    for name in ("HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://pu:pp@{host}:{port}")
+    if bypass:
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    provider = provider_for(server)
+    replies = [complete(provider, request(seed=seed)) for seed in (1, 2)]
+    assert all(reply.message.get("content") for reply in replies)
+    assert len(server.received) == 2
+    if bypass:
+        assert forward_proxy.seen == []
+    else:
+        target = f"{server.base_url}/v1/chat/completions"
+        assert [path for path, _ in forward_proxy.seen] == [target, target]
+        assert {auth for _, auth in forward_proxy.seen} == {"Basic cHU6cHA="}  # pu:pp
+
+
+def test_netrc_credentials_sent_when_no_key(
+    chat: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    server = chat()
+    host = server.server_address[0]
+    netrc = tmp_path / "netrc"
+    netrc.write_text(f"machine {host} login nu password np\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    complete(provider_for(server), request())
+    assert server.log[0]["authorization"] == "Basic bnU6bnA="  # nu:np
+    host, port = server.server_address[:2]
+    server.log.clear()  # the URL's credentials come before the host's netrc entry
+    with_user = OpenAIProvider(
+        "openai:tiny", "tiny", base_url=f"http://uu:up@{host}:{port}", **FAST
+    )
+    complete(with_user, request())
+    assert server.log[0]["authorization"] == "Basic dXU6dXA="  # uu:up
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-over-netrc")
+    server.log.clear()
+    complete(provider_for(server), request())
+    assert server.log[0]["authorization"] == "Bearer sk-over-netrc"
 
 
 def test_base_url_from_env_or_user_error(monkeypatch: pytest.MonkeyPatch) -> None:

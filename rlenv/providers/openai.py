@@ -188,6 +188,7 @@ class OpenAIProvider:
         # (httpcore's pool bookkeeping), measured in bench/concurrency.py
         self.pools = max(1, pools)
         self._clients: list[Any] = []
+        self._proxy: tuple[Any, Any] = (None, None)  # from the environment, read once
         self._turn = 0
 
     # -- identity ------------------------------------------------------------------------
@@ -228,21 +229,29 @@ class OpenAIProvider:
         from rlenv.version import __version__
 
         headers = {"User-Agent": f"rlenv/{__version__}", "Content-Type": "application/json"}
-        auth = None
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        elif self._basic_auth:
-            auth = aiohttp.BasicAuth(*self._basic_auth)
+        else:  # the URL's credentials, else the host's in ~/.netrc
+            basic = (
+                aiohttp.BasicAuth(*self._basic_auth)
+                if self._basic_auth
+                else _netrc_auth(self.base_url)
+            )
+            if basic is not None:
+                headers["Authorization"] = basic.encode()
+        self._proxy = _env_proxy(self.base_url)
         per_pool = max(1, -(-self.max_connections // self.pools))
         return aiohttp.ClientSession(
             headers=headers,
-            auth=auth,
             connector=aiohttp.TCPConnector(limit=per_pool, limit_per_host=0),
             # no total: waiting for a free connection is bounded by the rollout timeout
             timeout=aiohttp.ClientTimeout(
                 total=None, sock_connect=self.request_timeout, sock_read=self.request_timeout
             ),
-            trust_env=True,  # proxies from the environment, as before
+            # the environment's proxy and netrc are read once above: with trust_env aiohttp
+            # reads both in a thread on every request, and each hand-off made the loop wait
+            # for the GIL (the orchestrator's CPU per rollout doubled: bench/concurrency.py)
+            trust_env=False,
         )
 
     async def aclose(self) -> None:
@@ -329,8 +338,16 @@ class OpenAIProvider:
         # as httpx encoded it: compact, UTF-8, no NaN
         payload = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
         try:
+            proxy, proxy_credentials = self._proxy
+            secure = self.base_url.startswith("https:")
             async with client.post(
-                f"{self.base_url}/chat/completions", data=payload.encode("utf-8")
+                f"{self.base_url}/chat/completions",
+                data=payload.encode("utf-8"),
+                proxy=proxy,
+                # a plain-HTTP request carries the proxy's credentials itself; an HTTPS one
+                # sends them with the CONNECT that opens the tunnel
+                headers=None if secure else proxy_credentials,
+                proxy_headers=proxy_credentials if secure else None,
             ) as response:
                 status = response.status
                 retry_header = response.headers.get("Retry-After")
@@ -457,3 +474,28 @@ class OpenAIProvider:
                 }
             )
         return checked
+
+
+def _env_proxy(base_url: str) -> tuple[Any, dict[str, str] | None]:
+    """The proxy the environment names for `base_url`, as aiohttp's trust_env would pick it
+    (NO_PROXY honoured), and the header carrying its credentials; (None, None) if none."""
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(base_url))
+    except LookupError:
+        return None, None
+    return proxy, ({"Proxy-Authorization": auth.encode()} if auth is not None else None)
+
+
+def _netrc_auth(base_url: str) -> Any:
+    """Basic credentials for the server's host from ~/.netrc (or $NETRC), if any."""
+    from aiohttp.helpers import basicauth_from_netrc, netrc_from_env
+    from yarl import URL
+
+    host = URL(base_url).host
+    try:
+        return basicauth_from_netrc(netrc_from_env(), host) if host else None
+    except LookupError:
+        return None
