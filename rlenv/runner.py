@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import errno
 import json
 import os
@@ -35,6 +37,7 @@ from rlenv.worker import RolloutTask, WorkerConfig, lost_record, timeout_message
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1024  # worker processes at most (one per slot)
 MAX_LIMIT = 1_000_000_000
+MAX_BATCH = 64  # in-world rollouts sent to a worker in one request, at most
 
 
 @dataclass
@@ -428,6 +431,7 @@ def _worker_config(
         expensive_fraction=meta["expensive_fraction"],
         defer_expensive=meta["deferred_expensive"],
         cache_dir=_cache_dir(grader_cache),
+        empty_workdir=prepared.loaded.snapshot_path is None,
     )
 
 
@@ -600,28 +604,53 @@ async def _execute(
     finished = 0
     timeout_s = prepared.loaded.spec.limits.timeout_s
 
-    async def consumer() -> None:
+    def done(task: RolloutTask, record: dict[str, Any] | WorkerLost, started: float) -> None:
         nonlocal finished
+        if isinstance(record, WorkerLost):  # killed for overrunning, or died: the run goes on
+            # (a call's limit may be what was left of the rollout's: name the spec's)
+            lost = record
+            error = timeout_message(timeout_s) if lost.status == "timeout" else lost.error
+            record = lost_record(
+                prepared.loaded, prepared.inputs, task, provider.uri, lost.status, error
+            )
+        record.setdefault("timing", {})["wall_s"] = round(monotonic() - started, 6)
+        writer.write(record)
+        finished += 1
+        advance(finished)
+
+    async def consumer() -> None:
         for task in queue:
             started = monotonic()
             try:
-                if provider.in_world:
-                    record = await executor.run_rollout(task, timeout_s)
-                else:
-                    record = await _outside_rollout(prepared, provider, executor, task)
-            except WorkerLost as lost:  # killed for overrunning, or died: the run goes on
-                # (a call's limit may be what was left of the rollout's: name the spec's)
-                error = timeout_message(timeout_s) if lost.status == "timeout" else lost.error
-                record = lost_record(
-                    prepared.loaded, prepared.inputs, task, provider.uri, lost.status, error
-                )
-            record.setdefault("timing", {})["wall_s"] = round(monotonic() - started, 6)
-            writer.write(record)
-            finished += 1
-            advance(finished)
+                record = await _outside_rollout(prepared, provider, executor, task)
+            except WorkerLost as lost:
+                done(task, lost, started)
+            else:
+                done(task, record, started)
 
+    pending = collections.deque(tasks)
+
+    async def batches() -> None:
+        """In-world rollouts go to a worker many at a time (one request, an answer per
+        rollout); what a lost worker did not reach is queued again."""
+        while pending:
+            size = max(1, min(MAX_BATCH, len(pending) // (2 * workers)))
+            batch = [pending.popleft() for _ in range(min(size, len(pending)))]
+            started = monotonic()
+            async with contextlib.aclosing(executor.run_batch(batch, timeout_s)) as answers:
+                async for task, record in answers:
+                    if record is None:
+                        pending.append(task)
+                        continue
+                    done(task, record, started)
+                    started = monotonic()  # the next rollout began when this one ended
+
+    workers = max(1, min(concurrency, executor.workers, len(tasks)))
     try:
-        await asyncio.gather(*(consumer() for _ in range(min(concurrency, len(tasks)))))
+        if provider.in_world:
+            await asyncio.gather(*(batches() for _ in range(workers)))
+        else:
+            await asyncio.gather(*(consumer() for _ in range(min(concurrency, len(tasks)))))
     finally:
         await provider.aclose()
 

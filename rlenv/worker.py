@@ -95,6 +95,9 @@ class WorkerConfig:
     split: str = "heldout"  # "train": tasks index the spec's train_inputs (rlenv.trl)
     allow_weak_sandbox: bool = False  # code verifiers may run with rlimits only
     thread_filter: bool = False  # Ray: the socket filter goes on each calling thread
+    # no snapshot: a rollout's workdir starts empty, so the worker makes it at the rollout's
+    # first call and a local executor need not send `prepare` (one round trip fewer)
+    empty_workdir: bool = False
 
 
 @dataclass
@@ -1088,6 +1091,14 @@ def worker_prepare(task: RolloutTask) -> None:
     _get().prepare(task)  # a snapshot copy: no env code runs
 
 
+def _prepared(task: RolloutTask) -> None:
+    """The rollout's workdir, made now if nothing prepared it (an env without a snapshot
+    driven from outside: `WorkerConfig.empty_workdir`)."""
+    runtime = _get()
+    if runtime.snapshot_path is None and not runtime.workdir_of(task).exists():
+        worker_prepare(task)
+
+
 @_in_world
 def _tool(
     task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
@@ -1105,6 +1116,7 @@ def worker_tool(
 ) -> ToolOutcome:
     """One tool call, under what is left of the rollout's time (`timeout` seconds); a tool that
     swallowed the timer's exception still ends the rollout as a timeout."""
+    _prepared(task)
     outcome, output = _tool(task, call, turn, number, timeout)
     _keep_output(task, output)
     return outcome  # type: ignore[no-any-return]
@@ -1159,6 +1171,7 @@ def _finish(
 def worker_finish(
     task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
 ) -> dict[str, Any]:
+    _prepared(task)
     record, output = _finish(task, trajectory, model, timeout)
     return _with_output(record, merge_output(_take_output(task), output))
 
@@ -1194,6 +1207,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         if message is None:
             return
         name, args = message
+        if name == "run_batch":
+            _serve_batch(connection, *args)
+            continue
         set_phase("idle")
         try:
             reply: tuple[str, Any] = ("ok", ENTRY_POINTS[name](*args))
@@ -1202,7 +1218,29 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         except BaseException as exc:  # pragma: no cover - entry points contain env code's
             reply = ("raise", RuntimeError(f"worker: {_describe(exc)}"))
         set_phase("idle")
+        _send(connection, reply)
+
+
+def _send(connection: Any, reply: tuple[str, Any]) -> None:
+    try:
+        connection.send(reply)
+    except Exception as exc:  # an exception that does not pickle
+        connection.send(("raise", RuntimeError(f"worker: unpicklable reply: {exc}")))
+
+
+def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
+    """Whole rollouts one after another, each answered as soon as it is sealed (("ok",
+    record) or ("raise", exception)), then ("done", None): one request for many rollouts, and
+    the orchestrator knows the rollout a death or an overrun happened in without asking this
+    process (in-world code could lie): the first one not answered."""
+    for task in tasks:
+        set_phase("idle")
         try:
-            connection.send(reply)
-        except Exception as exc:  # an exception that does not pickle
-            connection.send(("raise", RuntimeError(f"worker: unpicklable reply: {exc}")))
+            reply: tuple[str, Any] = ("ok", worker_run_rollout(task))
+        except Exception as exc:
+            reply = ("raise", exc)
+        except BaseException as exc:  # pragma: no cover - entry points contain env code's
+            reply = ("raise", RuntimeError(f"worker: {_describe(exc)}"))
+        set_phase("idle")
+        _send(connection, reply)
+    connection.send(("done", None))

@@ -187,6 +187,25 @@ def test_an_overrun_does_not_change_the_other_rollouts(
     }
 
 
+def test_one_worker_batches_lose_only_the_overrunning_rollouts(
+    overrun_run: tuple[Path, Path, dict], tmp_path: Path
+) -> None:
+    """On one worker the rollouts go in batches of several (one request, an answer each): a
+    rollout killed or dead mid-batch is lost alone, the ones the batch had not reached run
+    again on the fresh worker, and every record is the two-worker run's."""
+    spec, out, summary = overrun_run
+    single = tmp_path / "single"
+    result = cli(
+        "run", str(spec), "--out", str(single), "--json", "--concurrency", "1", timeout=240
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_jsonl(single / "results.jsonl")
+    assert len(records) == summary["rollouts"]
+    ours = {r["input_id"]: r["digest"] for r in records}
+    assert ours == {r["input_id"]: r["digest"] for r in read_jsonl(out / "results.jsonl")}
+    assert json.loads(result.stdout)["digest"] == summary["digest"]
+
+
 def test_resume_after_killed_workers_gives_the_same_digest(
     overrun_run: tuple[Path, Path, dict], tmp_path: Path
 ) -> None:

@@ -8,9 +8,11 @@ worker that prepared it (its snapshot copy lives on that worker's disk).
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from typing import Any, Protocol
 
 from rlenv.agent import ToolOutcome, Trajectory
+from rlenv.errors import WorkerLost
 from rlenv.worker import RolloutTask
 
 START_TIMEOUT_S = 1800.0
@@ -49,8 +51,21 @@ class Executor(Protocol):
     (so does a call whose worker died). The runner records such a rollout with
     `rlenv.worker.lost_record`."""
 
+    @property
+    def workers(self) -> int:
+        """How many rollouts run at once (worker processes, actors)."""
+        ...
+
     async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
         """A whole rollout with the policy inside the world; the sealed record."""
+        ...
+
+    def run_batch(
+        self, tasks: list[RolloutTask], timeout: float
+    ) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+        """Whole rollouts in the world, one after another on one worker: (task, record) as
+        each ends; (task, WorkerLost) for the one its worker overran or died in, and (task,
+        None) for each it did not reach then (the caller runs those again)."""
         ...
 
     async def prepare(self, task: RolloutTask) -> None:
@@ -78,3 +93,14 @@ class Executor(Protocol):
     def close(self) -> None:
         """Stop the workers and remove what they left."""
         ...
+
+
+async def one_by_one(
+    executor: Executor, tasks: list[RolloutTask], timeout: float
+) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+    """`Executor.run_batch` as one `run_rollout` call per task."""
+    for task in tasks:
+        try:
+            yield task, await executor.run_rollout(task, timeout)
+        except WorkerLost as lost:
+            yield task, lost

@@ -24,6 +24,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,51 +194,110 @@ class LocalExecutor:
 
     # -- calls ----------------------------------------------------------------------------
 
-    async def _call(
-        self, name: str, args: tuple[Any, ...], timeout: float | None, task: RolloutTask | None
-    ) -> Any:
-        """Run `name` on an idle worker; kill and replace it if it overruns or dies."""
+    async def _idle(self) -> _Worker:
         if self.idle is None:  # made in the running loop
             self.idle = asyncio.Queue()
             for slot in self.free:
                 self.idle.put_nowait(slot)
-        slot = await self.idle.get()
+        return await self.idle.get()
+
+    def _release(self, slot: _Worker, replacement: _Worker | None) -> None:
+        assert self.idle is not None
+        survivor = replacement if replacement is not None else slot
+        if survivor in self.all:
+            self.idle.put_nowait(survivor)
+
+    async def _lose(
+        self,
+        slot: _Worker,
+        name: str,
+        timeout: float | None,
+        message: tuple[str, Any] | None,
+        task: RolloutTask | None,
+    ) -> tuple[_Worker, WorkerLost]:
+        """The worker overran (`message` None: no answer within the limit) or died under
+        `name`: it goes (with what it left of `task`'s workdir) and a fresh one comes; what
+        the rollout's record says about it."""
+        phase = worker.phase_of(slot.phase)
+        if message is None:
+            status, error = "timeout", worker.timeout_message(timeout or 0)
+        else:
+            status, where = CALLS[name]
+            if phase in worker.PHASE_STATUS:
+                status, where = worker.PHASE_STATUS[phase], phase
+            error = death_error(where, self._death(slot))
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.threads, self._stop, slot)
+        if task is not None:  # the rollout's snapshot copy, if the worker left it
+            workdir = Path(self.config.work_root) / f"{task.input_index}-{task.rollout}"
+            shutil.rmtree(workdir, ignore_errors=True)
+        return await self._replacement(), WorkerLost(status, error)
+
+    async def _call(
+        self, name: str, args: tuple[Any, ...], timeout: float | None, task: RolloutTask | None
+    ) -> Any:
+        """Run `name` on an idle worker; kill and replace it if it overruns or dies."""
+        slot = await self._idle()
         replacement: _Worker | None = None
         try:
             with contextlib.suppress(OSError):  # a dead worker: found below
                 slot.connection.send((name, args))
             limit = backstop(timeout) if timeout is not None else None
-            loop = asyncio.get_running_loop()
             message = await self._answer(slot, limit)
             if message is not None and message[0] == "ok":
                 return message[1]
             if message is not None and message[0] == "raise":
                 raise message[1]
-            # overran (no answer within the limit) or died: the worker goes, a fresh one comes
-            phase = worker.phase_of(slot.phase)
-            if message is None:
-                status, error = "timeout", worker.timeout_message(timeout or 0)
-            else:
-                status, where = CALLS[name]
-                if phase in worker.PHASE_STATUS:
-                    status, where = worker.PHASE_STATUS[phase], phase
-                error = death_error(where, self._death(slot))
-            await loop.run_in_executor(self.threads, self._stop, slot)
-            if task is not None:  # the rollout's snapshot copy, if the worker left it
-                workdir = Path(self.config.work_root) / f"{task.input_index}-{task.rollout}"
-                shutil.rmtree(workdir, ignore_errors=True)
-            replacement = await self._replacement()
-            raise WorkerLost(status, error)
+            replacement, lost = await self._lose(slot, name, timeout, message, task)
+            raise lost
         finally:
-            survivor = replacement if replacement is not None else slot
-            if survivor in self.all:
-                self.idle.put_nowait(survivor)
+            self._release(slot, replacement)
+
+    async def run_batch(
+        self, tasks: list[RolloutTask], timeout: float
+    ) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+        """Whole rollouts on one worker, sent in one request and answered one by one (see
+        `rlenv.worker._serve_batch`). Yields (task, record); when the worker overruns or dies,
+        (task, WorkerLost) for the rollout it was in (the first not answered: each rollout is
+        limited on its own) and (task, None) for each one it did not reach, to run again."""
+        slot = await self._idle()
+        replacement: _Worker | None = None
+        answered = 0
+        try:
+            with contextlib.suppress(OSError):  # a dead worker: found below
+                slot.connection.send(("run_batch", (tasks,)))
+            while answered < len(tasks):
+                message = await self._answer(slot, backstop(timeout))
+                if message is not None and message[0] in ("ok", "raise"):
+                    task = tasks[answered]
+                    answered += 1
+                    if message[0] == "raise":
+                        raise message[1]
+                    yield task, message[1]
+                    continue
+                task = tasks[answered]
+                replacement, lost = await self._lose(slot, "run_rollout", timeout, message, task)
+                yield task, lost
+                for task in tasks[answered + 1 :]:
+                    yield task, None
+                return
+            message = await self._answer(slot, backstop(timeout))
+            if message is None or message[0] != "done":  # died on its way out
+                replacement, _ = await self._lose(slot, "run_rollout", timeout, message, None)
+        finally:
+            if answered < len(tasks) and replacement is None and slot in self.all:
+                # left mid-batch (an exception, or the run stopped): the worker is still
+                # running the batch's other rollouts, so it is of no use to anyone
+                await asyncio.get_running_loop().run_in_executor(self.threads, self._stop, slot)
+            else:
+                self._release(slot, replacement)
 
     async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
         return await self._call("run_rollout", (task,), timeout, task)  # type: ignore[no-any-return]
 
     async def prepare(self, task: RolloutTask) -> None:
-        await self._call("prepare", (task,), None, task)
+        if not self.config.empty_workdir:  # else the worker makes it at the first call
+            await self._call("prepare", (task,), None, task)
 
     async def tool(
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float

@@ -54,7 +54,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,7 @@ from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError, WorkerLost
 from rlenv.executors import bundle
-from rlenv.executors.base import CALLS, backstop, death_error
+from rlenv.executors.base import CALLS, backstop, death_error, one_by_one
 from rlenv.version import __version__
 from rlenv.worker import RolloutTask, WorkerConfig
 from rlenv.world.environment import (
@@ -345,6 +345,11 @@ class RayExecutor:
             return await self._call(index, "run_rollout", task, timeout=timeout)  # type: ignore[no-any-return]
         finally:
             self.busy[index] -= 1
+
+    def run_batch(
+        self, tasks: list[RolloutTask], timeout: float
+    ) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+        return one_by_one(self, tasks, timeout)
 
     async def prepare(self, task: RolloutTask) -> None:
         index = self._pick()
