@@ -185,10 +185,31 @@ def encode_line(record: dict[str, Any]) -> bytes:
     Every line is strict JSON: a NaN or infinity that reached the record is written as null,
     as the digest already saw it (never a bare `NaN`).
     """
+    try:  # plain data straight through orjson, when nothing in it can be written otherwise
+        line = orjson.dumps(record, option=_LINE_OPTIONS)
+    except TypeError:  # a subclass, a big integer, a key that is not a string...
+        pass
+    else:
+        if _NOT_REPR.search(line) is None:
+            return line
     try:
         return fast_json(record, canonical=False)
     except Exception:  # what the fast path cannot prove the same: the reference below
         return _reference_line(record)
+
+
+_LINE_OPTIONS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+)
+_NOT_REPR = re.compile(rb"[0-9][eE]|0\.0000")
+"""Where orjson may write a float unlike `repr` (an exponent; below 1e-4, where repr turns to
+exponents and orjson does not): such a line takes the checked path (a string holding the
+same characters does too, harmlessly). The direct path is for sealed records (their digest
+was computed, so they hold only what canonical JSON takes: no enum, UUID or date, which
+orjson would write and json.dumps refuse)."""
 
 
 def decode_line(line: bytes | str) -> Any:

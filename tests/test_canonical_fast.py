@@ -72,8 +72,26 @@ def test_canonical_bytes_equal_rfc8785(value: Any) -> None:
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(keys, values, max_size=6))
+@example({"a": 1.5e-05})  # orjson: 0.000015, json.dumps: 1.5e-05
+@example({"b": [0.0001, -9.99e-05, 123.456]})
+@example({"c": 1e16, "d": 1e15})
 def test_results_line_equal_json_dumps(record: dict[Any, Any]) -> None:
     assert _outcome(encode_line, record) == _outcome(_reference_line, record)
+
+
+def test_what_orjson_writes_and_json_dumps_refuses_is_never_sealed() -> None:
+    """The results line goes straight through orjson, which writes enums, UUIDs and dates
+    that json.dumps refuses: no such record can reach it, since sealing (canonical JSON)
+    refuses them first."""
+    import datetime
+    import uuid
+
+    class Plain(enum.Enum):
+        ONE = 1
+
+    for odd in (Plain.ONE, uuid.UUID(int=7), datetime.date(2025, 1, 1)):
+        assert _outcome(canonical_bytes, {"x": odd})[0] == "raised", odd
+        assert _outcome(_reference_line, {"x": odd})[0] == "raised", odd
 
 
 def test_fast_path_taken_for_ordinary_records() -> None:

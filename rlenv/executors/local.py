@@ -15,6 +15,7 @@ memory shared with the orchestrator).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import multiprocessing
@@ -26,13 +27,14 @@ import sys
 import time
 from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, WorkerLost
+from rlenv.executors import wire
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
 from rlenv.worker import RolloutTask, WorkerConfig
 from rlenv.world.environment import world_environment
@@ -46,6 +48,9 @@ class _Worker:
     process: Any  # multiprocessing.Process (spawn context)
     connection: Any  # the orchestrator's end of the worker's pipe
     phase: Any  # multiprocessing.RawValue("i"): the worker's current phase
+    # bytes read from the pipe and not yet a whole message; whole messages not yet taken
+    unread: bytearray = field(default_factory=bytearray)
+    messages: collections.deque[tuple[str, Any]] = field(default_factory=collections.deque)
 
 
 class LocalExecutor:
@@ -117,43 +122,61 @@ class LocalExecutor:
 
     @staticmethod
     def _receive(slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
-        """The worker's next message; ("dead", None) when its pipe closed (or carried
-        something unreadable); None when `timeout` seconds passed first."""
+        """The worker's next message, waited for in a thread (a worker starting); ("dead",
+        None) when its pipe closed or carried something unreadable or unsafe
+        (`rlenv.executors.wire`); None when `timeout` seconds passed first."""
         try:
             if slot.connection.poll(None if timeout is None else max(timeout, 0)):
-                message = slot.connection.recv()
-                if isinstance(message, tuple) and len(message) == 2:
-                    return message
-                return ("dead", None)
-        except Exception:  # EOFError, OSError, a torn pickle
+                return LocalExecutor._message(slot.connection.recv_bytes())
+        except Exception:  # EOFError, OSError
             return ("dead", None)
         return None
 
-    @classmethod
-    async def _answer(cls, slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
-        """`_receive` for the event loop: the pipe is watched by the loop itself (a thread per
-        wait cost a hand-off per rollout), then the whole message is read."""
+    @staticmethod
+    def _message(data: bytes) -> tuple[str, Any]:
         try:
-            ready = slot.connection.poll(0)
-        except Exception:
-            return ("dead", None)
-        if not ready:
-            loop = asyncio.get_running_loop()
-            readable = loop.create_future()
-            fd = slot.connection.fileno()
+            message = wire.loads(data)
+        except Exception:  # a torn pickle, or one naming what a reply never holds
+            return ("unsafe", None)
+        if isinstance(message, tuple) and len(message) == 2 and isinstance(message[0], str):
+            return message
+        return ("unsafe", None)
 
-            def wake() -> None:
+    async def _answer(self, slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
+        """The worker's next message, waited for on the event loop: whatever the pipe holds
+        is read in one go when the loop says it is readable and cut into messages (a poll
+        and a read per message cost the orchestrator as much as the rollout did)."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        fd = slot.connection.fileno()
+        while not slot.messages:
+            readable = loop.create_future()
+
+            def wake(readable: asyncio.Future[None] = readable) -> None:
                 if not readable.done():
                     readable.set_result(None)
 
             loop.add_reader(fd, wake)
             try:
-                await asyncio.wait_for(readable, timeout)
+                left = None if deadline is None else max(deadline - loop.time(), 0)
+                await asyncio.wait_for(readable, left)
             except TimeoutError:
                 return None
             finally:
                 loop.remove_reader(fd)
-        return cls._receive(slot, 0)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except OSError:
+                return ("dead", None)
+            if not chunk:  # the worker's end closed
+                return ("dead", None)
+            slot.unread += chunk
+            try:
+                found = wire.frames(slot.unread)
+            except wire.UnsafeMessage:
+                return ("unsafe", None)
+            slot.messages.extend(self._message(data) for data in found)
+        return slot.messages.popleft()
 
     def _check_started(self, slot: _Worker, message: tuple[str, Any] | None) -> None:
         if message is None or message[0] != "ready":
@@ -225,7 +248,10 @@ class LocalExecutor:
             status, where = CALLS[name]
             if phase in worker.PHASE_STATUS:
                 status, where = worker.PHASE_STATUS[phase], phase
-            error = death_error(where, self._death(slot))
+            if message[0] in ("dead", "ready", "error"):
+                error = death_error(where, self._death(slot))
+            else:  # alive, but what it sent is not a reply: in-world code wrote to the pipe
+                error = f"the worker process sent something that is not a reply in the {where}"
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self.threads, self._stop, slot)
         if task is not None:  # the rollout's snapshot copy, if the worker left it

@@ -232,13 +232,9 @@ class OpenAIProvider:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         else:  # the URL's credentials, else the host's in ~/.netrc
-            basic = (
-                aiohttp.BasicAuth(*self._basic_auth)
-                if self._basic_auth
-                else _netrc_auth(self.base_url)
-            )
-            if basic is not None:
-                headers["Authorization"] = basic.encode()
+            credentials = self._basic_auth or _netrc_credentials(self.base_url)
+            if credentials is not None:
+                headers["Authorization"] = _basic(*credentials)
         self._proxy = _env_proxy(self.base_url)
         per_pool = max(1, -(-self.max_connections // self.pools))
         return aiohttp.ClientSession(
@@ -489,13 +485,27 @@ def _env_proxy(base_url: str) -> tuple[Any, dict[str, str] | None]:
     return proxy, ({"Proxy-Authorization": auth.encode()} if auth is not None else None)
 
 
-def _netrc_auth(base_url: str) -> Any:
-    """Basic credentials for the server's host from ~/.netrc (or $NETRC), if any."""
-    from aiohttp.helpers import basicauth_from_netrc, netrc_from_env
-    from yarl import URL
+def _basic(login: str, password: str) -> str:
+    """An Authorization header's basic credentials (latin-1, as aiohttp and httpx send)."""
+    import base64
 
-    host = URL(base_url).host
+    pair = f"{login}:{password}"
     try:
-        return basicauth_from_netrc(netrc_from_env(), host) if host else None
-    except LookupError:
+        data = pair.encode("latin1")
+    except UnicodeEncodeError:  # beyond latin-1: UTF-8, as RFC 7617 allows
+        data = pair.encode("utf-8")
+    return "Basic " + base64.b64encode(data).decode()
+
+
+def _netrc_credentials(base_url: str) -> tuple[str, str] | None:
+    """The login and password for the server's host in $NETRC (or ~/.netrc), if any."""
+    import netrc
+    from pathlib import Path
+
+    host = urlsplit(base_url).hostname
+    try:
+        path = os.environ.get("NETRC") or str(Path.home() / ".netrc")
+        entry = netrc.netrc(path).authenticators(host) if host else None
+    except (OSError, RuntimeError, netrc.NetrcParseError):  # none, no home, malformed
         return None
+    return (entry[0], entry[2] or "") if entry else None
