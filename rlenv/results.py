@@ -204,10 +204,11 @@ _LINE_OPTIONS = (
     | orjson.OPT_PASSTHROUGH_DATACLASS
     | orjson.OPT_PASSTHROUGH_DATETIME
 )
-_NOT_REPR = re.compile(rb"[0-9][eE]|0\.0000")
-"""Where orjson may write a float unlike `repr` (an exponent; below 1e-4, where repr turns to
-exponents and orjson does not): such a line takes the checked path (a string holding the
-same characters does too, harmlessly). The direct path is for sealed records (their digest
+_NOT_REPR = re.compile(rb"[:,\[]-?(?:[0-9]+(?:\.[0-9]+)?[eE]|0\.0000)")
+"""A number (after a colon, comma or bracket: the line has no spaces) that orjson may write
+unlike `repr`: one with an exponent, or one below 1e-4 (where repr turns to exponents and
+orjson does not). Such a line takes the checked path (a string holding the same characters
+does too, harmlessly; a hex digest does not). The direct path is for sealed records (their digest
 was computed, so they hold only what canonical JSON takes: no enum, UUID or date, which
 orjson would write and json.dumps refuse)."""
 

@@ -114,6 +114,28 @@ def test_fast_path_taken_for_ordinary_records() -> None:
     assert json.loads(fast_json(record, canonical=False))["nan"] is None
 
 
+def test_ordinary_results_lines_go_straight_through_orjson() -> None:
+    """A sealed record of plain data (hex digests hold "3e" and "0e": not numbers) is written
+    by orjson directly, and still as json.dumps writes it."""
+    import orjson
+
+    from rlenv import results
+
+    record = {
+        "digest": "9dfbed4d7d6614670fc62bfe32266b654a2aa44c3900e54adb44ed26c25e4474",
+        "messages": [{"role": "user", "content": "héllo 3e5 0.00001"}],
+        "reward": 0.30000000000000004,
+        "score": 1.0,
+        "timing": {"wall_s": 0.000123, "grader_cache": {"hits": 0}},
+        "seed": 1458034300877195,
+        "passed": True,
+        "error": None,
+    }
+    line = orjson.dumps(record, option=results._LINE_OPTIONS)
+    assert results._NOT_REPR.search(line) is None
+    assert encode_line(record) == line == _reference_line(record)
+
+
 def test_fast_path_refuses_what_it_cannot_prove() -> None:
     """Integers beyond 2**53 (RFC 8785 refuses them), keys whose UTF-16 order differs from
     their code point order, and types that are not JSON go to the reference serialiser."""
