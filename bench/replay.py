@@ -1,14 +1,15 @@
 """Replay lookups through rlenv's cassette index: 10 000 interactions, 10 000 requests.
 
 In-process, as a frozen-world worker does it (`replay_cassette`): load the cassette
-into `rlenv.world.replay.ToolIndex`, enter the vcrpy `ReplayCassette` class, then send 10 000
-real httpx requests that vcrpy intercepts and answers from the index. Reported separately:
+into `rlenv.world.replay.ToolIndex`, enter the replay context, then send 10 000 real httpx
+requests that the light path (`rlenv.world.replay_http`) answers from the index; for contrast
+the same through vcrpy's httpx stub (`replay_cassette(light=False)`). Reported separately:
 
 - cassette load: vcrpy's YAML load of the file, building the index (a key per interaction), and
   `ToolIndex.load()` with an empty and with a filled index cache (RLENV_CACHE_DIR, a temp dir);
 - index matching: `ToolIndex.key_for` + dict lookup for 10 000 requests, without httpx/vcrpy;
-- end to end: 10 000 `httpx.Client.post` calls through vcrpy and the index (every answer is
-  checked against the one recorded for that request);
+- end to end: 10 000 `httpx.Client.post` calls through the light path and the index, then
+  through vcrpy's stub and the index (every answer is checked against the one recorded);
 - httpx alone: the same calls answered by an `httpx.MockTransport` (client overhead floor).
 
 Target: the 10 000 lookups' matching cost well under a second. For contrast, vcrpy's own
@@ -60,7 +61,7 @@ def main() -> None:
     import vcr
 
     os.environ["RLENV_CACHE_DIR"] = str(common.RLENV_CACHE)  # empty, this run's own
-    from rlenv.world.replay import ToolIndex, load_interactions, make_replay_cassette_class
+    from rlenv.world.replay import ToolIndex, load_interactions, replay_cassette
     from rlenv.world.scrub import Scrubber
 
     rows: list[list[str]] = []
@@ -144,10 +145,8 @@ def main() -> None:
             ]
         )
 
-        # -- end to end through vcrpy's httpx stub and rlenv's ReplayCassette
-        cassette_class = make_replay_cassette_class()
-        cassette_class.indexes = {"lookup": index}
-        cassette_class.events = []
+        # -- end to end, as a worker replays (`replay_cassette`): the light path, and for
+        # contrast vcrpy's httpx stub in front of the same lookup (light=False)
         calls = {"key_for": 0}
         original_key_for = index.key_for
 
@@ -156,26 +155,31 @@ def main() -> None:
             return original_key_for(request)
 
         client = httpx.Client(timeout=10.0)
-        context = cassette_class.use(path=str(root / ".replay-none.yaml"))
-        context.__enter__()
-        try:
-            cassette_class.current = "lookup"
-            index.key_for = counted_key_for  # type: ignore[method-assign]
-            client.post(common.FAKE_URL, json={"term": common.input_key(0)})
-            per_request = calls["key_for"]
-            index.key_for = original_key_for  # type: ignore[method-assign]
-            started = time.perf_counter()
-            answers = [
-                client.post(common.FAKE_URL, json={"term": common.input_key(number)}).json()
-                for number in range(count)
+        end_to_end: dict[bool, float] = {}
+        per_request: dict[bool, int] = {}
+        for light in (True, False):
+            with replay_cassette(
+                {"lookup": index}, root / ".replay-none.yaml", light=light
+            ) as replaying:
+                cassette_class = type(replaying)
+                cassette_class.current = "lookup"
+                calls["key_for"] = 0
+                index.key_for = counted_key_for  # type: ignore[method-assign]
+                client.post(common.FAKE_URL, json={"term": common.input_key(0)})
+                per_request[light] = calls["key_for"]
+                index.key_for = original_key_for  # type: ignore[method-assign]
+                started = time.perf_counter()
+                answers = [
+                    client.post(common.FAKE_URL, json={"term": common.input_key(number)}).json()
+                    for number in range(count)
+                ]
+                end_to_end[light] = time.perf_counter() - started
+            wrong = [
+                n for n, answer in enumerate(answers) if answer["answer"] != common.answer_for(n)
             ]
-            end_to_end = time.perf_counter() - started
-        finally:
-            context.__exit__(None, None, None)
-        wrong = [n for n, answer in enumerate(answers) if answer["answer"] != common.answer_for(n)]
-        assert not wrong, f"{len(wrong)} replies were another request's (first: {wrong[0]})"
-        outcomes = {event.outcome for event in cassette_class.events}
-        assert outcomes == {"hit"}, outcomes
+            assert not wrong, f"{len(wrong)} replies were another request's (first: {wrong[0]})"
+            outcomes = {event.outcome for event in cassette_class.events}
+            assert outcomes == {"hit"}, outcomes
 
         def answer(request: httpx.Request) -> httpx.Response:
             term = json.loads(request.content)["term"]
@@ -186,39 +190,21 @@ def main() -> None:
         for number in range(count):
             mock.post(common.FAKE_URL, json={"term": common.input_key(number)}).json()
         httpx_only = time.perf_counter() - started
-        stub = end_to_end - httpx_only - matching * per_request
-        rows.append(
-            [
-                "end to end: httpx.post through vcrpy + ReplayCassette",
-                f"{count}",
-                f"{end_to_end:.3f}",
-                f"{end_to_end / count * 1e6:.1f}",
-            ]
-        )
-        rows.append(
-            [
-                "  httpx alone (MockTransport)",
-                f"{count}",
-                f"{httpx_only:.3f}",
-                f"{httpx_only / count * 1e6:.1f}",
-            ]
-        )
-        rows.append(
-            [
-                f"  index matching ({per_request} key_for per request)",
-                f"{count}",
-                f"{matching * per_request:.3f}",
-                f"{matching * per_request / count * 1e6:.1f}",
-            ]
-        )
-        rows.append(
-            [
-                "  vcrpy stub + ReplayCassette rest (difference)",
-                f"{count}",
-                f"{stub:.3f}",
-                f"{stub / count * 1e6:.1f}",
-            ]
-        )
+        light_rest = end_to_end[True] - httpx_only - matching * per_request[True]
+        stub = end_to_end[False] - httpx_only - matching * per_request[False]
+        for label, seconds in (
+            ("end to end: httpx.post, light path (as a worker replays)", end_to_end[True]),
+            ("  httpx alone (MockTransport)", httpx_only),
+            (f"  index matching ({per_request[True]} key_for per request)", matching),
+            ("  light path rest (difference; no cookie extraction)", light_rest),
+            ("end to end: httpx.post through vcrpy's stub + ReplayCassette", end_to_end[False]),
+            (
+                f"  index matching ({per_request[False]} key_for per request)",
+                matching * per_request[False],
+            ),
+            ("  vcrpy stub + ReplayCassette rest (difference)", stub),
+        ):
+            rows.append([label, f"{count}", f"{seconds:.3f}", f"{seconds / count * 1e6:.1f}"])
 
         print(f"cassette: {count} interactions, {size_mb:.1f} MB of vcrpy YAML")
         print(common.table(["what", "n", "seconds", "us each"], rows))
@@ -271,14 +257,15 @@ def main() -> None:
             f" ({extrapolated_10k / 3600:.1f} h)"
         )
         print(
-            f"rlenv index, 10 000 lookups on 10 000 interactions, end to end: {end_to_end:.2f} s"
-            f" ({extrapolated_10k / end_to_end:.0f}x less than the vcrpy extrapolation)"
+            "rlenv index, 10 000 lookups on 10 000 interactions, end to end:"
+            f" {end_to_end[True]:.2f} s"
+            f" ({extrapolated_10k / end_to_end[True]:.0f}x less than the vcrpy extrapolation)"
         )
         print()
-        as_replayed = matching * per_request
+        as_replayed = matching * per_request[True]
         print(
             f"target: matching cost of 10 000 lookups well under a second (<= {TARGET_S} s):"
-            f" {as_replayed:.3f} s as replay does it ({per_request} key_for per request;"
+            f" {as_replayed:.3f} s as replay does it ({per_request[True]} key_for per request;"
             f" {matching:.3f} s for one)  {common.verdict(as_replayed <= TARGET_S)}"
         )
 

@@ -8,9 +8,12 @@ never goes live: it is an error, or the tool's declared fallback, and it is coun
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function; a tool's URLs repeat across calls
 def normalise_url(uri: str) -> str:
     """Lower-case scheme and host, drop default ports, sort query parameters."""
     parts = urlsplit(uri)
@@ -238,6 +242,64 @@ def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class PlainRequest:
+    """A request as the index reads it (what vcrpy's Request gives `ToolIndex.key_for`): the
+    method, the absolute URI, the body (bytes, or None) and the content type, if any."""
+
+    __slots__ = ("body", "headers", "method", "uri")
+
+    def __init__(self, method: str, uri: str, body: bytes | None, content_type: Any) -> None:
+        self.method = method
+        self.uri = uri
+        self.body = body
+        self.headers = {} if content_type is None else {"content-type": content_type}
+
+
+def lookup(state: Any, request: Any) -> tuple[str, dict[str, Any] | None]:
+    """The outcome ("hit", "fallback" or "miss") and response for `request`, from the index of
+    the tool `state.current` names (`state`: the replay cassette class)."""
+    index = state.indexes.get(state.current or "")
+    if index is None:
+        return "miss", None
+    response = index.responses.get(index.key_for(request))
+    if response is not None:
+        return "hit", response
+    if index.fallback is not None:
+        return "fallback", _fallback_response(index.fallback)
+    return "miss", None
+
+
+def missed(state: Any, request: Any) -> FixtureMiss:
+    """Count a miss in `state.events` and return the error that ends the tool's request."""
+    index = state.indexes.get(state.current or "")
+    if index is None:  # a tool without a cassette: its request has nothing to match
+        event = FixtureEvent(
+            state.current or "?", "miss", request.method, normalise_url(request.uri)
+        )
+    else:
+        event = index.event("miss", request)
+    state.events.append(event)
+    return FixtureMiss(
+        f"unrecorded request for tool {state.current!r}: {event.method} {event.url}"
+        + (f" body sha256:{event.body_sha256[:16]}" if event.body_sha256 else "")
+        + " (record it with `rlenv record`, or declare an on_miss fallback)"
+    )
+
+
+def served(state: Any, outcome: str, request: Any) -> None:
+    # a hit or fallback needs no digest: only a miss is reported
+    state.events.append(FixtureEvent(state.current or "?", outcome, request.method, request.uri))
+
+
+def serve(state: Any, request: Any) -> dict[str, Any]:
+    """The recorded (or fallback) response for `request`, counted; a miss raises FixtureMiss."""
+    outcome, response = lookup(state, request)
+    if response is None:
+        raise missed(state, request)
+    served(state, outcome, request)
+    return response
+
+
 def make_replay_cassette_class() -> type:
     """Build the vcrpy Cassette subclass lazily so importing this module does not import vcrpy."""
     from vcr.cassette import Cassette
@@ -260,45 +322,18 @@ def make_replay_cassette_class() -> type:
             # vcrpy asks twice per request (can play? then play): key it once
             if self._last is not None and self._last[0] is request:
                 return self._last[1], self._last[2]
-            index = self.indexes.get(self.current or "")
-            if index is None:
-                outcome, response = "miss", None
-            else:
-                response = index.responses.get(index.key_for(request))
-                if response is not None:
-                    outcome = "hit"
-                elif index.fallback is not None:
-                    outcome, response = "fallback", _fallback_response(index.fallback)
-                else:
-                    outcome = "miss"
+            outcome, response = lookup(type(self), request)
             self._last = (request, outcome, response)
             return outcome, response
 
-        def _event(self, outcome: str, request: Any) -> FixtureEvent:
-            index = self.indexes.get(self.current or "")
-            if index is None:  # a tool without a cassette: its request has nothing to match
-                url = normalise_url(request.uri)
-                return FixtureEvent(self.current or "?", outcome, request.method, url)
-            return index.event(outcome, request)
-
         def can_play_response_for(self, request: Any) -> bool:
-            outcome, response = self._lookup(request)
-            if response is None:
-                event = self._event("miss", request)
-                self.events.append(event)
-                raise FixtureMiss(
-                    f"unrecorded request for tool {self.current!r}: {event.method} {event.url}"
-                    + (f" body sha256:{event.body_sha256[:16]}" if event.body_sha256 else "")
-                    + " (record it with `rlenv record`, or declare an on_miss fallback)"
-                )
+            if self._lookup(request)[1] is None:
+                raise missed(type(self), request)
             return True
 
         def play_response(self, request: Any) -> dict[str, Any]:
             outcome, response = self._lookup(request)
-            # a hit or fallback needs no digest: only a miss is reported
-            self.events.append(
-                FixtureEvent(self.current or "?", outcome, request.method, request.uri)
-            )
+            served(type(self), outcome, request)
             assert response is not None
             return response
 
@@ -322,11 +357,25 @@ def spec_indexes(loaded: LoadedSpec, scrubber: Scrubber) -> dict[str, ToolIndex]
     return indexes
 
 
-def replay_cassette(indexes: dict[str, ToolIndex], placeholder: Path) -> Any:
+@contextlib.contextmanager
+def replay_cassette(
+    indexes: dict[str, ToolIndex], placeholder: Path, *, light: bool = True
+) -> Iterator[Any]:
     """A context that replays tool HTTP from `indexes` (vcrpy needs a cassette `placeholder`
     path; nothing is ever written there); it yields the cassette, whose class collects
-    `FixtureEvent`s in `events` and is told the calling tool through `current`."""
+    `FixtureEvent`s in `events` and is told the calling tool through `current`.
+
+    vcrpy's patches answer every client library it knows; with `light`, httpx's transports and
+    requests' adapter are then answered straight from the index (`rlenv.world.replay_http`),
+    without vcrpy's per-request stub, through the same lookup, events and misses."""
     cassette_class: Any = make_replay_cassette_class()
     cassette_class.indexes = indexes
     cassette_class.events = []
-    return cassette_class.use(path=str(placeholder))
+    with cassette_class.use(path=str(placeholder)) as cassette:
+        if not light:
+            yield cassette
+            return
+        from rlenv.world.replay_http import light_replay
+
+        with light_replay(cassette_class):
+            yield cassette

@@ -59,6 +59,7 @@ class Scrubber:
         self.names = re.compile(names)
         self.extra = {name.lower() for name in extra_names}
         self.headers = {name.lower() for name in headers} | self.extra
+        self._secret_names: dict[str, bool] = {}
         # secrets searched by value everywhere: those in play (secret-named environment
         # variables, credentials and query values of URLs in the environment) and every value
         # a name rule hid, so a later request or response that carries one is scrubbed too
@@ -86,12 +87,18 @@ class Scrubber:
         return self.values.text(text)
 
     def is_secret_name(self, name: str) -> bool:
+        known = self._secret_names.get(name)
+        if known is not None:
+            return known
         humps = _HUMPS.sub("_", name)
-        return (
+        secret = (
             bool(self.names.match(name))
             or bool(self.names.match(humps))
             or name.lower() in self.extra
         )
+        if len(self._secret_names) < _NAMES_KEPT:  # a pure function of the name: remembered
+            self._secret_names[name] = secret
+        return secret
 
     def is_secret_header(self, name: str) -> bool:
         lowered = name.lower()
@@ -239,6 +246,7 @@ def spec_scrubber(loaded: LoadedSpec) -> Scrubber:
 
 _NOT_SECRET = {"httponly", "secure", "samesite", "bearer", "basic", "max-age", "expires"}
 _HUMPS = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+_NAMES_KEPT = 4096  # field names whose verdict a scrubber remembers (bodies repeat their names)
 _MULTIPART = re.compile(r"^--[^\r\n]{1,200}\r?\n")
 _MULTIPART_FIELD = re.compile(
     r'(Content-Disposition:[^\r\n]*\bname="([^"]*)"[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\n)'
