@@ -332,13 +332,13 @@ def spec_leakage(loaded: Any) -> LeakageReport | None:
     ``reward_model.training_prompts`` (the policy's RL prompts) and
     ``reward_model.training_pairs`` (the training RM's preference data).
     """
-    from rlenv.inputs import load_inputs, render
-    from rlenv.rm.train import read_prefs
-
     config = loaded.spec.reward_model
     train_data = getattr(config, "train_data", None)
     if config is None or train_data is None:
         return None
+    from rlenv.inputs import load_inputs, render
+    from rlenv.rm.train import read_prefs  # numpy: only for an env that has the data
+
     template = loaded.spec.prompt
     inputs = [  # a templated input is compared by the prompt the policy sees
         {**record.data, "prompt": render(template.template, record.data)}
