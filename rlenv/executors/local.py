@@ -51,6 +51,14 @@ class _Worker:
     # bytes read from the pipe and not yet a whole message; whole messages not yet taken
     unread: bytearray = field(default_factory=bytearray)
     messages: collections.deque[tuple[str, Any]] = field(default_factory=collections.deque)
+    watched: Any = None  # the event loop that reads the pipe as it becomes readable
+    waiter: Any = None  # the future a call waiting for the next message awaits
+    ended: str | None = None  # "dead": the pipe closed; "unsafe": it carried what is not data
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class LocalExecutor:
@@ -143,40 +151,58 @@ class LocalExecutor:
         return ("unsafe", None)
 
     async def _answer(self, slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
-        """The worker's next message, waited for on the event loop: whatever the pipe holds
-        is read in one go when the loop says it is readable and cut into messages (a poll
-        and a read per message cost the orchestrator as much as the rollout did)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        fd = slot.connection.fileno()
-        while not slot.messages:
-            readable = loop.create_future()
-
-            def wake(readable: asyncio.Future[None] = readable) -> None:
-                if not readable.done():
-                    readable.set_result(None)
-
-            loop.add_reader(fd, wake)
+        """The worker's next message (None: `timeout` seconds passed first). The pipe is
+        watched by the event loop for the worker's life and read in one go whenever it is
+        readable, cut into messages (`_readable`): a poll and a read per message, and a
+        reader added and removed per wait, cost the orchestrator as much as a rollout."""
+        self._watch(slot)
+        if not slot.messages and slot.ended is None:
+            loop = asyncio.get_running_loop()
+            slot.waiter = waiter = loop.create_future()
+            timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
             try:
-                left = None if deadline is None else max(deadline - loop.time(), 0)
-                await asyncio.wait_for(readable, left)
-            except TimeoutError:
-                return None
+                await waiter
             finally:
-                loop.remove_reader(fd)
-            try:
-                chunk = os.read(fd, 1 << 20)
-            except OSError:
-                return ("dead", None)
-            if not chunk:  # the worker's end closed
-                return ("dead", None)
+                slot.waiter = None
+                if timer is not None:
+                    timer.cancel()
+        if slot.messages:
+            return slot.messages.popleft()
+        if slot.ended is not None:
+            return (slot.ended, None)
+        return None
+
+    def _watch(self, slot: _Worker) -> None:
+        loop = asyncio.get_running_loop()
+        if slot.watched is not loop and slot.ended is None:
+            slot.watched = loop
+            loop.add_reader(slot.connection.fileno(), self._readable, slot)
+
+    def _unwatch(self, slot: _Worker) -> None:
+        if slot.watched is not None:
+            with contextlib.suppress(Exception):  # the loop may be closed already
+                slot.watched.remove_reader(slot.connection.fileno())
+            slot.watched = None
+
+    def _readable(self, slot: _Worker) -> None:
+        """What the pipe holds, read at once; whole messages queued, the waiter woken."""
+        try:
+            chunk = os.read(slot.connection.fileno(), 1 << 20)
+        except OSError:
+            chunk = b""
+        if not chunk:  # the worker's end closed
+            slot.ended = "dead"
+        else:
             slot.unread += chunk
             try:
-                found = wire.frames(slot.unread)
+                slot.messages.extend(self._message(data) for data in wire.frames(slot.unread))
             except wire.UnsafeMessage:
-                return ("unsafe", None)
-            slot.messages.extend(self._message(data) for data in found)
-        return slot.messages.popleft()
+                slot.ended = "unsafe"
+        if slot.ended is not None:
+            self._unwatch(slot)
+        waiter = slot.waiter
+        if waiter is not None and not waiter.done() and (slot.messages or slot.ended):
+            waiter.set_result(None)
 
     def _check_started(self, slot: _Worker, message: tuple[str, Any] | None) -> None:
         if message is None or message[0] != "ready":
@@ -253,6 +279,7 @@ class LocalExecutor:
             else:  # alive, but what it sent is not a reply: in-world code wrote to the pipe
                 error = f"the worker process sent something that is not a reply in the {where}"
         loop = asyncio.get_running_loop()
+        self._unwatch(slot)
         await loop.run_in_executor(self.threads, self._stop, slot)
         if task is not None:  # the rollout's snapshot copy, if the worker left it
             workdir = Path(self.config.work_root) / f"{task.input_index}-{task.rollout}"
@@ -314,6 +341,7 @@ class LocalExecutor:
             if answered < len(tasks) and replacement is None and slot in self.all:
                 # left mid-batch (an exception, or the run stopped): the worker is still
                 # running the batch's other rollouts, so it is of no use to anyone
+                self._unwatch(slot)
                 await asyncio.get_running_loop().run_in_executor(self.threads, self._stop, slot)
             else:
                 self._release(slot, replacement)
