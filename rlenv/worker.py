@@ -22,7 +22,6 @@ import copy
 import os
 import shutil
 import signal
-import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -285,8 +284,10 @@ class WorldRuntime:
         self.snapshot_manifest = (
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
         )
-        self._spare: Path | None = None  # an empty workdir kept for the next rollout
-        self._empty_mode: int | None = None  # the mode a fresh empty workdir gets
+        self._spare: Path | None = None  # the last workdir, put aside for the next rollout
+        # what a fresh empty workdir looks like (`snapshot.directory_state`); None: none yet,
+        # or the workdirs are snapshot copies (never reused)
+        self._fresh_state: tuple[Any, ...] | None = None
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
         self.cassette: Any = None
         if not config.live_tools:
@@ -349,33 +350,33 @@ class WorldRuntime:
 
     def prepare(self, task: RolloutTask) -> None:
         destination = self.workdir_of(task)
-        if self.snapshot_path is None and self._spare is not None and not destination.exists():
-            try:  # an empty workdir, renamed: a directory made and removed per rollout cost
-                os.rename(self._spare, destination)  # milliseconds on ext4
-                self._spare = None
-                return
+        if self._spare is not None:
+            spare, self._spare = self._spare, None
+            try:  # an emptied workdir, renamed: a directory made and removed per rollout cost
+                os.rename(spare, destination)  # milliseconds on ext4
             except OSError:
-                self._spare = None
+                _discard(spare)
+            else:
+                # Checked here, not when it was put aside: by now whatever the earlier call
+                # started is dead and cannot write into it any more.
+                if snapshot.directory_state(destination) == self._fresh_state:
+                    os.utime(destination)  # its times as a fresh one's: nothing carried over
+                    return
+                _discard(destination)  # perhaps a link or a file the rollout put there
         snapshot.fresh_copy(self.snapshot_path, destination)
-        if self.snapshot_path is None and self._empty_mode is None:
-            self._empty_mode = stat.S_IMODE(os.lstat(destination).st_mode)
+        if self.snapshot_path is None and self._fresh_state is None:
+            self._fresh_state = snapshot.directory_state(destination)
 
     def release(self, task: RolloutTask) -> None:
-        """Remove a rollout's workdir; without a snapshot, one left as it was made (empty,
-        same mode) is kept aside for the next rollout instead."""
+        """Remove a rollout's workdir; without a snapshot, it is put aside instead, and the
+        next rollout takes it if it is then empty and as a fresh one is (`prepare`)."""
         workdir = self.workdir_of(task)
-        if self.snapshot_path is None and self._spare is None and self._empty_mode is not None:
+        if self._spare is None and self._fresh_state is not None:
             spare = self.work_root / f".empty-{os.getpid()}"
             try:
-                status = os.lstat(workdir)
-                if (
-                    stat.S_ISDIR(status.st_mode)
-                    and stat.S_IMODE(status.st_mode) == self._empty_mode
-                    and not os.listdir(workdir)
-                ):
-                    os.rename(workdir, spare)
-                    self._spare = spare
-                    return
+                os.rename(workdir, spare)
+                self._spare = spare
+                return
             except OSError:
                 pass
         shutil.rmtree(workdir, ignore_errors=True)
@@ -752,6 +753,17 @@ class WorldRuntime:
             return self.call_tool(task, call, turn, number)
 
         return call_tool
+
+
+def _discard(path: Path) -> None:
+    """Remove whatever is at `path` (a directory tree, a file, a link: never followed)."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _describe(exc: BaseException) -> str:
