@@ -16,9 +16,10 @@ import pytest
 from tests.conftest import EnvBuilder, cli, read_jsonl
 
 PLANTER = """
-import ctypes, json, os, time
+import ctypes, json, os, signal, time
 
 MARK = "1000.4243"
+NAME = b"leak4243"  # a clone child's name (it never execs: an exec would make it a plain child)
 
 
 def _sleep_forever():
@@ -31,11 +32,13 @@ def _log(line):
 
 
 def plant(mode, workdir):
-    if mode == "clone_child":  # exit signal 0: plain waitpid(-1) never sees this child
-        libc = ctypes.CDLL(None, use_errno=True)
+    if mode == "clone_child":  # exit signal 0: plain wait(-1) never sees this child
+        libc = ctypes.PyDLL(None)  # the GIL held across the clone: the child can go on
         libc.syscall.restype = ctypes.c_long
         if libc.syscall(56, 0, 0, 0, 0, 0) == 0:  # x86-64 clone(flags=0)
-            _sleep_forever()
+            libc.prctl(15, NAME, 0, 0, 0)  # PR_SET_NAME
+            while True:
+                signal.pause()
     elif mode == "orphan":  # double fork, the middle reaped: the grandchild is re-parented
         middle = os.fork()
         if middle == 0:
@@ -80,11 +83,17 @@ def _leftovers():
         if not pid.isdigit():
             continue
         try:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                if handle.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue  # dead, not yet reaped
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                if MARK.encode() in handle.read():
-                    found.append(pid)
+                command = handle.read()
+            with open(f"/proc/{pid}/comm", "rb") as handle:
+                name = handle.read().strip()
         except OSError:
-            pass
+            continue
+        if MARK.encode() in command or name == NAME:
+            found.append(pid)
     return found
 
 
