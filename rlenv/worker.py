@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fcntl
 import os
 import shutil
 import signal
 import sys
+import termios
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,7 +66,7 @@ from rlenv.providers.base import ModelReply, ModelRequest, import_ref
 from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import seal
 from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
-from rlenv.seeding import derive_seed, seed_everything
+from rlenv.seeding import derive_seed, seed_everything, seed_globals
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
 from rlenv.world import netguard, snapshot
@@ -258,6 +260,8 @@ class WorldRuntime:
             route_logical_hosts(config.service_routes)
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
         self.work_root = Path(config.work_root)
+        self._work_root_text = str(self.work_root)
+        self._names: tuple[tuple[int, int] | None, tuple[int, Path]] = (None, (0, self.work_root))
         inputs_path = self.loaded.inputs_path
         if config.split == "train" and self.loaded.train_inputs_path is not None:
             inputs_path = self.loaded.train_inputs_path
@@ -281,10 +285,13 @@ class WorldRuntime:
         self.reward = build_reward_model(spec.reward_model, self.loaded.root)
         self.reward_components = build_components(spec.reward)
         self.snapshot_path = self.loaded.snapshot_path
+        self._frozen_time = spec.time.isoformat()
+        self._decoding = spec.decoding.model_dump()  # copied per rollout: env code may change it
         self.snapshot_manifest = (
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
         )
         self._spare: Path | None = None  # the last workdir, put aside for the next rollout
+        self._spare_path = self.work_root / f".empty-{os.getpid()}"
         # what a fresh empty workdir looks like (`snapshot.directory_state`); None: none yet,
         # or the workdirs are snapshot copies (never reused)
         self._fresh_state: tuple[Any, ...] | None = None
@@ -342,11 +349,20 @@ class WorldRuntime:
     # -- pieces of a rollout -------------------------------------------------------------
 
     def seed_of(self, task: RolloutTask) -> int:
-        record = self.inputs[task.input_index]
-        return derive_seed(self.loaded.spec.seed, record.id, task.rollout)
+        return self._names_of(task)[0]
 
     def workdir_of(self, task: RolloutTask) -> Path:
-        return self.work_root / f"{task.input_index}-{task.rollout}"
+        return self._names_of(task)[1]
+
+    def _names_of(self, task: RolloutTask) -> tuple[int, Path]:
+        """The task's seed and workdir, made once for the task at hand (a rollout asks for
+        them several times); both depend on the task alone."""
+        key = (task.input_index, task.rollout)
+        if self._names[0] != key:
+            record = self.inputs[task.input_index]
+            seed = derive_seed(self.loaded.spec.seed, record.id, task.rollout)
+            self._names = (key, (seed, self.work_root / f"{key[0]}-{key[1]}"))
+        return self._names[1]
 
     def prepare(self, task: RolloutTask) -> None:
         destination = self.workdir_of(task)
@@ -372,7 +388,7 @@ class WorldRuntime:
         next rollout takes it if it is then empty and as a fresh one is (`prepare`)."""
         workdir = self.workdir_of(task)
         if self._spare is None and self._fresh_state is not None:
-            spare = self.work_root / f".empty-{os.getpid()}"
+            spare = self._spare_path
             try:
                 os.rename(workdir, spare)
                 self._spare = spare
@@ -382,7 +398,7 @@ class WorldRuntime:
         shutil.rmtree(workdir, ignore_errors=True)
 
     def sanitise(self, text: str) -> str:
-        return text.replace(str(self.work_root), "<workdir>")
+        return text.replace(self._work_root_text, "<workdir>")
 
     def cache_counts(self) -> tuple[int, int]:
         """Grader-cache hits and misses so far in this worker ((0, 0) without a cache)."""
@@ -546,9 +562,9 @@ class WorldRuntime:
             input=record.data,
             workdir=workdir,
             seed=seed,
-            frozen_time=self.loaded.spec.time.isoformat(),
+            frozen_time=self._frozen_time,
         )
-        seed_everything(derive_seed(seed, "verifiers"))
+        seed_globals(derive_seed(seed, "verifiers"))
         verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
         hits, misses = self.cache_counts()
         try:
@@ -574,7 +590,7 @@ class WorldRuntime:
         )
         if self.reward is not None:
             set_phase("reward")
-            seed_everything(derive_seed(seed, "reward"))
+            seed_globals(derive_seed(seed, "reward"))
             try:
                 verdict.reward = self.reward(reward_context)
             except Exception as exc:
@@ -585,7 +601,7 @@ class WorldRuntime:
                 verdict.status, verdict.error = "reward_error", f"reward model: {_describe(exc)}"
                 verdict.reward_traceback = verdict.traceback = env_frames(exc)
         if self.loaded.spec.reward is not None:
-            seed_everything(derive_seed(seed, "reward", "components"))
+            seed_globals(derive_seed(seed, "reward", "components"))
             verdict.rewards, error = composite(
                 self.loaded.spec.reward,
                 verdict.results,
@@ -651,14 +667,14 @@ class WorldRuntime:
         workdir = self.workdir_of(task)
         try:
             with contextlib.chdir(workdir):
-                seed_everything(derive_seed(int(record["seed"]), "verifiers"))
+                seed_globals(derive_seed(int(record["seed"]), "verifiers"))
                 context = VerifierContext(
                     answer=record["answer"],
                     messages=record["messages"],
                     input=data,
                     workdir=workdir,
                     seed=int(record["seed"]),
-                    frozen_time=self.loaded.spec.time.isoformat(),
+                    frozen_time=self._frozen_time,
                 )
                 results = self.grade(
                     context, task, record["input_id"], record["world"], only=pending, late=True
@@ -719,12 +735,12 @@ class WorldRuntime:
         """The in-world policy, called synchronously in the rollout's workdir."""
         record = self.inputs[task.input_index]
         seed = self.seed_of(task)
-        decoding = self.loaded.spec.decoding.model_dump()
+        decoding = _json_copy(self._decoding)
         workdir = self.workdir_of(task)
 
         async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
             request = ModelRequest(
-                messages=copy.deepcopy(current),
+                messages=_json_copy(current),
                 tools=self.schemas,
                 decoding=decoding,
                 seed=seed,
@@ -753,6 +769,26 @@ class WorldRuntime:
             return self.call_tool(task, call, turn, number)
 
         return call_tool
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (messages), several times faster than `copy.deepcopy`;
+    anything else inside (and a structure that refers to itself) goes through deepcopy."""
+    try:
+        return _json_copied(value)
+    except RecursionError:
+        return copy.deepcopy(value)
+
+
+def _json_copied(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: _json_copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_json_copied(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def _discard(path: Path) -> None:
@@ -911,11 +947,7 @@ def threading_native_id() -> int:
 
 def _unread(fd: int) -> int:
     """Bytes waiting in a pipe (FIONREAD)."""
-    import fcntl
-    import struct
-    import termios
-
-    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
 
 
 class CapturedOutput:
@@ -955,7 +987,9 @@ class CapturedOutput:
 
 
 def _flush_python_streams() -> None:
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+    streams = {id(stream): stream for stream in (sys.stdout, sys.stderr)}
+    streams.update((id(stream), stream) for stream in (sys.__stdout__, sys.__stderr__))
+    for stream in streams.values():  # usually two, each named twice: one flush each
         with contextlib.suppress(Exception):
             stream.flush()  # type: ignore[union-attr]
 

@@ -56,7 +56,7 @@ def directory_state(path: Path | str) -> tuple[Any, ...] | None:
             return None
         names = sorted(os.listxattr(fd))
         attributes = tuple((name, os.getxattr(fd, name)) for name in names)
-        inode_flags = []
+        inode_flags: list[bytes | None] = []
         for request, size in ((_FS_IOC_GETFLAGS, 8), (_FS_IOC_FSGETXATTR, 28)):
             try:
                 inode_flags.append(fcntl.ioctl(fd, request, bytes(size)))
@@ -91,6 +91,8 @@ def _copy_reversed(source: Path, destination: Path) -> None:
 
 def changes(before: list[tuple[str, str]], workdir: Path) -> dict[str, object]:
     """Files added, removed and modified relative to the snapshot manifest, with final hashes."""
+    if not before and not os.listdir(workdir):  # no snapshot, nothing written: no walk
+        return {"added": {}, "removed": [], "modified": {}}
     after = dict(directory_manifest(workdir))
     original = dict(before)
     added = {name: after[name] for name in sorted(after.keys() - original.keys())}
