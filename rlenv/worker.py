@@ -322,12 +322,16 @@ class WorldRuntime:
         signal.signal(signal.SIGALRM, _alarm)
 
     def _load_tools(self) -> None:
-        import jsonschema
-
         tools = self.loaded.spec.tools
         self.tool_functions = {
             tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in tools
         }
+        self.tool_validators = {}
+        if not tools:
+            self.schemas = []
+            return
+        import jsonschema  # ~3 MB a worker without tools does not need
+
         self.tool_validators = {
             tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
             for tool in tools
@@ -1024,6 +1028,7 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     global _runtime, _start_error
     os.dup2(2, 1)
     if not config.live_tools:
+        _import_httpx_without_cli()
         from rlenv.world import sockets
 
         sockets.install(whole_process=whole_process)
@@ -1036,6 +1041,23 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
         _start_error = exc.message if isinstance(exc, UserError) else _describe(exc)
         raise
+
+
+def _import_httpx_without_cli() -> None:
+    """Import httpx (tool replay's vcrpy patches it) without its command-line client: httpx
+    imports the client's libraries (rich, pygments, click: ~5 MB of a worker) when they are
+    installed, and falls back to a stub `httpx.main` when they are not, as here. Env code
+    that imports ``httpx._main`` itself still can."""
+    if "httpx" in sys.modules:
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx  # noqa: F401
+    except ImportError:  # not installed: vcrpy has nothing to patch
+        pass
+    finally:
+        if "httpx._main" in sys.modules and sys.modules["httpx._main"] is None:
+            del sys.modules["httpx._main"]
 
 
 def worker_ready() -> int:
