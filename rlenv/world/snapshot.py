@@ -91,7 +91,7 @@ def _copy_reversed(source: Path, destination: Path) -> None:
 
 def changes(before: list[tuple[str, str]], workdir: Path) -> dict[str, object]:
     """Files added, removed and modified relative to the snapshot manifest, with final hashes."""
-    if not before and not os.listdir(workdir):  # no snapshot, nothing written: no walk
+    if not before and _empty(workdir):  # no snapshot, nothing written: no walk
         return {"added": {}, "removed": [], "modified": {}}
     after = dict(directory_manifest(workdir))
     original = dict(before)
@@ -103,3 +103,11 @@ def changes(before: list[tuple[str, str]], workdir: Path) -> dict[str, object]:
         if after[name] != original[name]
     }
     return {"added": added, "removed": removed, "modified": modified}
+
+
+def _empty(directory: Path) -> bool:
+    """An existing directory with nothing in it (one that is gone is not: the walk decides)."""
+    try:
+        return not os.listdir(directory)
+    except OSError:
+        return False
