@@ -584,6 +584,8 @@ class WorldRuntime:
             }
         graded = [result for result in verdict.results if result["passed"] is not None]
         verdict.passed = all(result["passed"] for result in graded)
+        if self.reward is None and self.loaded.spec.reward is None:
+            return verdict  # no reward model, no composite reward: no prompt to render again
         reward_context = RewardContext(
             prompt=record.messages(self.loaded.spec.system_prompt, self.loaded.spec.prompt),
             answer=trajectory.answer,
