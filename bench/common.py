@@ -698,6 +698,38 @@ def _profile_worker(spec: str, model: str, count: int, top: int) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def _worker_cost(spec: str, model: str, count: int) -> None:
+    """CPU per rollout of a frozen-world worker in this process, no profiler, through the
+    entry point a worker serves (`worker_run_rollout`: output capture and the leftover-process
+    check included), after 200 warm-up rollouts; RSS after start."""
+    cpu = time.process_time  # every thread of this process (the output drains too)
+
+    def rss_mb() -> float:
+        status = _status_kib(os.getpid())
+        return status[1] / 1024 if status else 0.0
+
+    from rlenv import worker
+
+    work = Path(tempfile.mkdtemp(prefix="bench-worker-"))
+    worker.init_worker(worker.WorkerConfig(spec_path=spec, work_root=str(work), model_uri=model))
+    started_mb = rss_mb()
+    runtime = worker._get()
+    total = len(runtime.inputs)
+    for number in range(200):
+        worker.worker_run_rollout(worker.RolloutTask(number % total, 10_000 + number // total))
+    started = cpu()
+    for number in range(count):
+        worker.worker_run_rollout(worker.RolloutTask(number % total, number // total))
+    spent = cpu() - started
+    print(
+        f"worker: {spent / count * 1e6:.0f} us CPU per rollout over {count};"
+        f" RSS after start {started_mb:.0f} MB, after the rollouts {rss_mb():.0f} MB;"
+        f" load {_load()}",
+        file=sys.stderr,  # the worker's fd 1 is its fd 2
+    )
+    shutil.rmtree(work, ignore_errors=True)
+
+
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1].startswith("_"):
     _command, _args = sys.argv[1], sys.argv[2:]
     if _command == "_serve":
@@ -706,3 +738,5 @@ if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1].startswith("_"):
         _profile_orchestrator(_args[0], int(_args[1]), int(_args[2]))
     elif _command == "_profile_worker":
         _profile_worker(_args[0], _args[1], int(_args[2]), int(_args[3]))
+    elif _command == "_worker_cost":
+        _worker_cost(_args[0], _args[1], int(_args[2]))

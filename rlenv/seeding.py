@@ -18,6 +18,12 @@ def derive_seed(env_seed: int, *parts: object) -> int:
 
 def seed_everything(seed: int) -> random.Random:
     """Seed Python's and NumPy's global RNGs (and torch's if loaded); return a fresh Random."""
+    seed_globals(seed)
+    return random.Random(seed)
+
+
+def seed_globals(seed: int) -> None:
+    """`seed_everything` where nothing takes the fresh Random (seeding one costs as much)."""
     random.seed(seed)
     if "numpy" in sys.modules:
         import numpy
@@ -26,4 +32,3 @@ def seed_everything(seed: int) -> random.Random:
     if "torch" in sys.modules:
         torch = sys.modules["torch"]
         torch.manual_seed(seed)
-    return random.Random(seed)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import fcntl
 import os
 import shutil
 import signal
-import stat
 import sys
+import termios
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,7 +66,7 @@ from rlenv.providers.base import ModelReply, ModelRequest, import_ref
 from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import seal
 from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
-from rlenv.seeding import derive_seed, seed_everything
+from rlenv.seeding import derive_seed, seed_everything, seed_globals
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
 from rlenv.world import netguard, snapshot
@@ -262,6 +263,8 @@ class WorldRuntime:
             route_logical_hosts(config.service_routes)
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
         self.work_root = Path(config.work_root)
+        self._work_root_text = str(self.work_root)
+        self._names: tuple[tuple[int, int] | None, tuple[int, Path]] = (None, (0, self.work_root))
         inputs_path = self.loaded.inputs_path
         if config.split == "train" and self.loaded.train_inputs_path is not None:
             inputs_path = self.loaded.train_inputs_path
@@ -285,11 +288,16 @@ class WorldRuntime:
         self.reward = build_reward_model(spec.reward_model, self.loaded.root)
         self.reward_components = build_components(spec.reward)
         self.snapshot_path = self.loaded.snapshot_path
+        self._frozen_time = spec.time.isoformat()
+        self._decoding = spec.decoding.model_dump()  # copied per rollout: env code may change it
         self.snapshot_manifest = (
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
         )
-        self._spare: Path | None = None  # an empty workdir kept for the next rollout
-        self._empty_mode: int | None = None  # the mode a fresh empty workdir gets
+        self._spare: Path | None = None  # the last workdir, put aside for the next rollout
+        self._spare_path = self.work_root / f".empty-{os.getpid()}"
+        # what a fresh empty workdir looks like (`snapshot.directory_state`); None: none yet,
+        # or the workdirs are snapshot copies (never reused)
+        self._fresh_state: tuple[Any, ...] | None = None
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
         self.cassette: Any = None
         if not config.live_tools:
@@ -317,12 +325,16 @@ class WorldRuntime:
         signal.signal(signal.SIGALRM, _alarm)
 
     def _load_tools(self) -> None:
-        import jsonschema
-
         tools = self.loaded.spec.tools
         self.tool_functions = {
             tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in tools
         }
+        self.tool_validators = {}
+        if not tools:
+            self.schemas = []
+            return
+        import jsonschema  # ~3 MB a worker without tools does not need
+
         self.tool_validators = {
             tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
             for tool in tools
@@ -344,47 +356,56 @@ class WorldRuntime:
     # -- pieces of a rollout -------------------------------------------------------------
 
     def seed_of(self, task: RolloutTask) -> int:
-        record = self.inputs[task.input_index]
-        return derive_seed(self.loaded.spec.seed, record.id, task.rollout)
+        return self._names_of(task)[0]
 
     def workdir_of(self, task: RolloutTask) -> Path:
-        return self.work_root / f"{task.input_index}-{task.rollout}"
+        return self._names_of(task)[1]
+
+    def _names_of(self, task: RolloutTask) -> tuple[int, Path]:
+        """The task's seed and workdir, made once for the task at hand (a rollout asks for
+        them several times); both depend on the task alone."""
+        key = (task.input_index, task.rollout)
+        if self._names[0] != key:
+            record = self.inputs[task.input_index]
+            seed = derive_seed(self.loaded.spec.seed, record.id, task.rollout)
+            self._names = (key, (seed, self.work_root / f"{key[0]}-{key[1]}"))
+        return self._names[1]
 
     def prepare(self, task: RolloutTask) -> None:
         destination = self.workdir_of(task)
-        if self.snapshot_path is None and self._spare is not None and not destination.exists():
-            try:  # an empty workdir, renamed: a directory made and removed per rollout cost
-                os.rename(self._spare, destination)  # milliseconds on ext4
-                self._spare = None
-                return
+        if self._spare is not None:
+            spare, self._spare = self._spare, None
+            try:  # an emptied workdir, renamed: a directory made and removed per rollout cost
+                os.rename(spare, destination)  # milliseconds on ext4
             except OSError:
-                self._spare = None
+                _discard(spare)
+            else:
+                # Checked here, not when it was put aside: by now whatever the earlier call
+                # started is dead and cannot write into it any more.
+                if snapshot.directory_state(destination) == self._fresh_state:
+                    os.utime(destination)  # its times as a fresh one's: nothing carried over
+                    return
+                _discard(destination)  # perhaps a link or a file the rollout put there
         snapshot.fresh_copy(self.snapshot_path, destination)
-        if self.snapshot_path is None and self._empty_mode is None:
-            self._empty_mode = stat.S_IMODE(os.lstat(destination).st_mode)
+        if self.snapshot_path is None and self._fresh_state is None:
+            self._fresh_state = snapshot.directory_state(destination)
 
     def release(self, task: RolloutTask) -> None:
-        """Remove a rollout's workdir; without a snapshot, one left as it was made (empty,
-        same mode) is kept aside for the next rollout instead."""
+        """Remove a rollout's workdir; without a snapshot, it is put aside instead, and the
+        next rollout takes it if it is then empty and as a fresh one is (`prepare`)."""
         workdir = self.workdir_of(task)
-        if self.snapshot_path is None and self._spare is None and self._empty_mode is not None:
-            spare = self.work_root / f".empty-{os.getpid()}"
+        if self._spare is None and self._fresh_state is not None:
+            spare = self._spare_path
             try:
-                status = os.lstat(workdir)
-                if (
-                    stat.S_ISDIR(status.st_mode)
-                    and stat.S_IMODE(status.st_mode) == self._empty_mode
-                    and not os.listdir(workdir)
-                ):
-                    os.rename(workdir, spare)
-                    self._spare = spare
-                    return
+                os.rename(workdir, spare)
+                self._spare = spare
+                return
             except OSError:
                 pass
         shutil.rmtree(workdir, ignore_errors=True)
 
     def sanitise(self, text: str) -> str:
-        return text.replace(str(self.work_root), "<workdir>")
+        return text.replace(self._work_root_text, "<workdir>")
 
     def cache_counts(self) -> tuple[int, int]:
         """Grader-cache hits and misses so far in this worker ((0, 0) without a cache)."""
@@ -548,9 +569,9 @@ class WorldRuntime:
             input=record.data,
             workdir=workdir,
             seed=seed,
-            frozen_time=self.loaded.spec.time.isoformat(),
+            frozen_time=self._frozen_time,
         )
-        seed_everything(derive_seed(seed, "verifiers"))
+        seed_globals(derive_seed(seed, "verifiers"))
         verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
         hits, misses = self.cache_counts()
         try:
@@ -566,6 +587,8 @@ class WorldRuntime:
             }
         graded = [result for result in verdict.results if result["passed"] is not None]
         verdict.passed = all(result["passed"] for result in graded)
+        if self.reward is None and self.loaded.spec.reward is None:
+            return verdict  # no reward model, no composite reward: no prompt to render again
         reward_context = RewardContext(
             prompt=record.messages(self.loaded.spec.system_prompt, self.loaded.spec.prompt),
             answer=trajectory.answer,
@@ -576,7 +599,7 @@ class WorldRuntime:
         )
         if self.reward is not None:
             set_phase("reward")
-            seed_everything(derive_seed(seed, "reward"))
+            seed_globals(derive_seed(seed, "reward"))
             try:
                 verdict.reward = self.reward(reward_context)
             except Exception as exc:
@@ -587,7 +610,7 @@ class WorldRuntime:
                 verdict.status, verdict.error = "reward_error", f"reward model: {_describe(exc)}"
                 verdict.reward_traceback = verdict.traceback = env_frames(exc)
         if self.loaded.spec.reward is not None:
-            seed_everything(derive_seed(seed, "reward", "components"))
+            seed_globals(derive_seed(seed, "reward", "components"))
             verdict.rewards, error = composite(
                 self.loaded.spec.reward,
                 verdict.results,
@@ -653,14 +676,14 @@ class WorldRuntime:
         workdir = self.workdir_of(task)
         try:
             with contextlib.chdir(workdir):
-                seed_everything(derive_seed(int(record["seed"]), "verifiers"))
+                seed_globals(derive_seed(int(record["seed"]), "verifiers"))
                 context = VerifierContext(
                     answer=record["answer"],
                     messages=record["messages"],
                     input=data,
                     workdir=workdir,
                     seed=int(record["seed"]),
-                    frozen_time=self.loaded.spec.time.isoformat(),
+                    frozen_time=self._frozen_time,
                 )
                 results = self.grade(
                     context, task, record["input_id"], record["world"], only=pending, late=True
@@ -721,12 +744,12 @@ class WorldRuntime:
         """The in-world policy, called synchronously in the rollout's workdir."""
         record = self.inputs[task.input_index]
         seed = self.seed_of(task)
-        decoding = self.loaded.spec.decoding.model_dump()
+        decoding = _json_copy(self._decoding)
         workdir = self.workdir_of(task)
 
         async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
             request = ModelRequest(
-                messages=copy.deepcopy(current),
+                messages=_json_copy(current),
                 tools=self.schemas,
                 decoding=decoding,
                 seed=seed,
@@ -755,6 +778,37 @@ class WorldRuntime:
             return self.call_tool(task, call, turn, number)
 
         return call_tool
+
+
+def _json_copy(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (messages), several times faster than `copy.deepcopy`;
+    anything else inside (and a structure that refers to itself) goes through deepcopy."""
+    try:
+        return _json_copied(value)
+    except RecursionError:
+        return copy.deepcopy(value)
+
+
+def _json_copied(value: Any) -> Any:
+    kind = type(value)
+    if kind is dict:
+        return {key: _json_copied(item) for key, item in value.items()}
+    if kind is list:
+        return [_json_copied(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
+
+
+def _discard(path: Path) -> None:
+    """Remove whatever is at `path` (a directory tree, a file, a link: never followed)."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
 
 
 def _describe(exc: BaseException) -> str:
@@ -902,11 +956,7 @@ def threading_native_id() -> int:
 
 def _unread(fd: int) -> int:
     """Bytes waiting in a pipe (FIONREAD)."""
-    import fcntl
-    import struct
-    import termios
-
-    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
 
 
 class CapturedOutput:
@@ -946,7 +996,9 @@ class CapturedOutput:
 
 
 def _flush_python_streams() -> None:
-    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+    streams = {id(stream): stream for stream in (sys.stdout, sys.stderr)}
+    streams.update((id(stream), stream) for stream in (sys.__stdout__, sys.__stderr__))
+    for stream in streams.values():  # usually two, each named twice: one flush each
         with contextlib.suppress(Exception):
             stream.flush()  # type: ignore[union-attr]
 
@@ -981,6 +1033,7 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     global _runtime, _start_error
     os.dup2(2, 1)
     if not config.live_tools:
+        _import_httpx_without_cli()
         from rlenv.world import sockets
 
         sockets.install(whole_process=whole_process)
@@ -993,6 +1046,23 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
         _start_error = exc.message if isinstance(exc, UserError) else _describe(exc)
         raise
+
+
+def _import_httpx_without_cli() -> None:
+    """Import httpx (tool replay's vcrpy patches it) without its command-line client: httpx
+    imports the client's libraries (rich, pygments, click: ~5 MB of a worker) when they are
+    installed, and falls back to a stub `httpx.main` when they are not, as here. Env code
+    that imports ``httpx._main`` itself still can."""
+    if "httpx" in sys.modules:
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx  # noqa: F401
+    except ImportError:  # not installed: vcrpy has nothing to patch
+        pass
+    finally:
+        if "httpx._main" in sys.modules and sys.modules["httpx._main"] is None:
+            del sys.modules["httpx._main"]
 
 
 def worker_ready() -> int:

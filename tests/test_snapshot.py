@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 from collections.abc import Callable
@@ -120,3 +121,26 @@ def test_copy_never_reads_special_files_or_outside_links(tmp_path: Path, attack:
     ATTACKS[attack](snap)
     with pytest.raises(UserError):
         fresh_copy(snap, tmp_path / "copy")
+
+
+def test_changes_without_a_snapshot(tmp_path: Path) -> None:
+    """No snapshot: an empty workdir has no changes (without a walk), a written one has, and
+    a workdir the rollout removed or replaced by a file has none (as the walk finds)."""
+    from rlenv.world import snapshot
+
+    nothing = {"added": {}, "removed": [], "modified": {}}
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert snapshot.changes([], empty) == nothing
+    written = tmp_path / "written"
+    (written / "sub").mkdir(parents=True)
+    (written / "sub" / "f").write_text("x")
+    digest = hashlib.sha256(b"x").hexdigest()
+    assert snapshot.changes([], written) == {
+        "added": {"sub/f": digest},
+        "removed": [],
+        "modified": {},
+    }
+    assert snapshot.changes([], tmp_path / "gone") == nothing
+    (tmp_path / "file").write_text("x")
+    assert snapshot.changes([], tmp_path / "file") == nothing

@@ -12,8 +12,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import psutil
@@ -70,14 +72,44 @@ def kill_tree(pids: set[int]) -> None:
     for process in found.values():
         with contextlib.suppress(psutil.Error):
             process.kill()
-    psutil.wait_procs(list(found.values()), timeout=5)
+    _wait_ended(set(found), 5.0)
+    reap_zombies()
+
+
+def _wait_ended(pids: set[int], seconds: float) -> None:
+    """Wait (at most `seconds` of real time: the world's clock is frozen) until each process
+    has ended, a zombie or gone. Through pidfds, which work for every kind of child: psutil's
+    wait never ends for a zombie it cannot reap, e.g. a raw ``clone`` child."""
+    handles = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            handles.append(os.pidfd_open(pid))
+    try:
+        poller = select.poll()
+        for handle in handles:
+            poller.register(handle, select.POLLIN)
+        clock = time.CLOCK_MONOTONIC
+        deadline = time.clock_gettime(clock) + seconds
+        waiting = len(handles)
+        while waiting and (left := deadline - time.clock_gettime(clock)) > 0:
+            for handle, _ in poller.poll(left * 1000):
+                poller.unregister(handle)
+                waiting -= 1
+    finally:
+        for handle in handles:
+            os.close(handle)
+
+
+_WALL = 0x40000000
+"""``__WALL``: wait for children of every kind, those whose exit signal is not SIGCHLD (a raw
+``clone``) too; plain ``waitpid(-1)`` does not see them."""
 
 
 def reap_zombies() -> None:
     """Collect the exit status of any finished child (orphans re-parented to this subreaper)."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, _ = os.waitpid(-1, os.WNOHANG | _WALL)
         except ChildProcessError:
             return
         if pid == 0:
@@ -86,15 +118,37 @@ def reap_zombies() -> None:
 
 @contextlib.contextmanager
 def no_leftovers() -> Iterator[None]:
-    """Around one worker call: every process that appeared under this one during it is killed."""
-    before = _direct_children()
+    """Around one worker call: every process that appeared under this one during it is killed.
+
+    A process with no child at all (the common case) needs no look at /proc: one `waitid`
+    says so before the call and, if nothing the call started is still there (running or a
+    zombie), after it. Anything it started, forked, cloned or orphaned to this subreaper is
+    a child of one of its threads until it is reaped, so "no child" means nothing survived."""
+    before = None if _childless() else _direct_children()
     try:
         yield
     finally:
-        started = _direct_children() - before
-        if started:
-            kill_tree(started)  # with their descendants
-        reap_zombies()
+        if before is not None or not _childless():
+            _kill_started(before or set())
+
+
+def _kill_started(before: set[int]) -> None:
+    started = _direct_children() - before
+    if started:
+        kill_tree(started)  # with their descendants
+    reap_zombies()
+
+
+def _childless() -> bool:
+    """True when this process has no child of any kind, running or a zombie, in any of its
+    threads (one ``waitid`` that reaps nothing)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT | _WALL)
+    except ChildProcessError:
+        return True
+    except OSError:  # a kernel whose waitid refuses __WALL (before 4.7): look at /proc
+        return False
+    return False
 
 
 QUIET_THREADS: set[str] = set()

@@ -1,0 +1,54 @@
+"""A frozen-world worker imports only what it needs: every MB counts, times each worker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import EnvBuilder
+
+PROBE = """
+import json, sys, tempfile
+from rlenv import worker
+
+config = worker.WorkerConfig(
+    spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2]
+)
+worker.init_worker(config)
+record = worker.worker_run_rollout(worker.RolloutTask(0, 0))
+loaded = sorted({name.split(".")[0] for name in sys.modules})
+import httpx._main  # env code that wants httpx's command-line client still gets it
+print(json.dumps({"status": record["status"], "loaded": loaded}), file=sys.stderr)
+"""
+
+POLICY = """
+def policy(messages, tools, ctx):
+    return "a"
+"""
+
+
+def _loaded(spec: Path, model: str, tmp_path: Path) -> dict:
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(spec), model],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stderr.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def test_a_worker_without_tools_loads_no_schema_validator_nor_httpx_cli(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write(POLICY)
+    seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path)
+    assert seen["status"] == "ok"
+    assert "httpx" in seen["loaded"]  # replay patches it
+    for heavy in ("jsonschema", "rich", "pygments", "click"):
+        assert heavy not in seen["loaded"], f"the worker imported {heavy}"
