@@ -185,13 +185,21 @@ def encode_line(record: dict[str, Any]) -> bytes:
     Every line is strict JSON: a NaN or infinity that reached the record is written as null,
     as the digest already saw it (never a bare `NaN`).
     """
-    try:  # plain data straight through orjson, when nothing in it can be written otherwise
+    try:  # plain data straight through orjson: whole, else field by field (sorted, compact)
         line = orjson.dumps(record, option=_LINE_OPTIONS)
-    except TypeError:  # a subclass, a big integer, a key that is not a string...
-        pass
-    else:
         if _NOT_REPR.search(line) is None:
             return line
+        parts = []
+        for key in sorted(record):
+            if type(key) is not str:
+                raise TypeError(key)
+            value = orjson.dumps(record[key], option=_LINE_OPTIONS)
+            if _NOT_REPR.search(value) is not None:  # e.g. timing's wall_s of 7e-06
+                value = fast_json(record[key], canonical=False)
+            parts.append(orjson.dumps(key) + b":" + value)
+        return b"{" + b",".join(parts) + b"}"
+    except Exception:  # a subclass, a big integer, a key that is not a string...
+        pass
     try:
         return fast_json(record, canonical=False)
     except Exception:  # what the fast path cannot prove the same: the reference below
@@ -204,8 +212,8 @@ _LINE_OPTIONS = (
     | orjson.OPT_PASSTHROUGH_DATACLASS
     | orjson.OPT_PASSTHROUGH_DATETIME
 )
-_NOT_REPR = re.compile(rb"[:,\[]-?(?:[0-9]+(?:\.[0-9]+)?[eE]|0\.0000)")
-"""A number (after a colon, comma or bracket: the line has no spaces) that orjson may write
+_NOT_REPR = re.compile(rb"(?:^|[:,\[])-?(?:[0-9]+(?:\.[0-9]+)?[eE]|0\.0000)")
+"""A number (first, or after a colon, comma or bracket: no spaces) that orjson may write
 unlike `repr`: one with an exponent, or one below 1e-4 (where repr turns to exponents and
 orjson does not). Such a line takes the checked path (a string holding the same characters
 does too, harmlessly; a hex digest does not). The direct path is for sealed records (their digest

@@ -134,6 +134,11 @@ def test_ordinary_results_lines_go_straight_through_orjson() -> None:
     line = orjson.dumps(record, option=results._LINE_OPTIONS)
     assert results._NOT_REPR.search(line) is None
     assert encode_line(record) == line == _reference_line(record)
+    # a tiny float costs its own field the checked path, not the whole line
+    record["timing"]["wall_s"] = 7e-06
+    assert results._NOT_REPR.search(orjson.dumps(7e-06)) is not None
+    assert encode_line(record) == _reference_line(record)
+    assert b'"wall_s":7e-06' in encode_line(record)
 
 
 def test_fast_path_refuses_what_it_cannot_prove() -> None:
