@@ -334,8 +334,8 @@ class CompactRecord(Mapping[str, Any]):
     As a mapping it holds what ``compact_for_metrics`` always kept: ``input_id``,
     ``input_index``, ``rollout``, ``status``, ``passed``, ``reward``, ``answer``,
     ``verifiers`` and ``components``; ``usage`` (``{"completion_tokens": N}``) when N is not
-    0, ``kl`` and ``rewards`` when the record has them. ``digest`` (the record's own) is an
-    attribute, not a key.
+    0, ``kl`` and ``rewards`` when the record has them. ``digest`` (the record's own, packed:
+    :func:`unpacked` reads it) is an attribute, not a key.
     """
 
     __slots__ = (*_COMPACT_KEYS, "tokens", "kl", "rewards", "digest")
@@ -409,7 +409,7 @@ def compact_for_metrics(record: Mapping[str, Any], shared: dict[Any, Any]) -> Co
     compact.status = text(record.get("status"))
     compact.passed = record.get("passed")
     compact.reward = record.get("reward")
-    compact.answer = record.get("answer")
+    compact.answer = text(record.get("answer"))  # answers repeat (collapse, short answers)
     compact.verifiers = shared[key]
     ran, failed = components(record)
     ran = shared.setdefault(("ran", ran), ran)
@@ -420,8 +420,26 @@ def compact_for_metrics(record: Mapping[str, Any], shared: dict[Any, Any]) -> Co
     compact.tokens = (record.get("usage") or {}).get("completion_tokens")
     compact.kl = record.get("kl")
     compact.rewards = record.get("rewards")
-    compact.digest = record.get("digest")
+    compact.digest = _packed(record.get("digest"))
     return compact
+
+
+def _packed(digest: Any) -> Any:
+    """A sha256 hex digest as its 32 bytes (half the memory of the text); anything else as it
+    is. :func:`unpacked` gives the text back."""
+    if isinstance(digest, str) and len(digest) == 64:
+        try:
+            packed = bytes.fromhex(digest)
+        except ValueError:
+            return digest
+        if packed.hex() == digest:
+            return packed
+    return digest
+
+
+def unpacked(digest: Any) -> Any:
+    """A digest kept by :func:`compact_for_metrics` (CompactRecord.digest), as written."""
+    return digest.hex() if isinstance(digest, bytes) else digest
 
 
 def _shared_failure(failure: dict[str, Any], shared: dict[Any, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from rlenv.results import (
     digest_in_order,
     iter_results,
     read_results,
+    unpacked,
 )
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
@@ -816,7 +817,7 @@ def build_summary(
     checks.finish()
     totals.compact.sort(key=lambda r: (r.input_index, r.rollout))
     # (input index, rollout) is unique once checked: the run digest's own order
-    digest = digest_in_order(row.digest for row in totals.compact)
+    digest = digest_in_order(unpacked(row.digest) for row in totals.compact)
     diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"], baseline=baseline)
     group_by = meta.get("group_by")
     groups = None

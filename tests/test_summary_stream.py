@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rlenv import metrics
 from rlenv.canonical import canonical_bytes
-from rlenv.check import RecordChecks, TamperedRun, verified_records
+from rlenv.check import RecordChecks, TamperedRun, check_run, verified_records
 from rlenv.env import load_environment
 from rlenv.results import (
     compact_for_metrics,
@@ -27,6 +27,7 @@ from rlenv.results import (
     encode_line,
     iter_results,
     record_digest,
+    run_digest,
     seal,
 )
 from rlenv.runner import _pretty, _Totals, build_summary
@@ -96,6 +97,9 @@ def test_run_summary_is_the_summary_of_its_file(finished: Path) -> None:
     assert summary["rollouts"] == 24 and len(summary["counts"]) >= 2, summary["counts"]
     assert summary["reward"] and summary["reward_components"] and summary["errors"]
     assert (finished / "summary.json").read_bytes() == _from_disk(finished)
+    # the run digest as RunDigest computes it from the file, and `rlenv check` agrees
+    assert summary["digest"] == run_digest(iter_results(finished / "results.jsonl"))
+    assert check_run(finished).ok, check_run(finished).problems
 
 
 def test_resumed_summary_is_the_summary_of_its_file(finished: Path, tmp_path: Path) -> None:
