@@ -4,7 +4,8 @@ content, and refuse duplicates and gaps; `rlenv check RUN_DIR` on top (README: "
 Every reader of results.jsonl that turns records into numbers (the summary, `rlenv grade`,
 `rlenv report`, `rlenv compare`) goes through :func:`verified_records`, so a flipped verdict,
 an edited answer, a duplicated or a deleted line is an error naming the file and line, never a
-changed pass rate.
+changed pass rate. (`rlenv run` reads back only the lines an earlier run left; the lines it
+wrote itself get :meth:`RecordChecks.check_key`, their digests sealed by its workers.)
 """
 
 from __future__ import annotations
