@@ -4,12 +4,14 @@ content, and refuse duplicates and gaps; `rlenv check RUN_DIR` on top (README: "
 Every reader of results.jsonl that turns records into numbers (the summary, `rlenv grade`,
 `rlenv report`, `rlenv compare`) goes through :func:`verified_records`, so a flipped verdict,
 an edited answer, a duplicated or a deleted line is an error naming the file and line, never a
-changed pass rate.
+changed pass rate. (`rlenv run` reads back only the lines an earlier run left; the lines it
+wrote itself get :meth:`RecordChecks.check_key`, their digests sealed by its workers.)
 """
 
 from __future__ import annotations
 
 import json
+from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +19,7 @@ from typing import Any
 
 from rlenv.canonical import canonical_bytes
 from rlenv.errors import UserError
-from rlenv.results import RunDigest, order_key, record_digest
+from rlenv.results import CompactRecord, RunDigest, order_key, record_digest
 
 
 class TamperedRun(UserError):
@@ -58,14 +60,52 @@ def verified_records(
     rollouts 0..K-1 (K = ``rollouts_per_input``) and, given ``inputs``, every input index
     0..inputs-1 (or every index of a list: a run of chosen inputs) is there. TamperedRun
     names ``where:LINE`` (or ``where`` for a gap)."""
-    expected = (
-        None if inputs is None else set(range(inputs)) if isinstance(inputs, int) else set(inputs)
-    )
-    seen: dict[tuple[str, int], int] = {}
-    rollouts: dict[str, set[int]] = {}
-    indices: dict[int, str] = {}
+    checks = RecordChecks(where, rollouts_per_input=rollouts_per_input, inputs=inputs)
     for number, record in records:
-        at = f"{where}:{number}"
+        checks.check(number, record)
+        yield record
+    checks.finish()
+
+
+DENSE_ROLLOUTS = 1024
+"""Up to this many rollouts per input, :class:`RecordChecks` keeps 8 bytes per (input, rollout)
+slot (at most 8 KiB per input id a file names, a small multiple of its record's own size)."""
+
+
+class RecordChecks:
+    """What :func:`verified_records` checks, one record at a time, keeping a few bytes per
+    record (a line number per (input, rollout) slot, one entry per input), so a 100k-rollout
+    run is checked in little memory. :meth:`check` a whole record (its digest recomputed), or
+    :meth:`check_key` only its place in the run (a record whose digest was sealed where it was
+    made, in the worker, and that this process wrote itself); then :meth:`finish`."""
+
+    def __init__(
+        self,
+        where: str,
+        *,
+        rollouts_per_input: int | None = None,
+        inputs: int | Sequence[int] | None = None,
+    ) -> None:
+        self.where = where
+        self.per_input = rollouts_per_input
+        self.expected: range | set[int] | None = (
+            None if inputs is None else range(inputs) if isinstance(inputs, int) else set(inputs)
+        )
+        # input id -> its ordinal (first-seen order); its rollouts' line numbers (0: not seen)
+        # are lines[ordinal * K + rollout]
+        self.ordinals: dict[str, int] = {}
+        self.lines = array("q")
+        self.seen: dict[tuple[str, int], int] = {}
+        self.rollouts: dict[str, set[int]] = {}
+        self.indices: dict[int, str] = {}
+        # a line number per slot while K is small (a run.json claiming a huge K must not make
+        # `rlenv check` allocate K slots per input): else a dict entry per record, as before
+        self.dense = rollouts_per_input is not None and rollouts_per_input <= DENSE_ROLLOUTS
+
+    def check(self, number: int, record: dict[str, Any]) -> None:
+        """One record of line `number`: a rollout record whose digest matches its content, in
+        its place (:meth:`check_key`)."""
+        at = f"{self.where}:{number}"
         try:
             input_id = str(record["input_id"])
             rollout = int(record["rollout"])
@@ -81,47 +121,91 @@ def verified_records(
                 " (its content changed after it was written)",
                 where=at,
             )
-        key = (input_id, rollout)
-        if key in seen:
+        self.check_key(number, input_id, rollout, index)
+
+    def check_key(self, number: int, input_id: str, rollout: int, index: int) -> None:
+        """The record of line `number` is (input_id, rollout) of input `index`: not a duplicate,
+        within the run's rollouts and inputs, and its index names one input only."""
+        at = f"{self.where}:{number}"
+        per_input = self.per_input
+        slot = -1
+        if not self.dense:
+            first = self.seen.get((input_id, rollout))
+        elif per_input is not None and 0 <= rollout < per_input:
+            ordinal = self.ordinals.get(input_id)
+            slot = -1 if ordinal is None else ordinal * per_input + rollout
+            first = (self.lines[slot] or None) if slot >= 0 else None
+        else:
+            first = None  # an earlier (input_id, rollout) outside K was refused already
+        if first is not None:
             raise TamperedRun(
-                f"duplicate record ({input_id!r}, rollout {rollout}), first on line {seen[key]}",
+                f"duplicate record ({input_id!r}, rollout {rollout}), first on line {first}",
                 where=at,
             )
-        seen[key] = number
-        if rollouts_per_input is not None and not 0 <= rollout < rollouts_per_input:
+        if per_input is not None and not 0 <= rollout < per_input:
             raise TamperedRun(
                 f"rollout {rollout} of {input_id!r} is outside the run's"
-                f" {rollouts_per_input} rollouts per input",
+                f" {per_input} rollouts per input",
                 where=at,
             )
-        if expected is not None and index not in expected:
+        if self.expected is not None and index not in self.expected:
             raise TamperedRun(
-                f"input index {index} of {input_id!r} is outside the run's {len(expected)} inputs",
+                f"input index {index} of {input_id!r} is outside the run's"
+                f" {len(self.expected)} inputs",
                 where=at,
             )
-        if indices.setdefault(index, input_id) != input_id:
+        if self.indices.setdefault(index, input_id) != input_id:
             raise TamperedRun(
-                f"input index {index} belongs to {indices[index]!r}, not {input_id!r}", where=at
+                f"input index {index} belongs to {self.indices[index]!r}, not {input_id!r}",
+                where=at,
             )
-        rollouts.setdefault(input_id, set()).add(rollout)
-        yield record
-    if rollouts_per_input is not None:
-        for input_id, found in rollouts.items():
-            missing = sorted(set(range(rollouts_per_input)) - found)
-            if missing:
+        if not self.dense:
+            self.seen[(input_id, rollout)] = number
+            self.rollouts.setdefault(input_id, set()).add(rollout)
+            return
+        assert per_input is not None
+        if slot < 0:
+            ordinal = self.ordinals.setdefault(input_id, len(self.ordinals))
+            if ordinal * per_input >= len(self.lines):
+                self.lines.frombytes(bytes(self.lines.itemsize * per_input))
+            slot = ordinal * per_input + rollout
+        self.lines[slot] = number
+
+    def finish(self) -> None:
+        """No gap: every input seen has rollouts 0..K-1, every expected input is there."""
+        per_input = self.per_input
+        if per_input is not None:
+            for input_id, missing, first in self._gaps(per_input):
+                if missing:
+                    raise TamperedRun(
+                        f"input {input_id!r} is missing rollout {first}"
+                        f" ({missing} of {per_input} missing)",
+                        where=self.where,
+                    )
+        if self.expected is not None:
+            absent = len(self.expected) - len(self.indices)
+            if absent:
+                if isinstance(self.expected, range):  # in order: the first absent is the least
+                    least = next(index for index in self.expected if index not in self.indices)
+                else:
+                    least = min(self.expected - set(self.indices))
                 raise TamperedRun(
-                    f"input {input_id!r} is missing rollout {missing[0]}"
-                    f" ({len(missing)} of {rollouts_per_input} missing)",
-                    where=where,
+                    f"input index {least} is missing ({absent} of {len(self.expected)} inputs"
+                    " missing)",
+                    where=self.where,
                 )
-    if expected is not None:
-        absent = sorted(expected - set(indices))
-        if absent:
-            raise TamperedRun(
-                f"input index {absent[0]} is missing ({len(absent)} of {len(expected)} inputs"
-                " missing)",
-                where=where,
-            )
+
+    def _gaps(self, per_input: int) -> Iterator[tuple[str, int, int]]:
+        """(input id, rollouts missing, the first missing) of every input seen, in order."""
+        if self.dense:
+            for input_id, ordinal in self.ordinals.items():
+                found = self.lines[ordinal * per_input : (ordinal + 1) * per_input]
+                missing = found.count(0)
+                yield input_id, missing, found.index(0) if missing else -1
+            return
+        for input_id, rollouts in self.rollouts.items():
+            absent = set(range(per_input)) - rollouts
+            yield input_id, len(absent), min(absent) if absent else -1
 
 
 def read_verified(
@@ -152,7 +236,7 @@ def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | list
     return None
 
 
-def read_baseline(run_dir: str | Path, fingerprint: str | None) -> list[dict[str, Any]]:
+def read_baseline(run_dir: str | Path, fingerprint: str | None) -> list[CompactRecord]:
     """The records of a ``--baseline`` run directory (verified as every reader's), in the
     compact form the metrics read. UserError (one line) when it is not a run directory or
     its env fingerprint differs from ``fingerprint`` (a baseline must be the same env: same

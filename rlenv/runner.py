@@ -11,7 +11,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +19,7 @@ from typing import Any
 
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.canonical import canonical_bytes
-from rlenv.check import read_baseline
+from rlenv.check import RecordChecks, TamperedRun, read_baseline
 from rlenv.clock import monotonic, wall_now
 from rlenv.env import Environment, load_environment, policy_sources
 from rlenv.errors import InfraError, RunFailed, UserError, WorkerLost
@@ -28,7 +28,16 @@ from rlenv.files import atomic_write, default_cache_dir
 from rlenv.inputs import InputRecord, select
 from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
-from rlenv.results import ResultsWriter, RunDigest, iter_results, read_results
+from rlenv.results import (
+    CompactRecord,
+    ResultsWriter,
+    compact_for_metrics,
+    decode_line,
+    digest_in_order,
+    iter_results,
+    read_results,
+    unpacked,
+)
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.version import __version__
@@ -192,6 +201,8 @@ def run(
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
         total = len(inputs) * rollouts_per_input
         results = run_dir / "results.jsonl"
+        earlier = results.stat().st_size if results.exists() else 0  # --resume: a run's lines
+        written = _Totals()  # what this process appends, tallied as it is written
         try:
             with _writes_to(run_dir):
                 work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
@@ -211,11 +222,20 @@ def run(
                         address=address,
                         concurrency=1 if record_dir is not None else concurrency,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
+                        on_line=written.add_line,
                     )
                 finally:
                     shutil.rmtree(work_root, ignore_errors=True)
+                # only the lines that were there before are read again (and their digests
+                # recomputed): those this process wrote were tallied as they were written
                 summary = build_summary(
-                    prepared, meta, iter_results(results), model_uri, str(results), baseline=base
+                    prepared,
+                    meta,
+                    iter_results(results, end=earlier),
+                    model_uri,
+                    str(results),
+                    baseline=base,
+                    written=written,
                 )
                 atomic_write(run_dir / "summary.json", _pretty(summary))
         except BaseException:
@@ -458,9 +478,11 @@ def _run_tasks(
     address: str | None,
     concurrency: int,
     advance: Callable[[int], None],
+    on_line: Callable[[bytes], None] | None = None,
 ) -> None:
-    """Start the workers, run the tasks `concurrency` at a time, append each record."""
-    writer = ResultsWriter(results_path)
+    """Start the workers, run the tasks `concurrency` at a time, append each record (and give
+    its line to `on_line`)."""
+    writer = ResultsWriter(results_path, on_line)
     try:
         if tasks:
             executor = make_executor(kind, config, min(concurrency, len(tasks)), address)
@@ -730,37 +752,60 @@ def world_modes(executor: str = "local") -> dict[str, str]:
 
 @dataclass
 class _Totals:
-    """What a summary needs of each record, gathered in one pass over results.jsonl."""
+    """What a summary needs of each record, gathered one record at a time: as this process
+    writes it to results.jsonl (:meth:`add_line`: the line decoded back, so what is tallied is
+    what is on disk), and as the summary reads the records that were there before (:meth:`add`).
+    Counts are summed on the way; of each record only a :class:`CompactRecord` is kept."""
 
     fixtures: dict[str, int] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)
     cache: dict[str, int] = field(default_factory=lambda: {"hits": 0, "misses": 0})
     pending: int = 0
-    compact: list[dict[str, Any]] = field(default_factory=list)
-    digest: str = ""
+    compact: list[CompactRecord] = field(default_factory=list)
+    shared: dict[Any, Any] = field(default_factory=dict)
+    written: int = 0
+    """Lines this process wrote; the first `written - len(refused)` rows of `compact` are theirs."""
+    refused: dict[int, str] = field(default_factory=dict)
+    """Position among the lines written -> why it is no rollout record (said in line order)."""
 
-
-def _tally(records: Iterable[dict[str, Any]]) -> _Totals:
-    """Sum counts and keep a compact form of each record (in (input, rollout) order)."""
-    from rlenv.results import compact_for_metrics
-
-    totals = _Totals()
-    run_digest = RunDigest()
-    shared: dict[Any, Any] = {}
-    for record in records:
+    def add(self, record: dict[str, Any]) -> None:
         for call in record.get("tool_calls") or []:
-            totals.fixtures[call["fixture"]] = totals.fixtures.get(call["fixture"], 0) + 1
+            self.fixtures[call["fixture"]] = self.fixtures.get(call["fixture"], 0) + 1
         for key, value in (record.get("usage") or {}).items():
             if isinstance(value, int):
-                totals.usage[key] = totals.usage.get(key, 0) + value
+                self.usage[key] = self.usage.get(key, 0) + value
         for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
-            totals.cache[key] = totals.cache.get(key, 0) + int(value)
-        totals.pending += record.get("grading") == "pending"
-        run_digest.add(record)
-        totals.compact.append(compact_for_metrics(record, shared))
-    totals.digest = run_digest.hexdigest()
-    totals.compact.sort(key=lambda r: (r["input_index"], r["rollout"]))
-    return totals
+            self.cache[key] = self.cache.get(key, 0) + int(value)
+        self.pending += record.get("grading") == "pending"
+        self.compact.append(compact_for_metrics(record, self.shared))
+
+    def add_line(self, line: bytes) -> None:
+        """A line this process just appended to results.jsonl. Its digest was sealed where the
+        record was made (the worker) and is not recomputed here: later readers recompute it
+        from the file. What the summary checks of every record is checked too, at its end
+        (:meth:`check_written`): a rollout record, with a digest, in its place in the run."""
+        record = decode_line(line)
+        position, self.written = self.written, self.written + 1
+        try:
+            str(record["input_id"]), int(record["rollout"]), int(record.get("input_index", 0))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.refused[position] = "not a rollout record"
+            return
+        if not record.get("digest"):
+            self.refused[position] = "record has no digest"
+            return
+        self.add(record)
+
+    def check_written(self, checks: RecordChecks, first_line: int) -> None:
+        """The lines this process wrote, checked in their place after the earlier ones (lines
+        `first_line`...), as the summary checks every record of results.jsonl."""
+        rows = iter(self.compact)
+        for position in range(self.written):
+            number = first_line + position
+            if position in self.refused:
+                raise TamperedRun(self.refused[position], where=f"{checks.where}:{number}")
+            row = next(rows)
+            checks.check_key(number, row.input_id, row.rollout, row.input_index)
 
 
 def build_summary(
@@ -769,7 +814,8 @@ def build_summary(
     records: Iterable[dict[str, Any]],
     model_uri: str,
     where: str = "results.jsonl",
-    baseline: list[dict[str, Any]] | None = None,
+    baseline: Sequence[Mapping[str, Any]] | None = None,
+    written: _Totals | None = None,
 ) -> dict[str, Any]:
     """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest.
 
@@ -778,21 +824,29 @@ def build_summary(
     run is summarised in little memory. Each record's digest is recomputed from its content on
     the way, and a duplicate or missing (input, rollout) is refused: TamperedRun naming
     ``where:LINE`` (line = position in `records`, as in results.jsonl).
+
+    `written` holds what `run` tallied of the lines it appended itself (after `records`, the
+    lines that were there before: none, or an earlier run's on --resume); their digests were
+    sealed by the workers, and they are checked in their place after `records`.
     """
     from rlenv import metrics
-    from rlenv.check import verified_records
 
     expected_inputs = meta.get("input_indices") or len(
         prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
     )
-    totals = _tally(
-        verified_records(
-            enumerate(records, start=1),
-            where,
-            rollouts_per_input=meta["rollouts_per_input"],
-            inputs=expected_inputs,
-        )
+    checks = RecordChecks(
+        where, rollouts_per_input=meta["rollouts_per_input"], inputs=expected_inputs
     )
+    totals = written if written is not None else _Totals()
+    line = 0
+    for line, record in enumerate(records, start=1):
+        checks.check(line, record)
+        totals.add(record)
+    totals.check_written(checks, first_line=line + 1)
+    checks.finish()
+    totals.compact.sort(key=lambda r: (r.input_index, r.rollout))
+    # (input index, rollout) is unique once checked: the run digest's own order
+    digest = digest_in_order(unpacked(row.digest) for row in totals.compact)
     diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"], baseline=baseline)
     group_by = meta.get("group_by")
     groups = None
@@ -850,6 +904,6 @@ def build_summary(
         "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},
         "errors": diagnostics["errors"],
         "flags": diagnostics["flags"],
-        "digest": totals.digest,
+        "digest": digest,
         "rlenv_version": __version__,
     }
