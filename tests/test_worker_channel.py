@@ -71,7 +71,7 @@ def test_a_pickled_call_from_env_code_never_runs_in_the_orchestrator(
     assert result.returncode in (0, 1), result.stderr[-2000:]
     records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
     assert records["bad"]["status"] == "policy_error", records["bad"]
-    assert "not a reply in the policy" in records["bad"]["error"], records["bad"]
+    assert "not a reply in the rollout" in records["bad"]["error"], records["bad"]
     assert "planted" not in json.dumps(records["bad"])
     assert records["ok0"]["passed"] and records["ok1"]["passed"]
 

@@ -272,11 +272,12 @@ class LocalExecutor:
             status, error = "timeout", worker.timeout_message(timeout or 0)
         else:
             status, where = CALLS[name]
-            if phase in worker.PHASE_STATUS:
-                status, where = worker.PHASE_STATUS[phase], phase
             if message[0] in ("dead", "ready", "error"):
+                if phase in worker.PHASE_STATUS:
+                    status, where = worker.PHASE_STATUS[phase], phase
                 error = death_error(where, self._death(slot))
             else:  # alive, but what it sent is not a reply: in-world code wrote to the pipe
+                # (the call's own status: the worker has moved on, its phase says nothing)
                 error = f"the worker process sent something that is not a reply in the {where}"
         loop = asyncio.get_running_loop()
         self._unwatch(slot)
