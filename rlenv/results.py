@@ -20,6 +20,7 @@ from typing import IO, Any, Literal, NotRequired, TypedDict
 import orjson
 
 from rlenv.canonical import canonical_bytes, fast_json, plain_json, sha256_bytes
+from rlenv.errors import UserError
 
 
 class Status(StrEnum):
@@ -293,20 +294,31 @@ class ResultsWriter:
 
 
 def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
-    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair."""
+    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair.
+
+    With `repair` (`--resume`), a line that does not parse with lines after it is no torn
+    write but a change made after the run wrote it: UserError naming it, nothing cut (cutting
+    there would lose every record after it)."""
     if not path.exists():
         return []
     data = path.read_bytes()
     records: list[dict[str, Any]] = []
     good_end = 0
     position = 0
-    for line in data.splitlines(keepends=True):
+    lines = data.splitlines(keepends=True)
+    for number, line in enumerate(lines, start=1):
         end = position + len(line)
         if line.endswith(b"\n"):
             try:
                 records.append(decode_line(line))
                 good_end = end
             except json.JSONDecodeError:
+                if repair and number < len(lines):
+                    raise UserError(
+                        "not a JSON record, and not the last line (a write cut short is"
+                        " always last): the file was changed after the run wrote it",
+                        where=f"{path}:{number}",
+                    ) from None
                 break
         position = end
     if repair and good_end < len(data):

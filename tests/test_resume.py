@@ -124,3 +124,28 @@ def test_resume_of_a_finished_run_does_nothing_new(slow_env: Path, tmp_path: Pat
     assert again.returncode == 0
     assert (out / "results.jsonl").read_bytes() == before
     assert json.loads(again.stdout)["digest"] == json.loads(first.stdout)["digest"]
+
+
+def test_resume_refuses_a_whole_line_that_is_not_json(slow_env: Path, tmp_path: Path) -> None:
+    """Only a torn last line (a write cut short) may be cut off on --resume; a line that does
+    not parse with lines after it was changed after the run wrote it: refused, exit 2, the
+    line named, and not a byte of results.jsonl lost (it used to be cut there, and every
+    record after it with it). A broken last line is taken for a torn one: made again."""
+    out = tmp_path / "run"
+    first = cli("run", str(slow_env), "--out", str(out), "--json", "--limit", "3")
+    assert first.returncode == 0, first.stderr
+    results = out / "results.jsonl"
+    lines = results.read_bytes().splitlines(keepends=True)
+    middle = list(lines)
+    middle[1] = b'{"input_id": "i0", garbage\n'
+    results.write_bytes(b"".join(middle))
+    again = cli("run", str(slow_env), "--out", str(out), "--json", "--limit", "3", "--resume")
+    assert again.returncode == 2, again.stderr
+    assert "results.jsonl:2: not a JSON record" in again.stderr, again.stderr
+    assert "Traceback" not in again.stderr
+    assert results.read_bytes() == b"".join(middle)
+    last = lines[:-1] + [b'{"input_id": "i0", garbage\n']
+    results.write_bytes(b"".join(last))
+    again = cli("run", str(slow_env), "--out", str(out), "--json", "--limit", "3", "--resume")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["digest"] == json.loads(first.stdout)["digest"]
