@@ -6,6 +6,8 @@ import asyncio
 import collections
 import contextlib
 import errno
+import functools
+import gc
 import json
 import os
 import re
@@ -41,7 +43,14 @@ from rlenv.results import (
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.version import __version__
-from rlenv.worker import RolloutTask, WorkerConfig, lost_record, timeout_message, tool_schemas
+from rlenv.worker import (
+    GC_THRESHOLD,
+    RolloutTask,
+    WorkerConfig,
+    lost_record,
+    timeout_message,
+    tool_schemas,
+)
 
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1024  # worker processes at most (one per slot)
@@ -90,6 +99,20 @@ def _pretty(value: Any) -> bytes:
     ).encode()
 
 
+def _fewer_collections(function: Callable[..., RunResult]) -> Callable[..., RunResult]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> RunResult:
+        saved = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLD)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            gc.set_threshold(*saved)
+
+    return wrapper
+
+
+@_fewer_collections
 def run(
     spec_path: str | Path,
     *,
