@@ -53,7 +53,7 @@ from rlenv.worker import (
 )
 
 DEFAULT_CONCURRENCY = 4
-MAX_CONCURRENCY = 1024  # worker processes at most (one per slot)
+MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: min(concurrency, cores))
 MAX_LIMIT = 1_000_000_000
 MAX_BATCH = 64  # in-world rollouts sent to a worker in one request, at most
 

@@ -1290,15 +1290,21 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         if name == "run_batch":
             _serve_batch(connection, *args)
             continue
-        set_phase("idle")
-        try:
-            reply: tuple[str, Any] = ("ok", ENTRY_POINTS[name](*args))
-        except Exception as exc:  # FixtureMiss, ToolCrash, RolloutTimeout...: the caller's
-            reply = ("raise", exc)
-        except BaseException as exc:  # pragma: no cover - entry points contain env code's
-            reply = ("raise", RuntimeError(f"worker: {_describe(exc)}"))
-        set_phase("idle")
-        _send(connection, reply)
+        _answer_call(connection, ENTRY_POINTS[name], *args)
+
+
+def _answer_call(connection: Any, entry: Callable[..., Any], *args: Any) -> None:
+    """Call an entry point (idle before and after) and send ("ok", value) or ("raise",
+    exception): what a call raises is the caller's (FixtureMiss, ToolCrash, RolloutTimeout...)."""
+    set_phase("idle")
+    try:
+        reply: tuple[str, Any] = ("ok", entry(*args))
+    except Exception as exc:
+        reply = ("raise", exc)
+    except BaseException as exc:  # pragma: no cover - entry points contain env code's
+        reply = ("raise", RuntimeError(f"worker: {_describe(exc)}"))
+    set_phase("idle")
+    _send(connection, reply)
 
 
 def _send(connection: Any, reply: tuple[str, Any]) -> None:
@@ -1314,13 +1320,5 @@ def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
     the orchestrator knows the rollout a death or an overrun happened in without asking this
     process (in-world code could lie): the first one not answered."""
     for task in tasks:
-        set_phase("idle")
-        try:
-            reply: tuple[str, Any] = ("ok", worker_run_rollout(task))
-        except Exception as exc:
-            reply = ("raise", exc)
-        except BaseException as exc:  # pragma: no cover - entry points contain env code's
-            reply = ("raise", RuntimeError(f"worker: {_describe(exc)}"))
-        set_phase("idle")
-        _send(connection, reply)
+        _answer_call(connection, worker_run_rollout, task)
     connection.send(("done", None))

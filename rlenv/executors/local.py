@@ -131,7 +131,7 @@ class LocalExecutor:
     @staticmethod
     def _receive(slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
         """The worker's next message, waited for in a thread (a worker starting); ("dead",
-        None) when its pipe closed or carried something unreadable or unsafe
+        None) when its pipe closed, ("unsafe", None) when it carried what is not a reply
         (`rlenv.executors.wire`); None when `timeout` seconds passed first."""
         try:
             if slot.connection.poll(None if timeout is None else max(timeout, 0)):
