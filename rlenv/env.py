@@ -13,8 +13,8 @@ computed here too, from the hashes the file checks collect.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import random
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -515,6 +515,9 @@ class Check:
     purposes: frozenset[Purpose]
     # checks whose failure makes this one meaningless: it is skipped, not reported twice
     needs: tuple[str, ...] = ()
+    # it imports the env's python modules, whose module-level code must run where env code
+    # runs: in the frozen world (no API key, no network), never in the orchestrator
+    in_world: bool = False
 
     @property
     def description(self) -> str:
@@ -538,9 +541,9 @@ CHECKS: tuple[Check, ...] = (
     Check("inputs", check_inputs, ALL, needs=("inputs_file",)),
     Check("verifiers_apply", check_verifiers_apply, ALL, needs=("inputs",)),
     Check("train_inputs", check_train_inputs, ALL, needs=("inputs",)),
-    Check("importable", check_importable, ALL),
-    Check("policy_importable", check_policy_importable, WITH_POLICY),
-    Check("signatures", check_signatures, ALL, needs=("importable",)),
+    Check("importable", check_importable, ALL, in_world=True),
+    Check("policy_importable", check_policy_importable, WITH_POLICY, in_world=True),
+    Check("signatures", check_signatures, ALL, needs=("importable",), in_world=True),
     Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES, needs=("cassette_files",)),
     Check("leakage", check_leakage, ALL, needs=("inputs", "reward_model_files", "importable")),
     Check("deferrable", check_deferrable, frozenset({"run", "record"}), needs=("importable",)),
@@ -570,29 +573,64 @@ def _reported(problems: list[UserError], purpose: Purpose) -> UserError:
     )
 
 
+WorldChecks = Literal["child", "workers", "here"]
+
+
 def load_environment(
     spec_path: str | Path,
     *,
     purpose: Purpose = "validate",
     model: str | None = None,
     defer_expensive: bool = False,
+    world_checks: WorldChecks = "child",
 ) -> Environment:
     """Load the spec, run every check that applies to `purpose`, and fingerprint the env.
 
     `model` is the policy URI a run will call when it is not the spec's own `model`. Every
     check runs even after one fails (except those that `need` a failed one), so every problem
     is reported at once: one is raised as itself, several as `Problems`.
+
+    The checks that import the env's python modules (`Check.in_world`) run, by
+    `world_checks`, in a child process with the frozen world's environment variables and
+    socket filter ("child": module-level env code never runs in this process, which holds
+    the API keys and the network), or are left to the run's workers, which import the
+    modules anyway and report the same problems when they start ("workers": `rlenv run`),
+    or run in this process ("here": the child itself, and a worker).
     """
     try:
         loaded = load_spec(spec_path)
     except Problems as exc:
         raise _reported(exc.problems, purpose) from None
     env = Environment(loaded, purpose, model, defer_expensive)
+    checks = checks_for(purpose)
+    child: _WorldChild | None = None
+    if world_checks == "child" and any(check.in_world for check in checks):
+        child = _WorldChild(loaded.path, purpose, model, defer_expensive)  # beside the others
+    try:
+        problems = _run_checks(env, checks, world_checks, child)
+    finally:
+        if child is not None:
+            child.close()
+    if problems:
+        raise _reported(problems, purpose)
+    env.fingerprint = fingerprint(env.loaded, env.file_hashes)
+    return env
+
+
+def _run_checks(
+    env: Environment, checks: list[Check], world_checks: WorldChecks, child: _WorldChild | None
+) -> list[UserError]:
     failed: set[str] = set()
     problems: list[UserError] = []
-    for check in checks_for(purpose):
+    for check in checks:
         if failed.intersection(check.needs):
             failed.add(check.name)
+            continue
+        if check.in_world and world_checks != "here":
+            found = child.problems(check.name) if child is not None else []
+            problems.extend(found)
+            if found:
+                failed.add(check.name)
             continue
         try:
             check.function(env)
@@ -602,10 +640,150 @@ def load_environment(
         except UserError as exc:
             problems.append(exc)
             failed.add(check.name)
-    if problems:
-        raise _reported(problems, purpose)
-    env.fingerprint = fingerprint(env.loaded, env.file_hashes)
-    return env
+    return problems
+
+
+def world_problems(
+    loaded: LoadedSpec, purpose: Purpose, model: str | None, defer_expensive: bool = False
+) -> list[UserError]:
+    """What the in-world checks of `purpose` find, run in this process: a frozen-world worker
+    calls it when it starts (`WorkerConfig.world_checks`), the checking child when it runs."""
+    env = Environment(loaded, purpose, model, defer_expensive)
+    return _run_checks(env, [c for c in checks_for(purpose) if c.in_world], "here", None)
+
+
+def problems_to_data(problems: list[UserError]) -> list[dict[str, Any]]:
+    """Problems as plain data, to cross a process boundary (an exception's pickle is code)."""
+    flat: list[UserError] = []
+    for problem in problems:
+        flat.extend(problem.problems if isinstance(problem, Problems) else [problem])
+    return [
+        {"spec": isinstance(p, SpecError), "message": p.message, "where": p.where} for p in flat
+    ]
+
+
+def problems_from_data(data: Any) -> list[UserError]:
+    """The problems `problems_to_data` described (what is not one is left out)."""
+    problems: list[UserError] = []
+    for item in data if isinstance(data, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("message"), str):
+            where = item.get("where")
+            kind = SpecError if item.get("spec") else UserError
+            problems.append(kind(item["message"], where=where if isinstance(where, str) else None))
+    return problems
+
+
+def reported_problems(data: Any, purpose: Purpose) -> UserError:
+    """The error a worker's start found (`problems_to_data`), as `load_environment` says it."""
+    problems = problems_from_data(data) or [UserError("the env's checks failed, saying nothing")]
+    return _reported(problems, purpose)
+
+
+class _WorldChild:
+    """The in-world checks of one `load_environment`, running in a child interpreter started
+    with the frozen world's environment variables (`world_environment`: no API key), which
+    installs the world's socket filter before it imports any env module. Its answer comes back
+    as JSON on a pipe of its own; what env code prints goes to stderr."""
+
+    def __init__(
+        self, spec: Path, purpose: Purpose, model: str | None, defer_expensive: bool
+    ) -> None:
+        import json
+        import os
+        import subprocess
+
+        from rlenv.world.environment import world_environment
+
+        self.read, write = os.pipe()
+        request = {
+            "spec": str(spec),
+            "purpose": purpose,
+            "model": model,
+            "defer_expensive": defer_expensive,
+            "answer_fd": write,
+        }
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", "from rlenv.env import _world_child; _world_child()"],
+                stdin=subprocess.PIPE,
+                stdout=2,  # what env code prints at import: stderr, never the JSON on stdout
+                env=world_environment(),
+                pass_fds=(write,),
+            )
+        finally:
+            os.close(write)
+        assert self.process.stdin is not None
+        with self.process.stdin:
+            self.process.stdin.write(json.dumps(request).encode())
+        self.found: dict[str, list[UserError]] | None = None
+        self.where = str(spec)
+
+    def problems(self, name: str) -> list[UserError]:
+        """The problems the child's check `name` found (waits for the child once)."""
+        if self.found is None:
+            self.found = self._wait()
+        return self.found.get(name, [])
+
+    def _wait(self) -> dict[str, list[UserError]]:
+        import json
+        import os
+
+        with os.fdopen(self.read, "rb") as answer:
+            self.read = -1
+            data = answer.read()
+        code = self.process.wait()
+        try:
+            found = json.loads(data)
+            checks = found["checks"]
+        except (ValueError, TypeError, KeyError):
+            raise UserError(
+                "importing the env's python modules ended the process that checks them (exit"
+                f" code {code}) before the checks finished: module-level code must not exit",
+                where=self.where,
+            ) from None
+        return {name: problems_from_data(items) for name, items in checks.items()}
+
+    def close(self) -> None:
+        import os
+
+        if self.read >= 0:
+            os.close(self.read)
+            self.read = -1
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def _world_child() -> None:
+    """The checking child's body (`_WorldChild`): read the request on stdin, enter the world's
+    socket filter, run the in-world checks, write {"checks": {name: [problem, ...]}}."""
+    import json
+    import os
+
+    request = json.loads(sys.stdin.buffer.read())
+    answer_fd = int(request["answer_fd"])
+    os.set_inheritable(answer_fd, False)  # nothing env code starts gets the answer pipe
+    from rlenv.world import sockets
+
+    sockets.install(whole_process=True)
+    loaded = load_spec(request["spec"])
+    env = Environment(loaded, request["purpose"], request["model"], request["defer_expensive"])
+    checks: dict[str, list[dict[str, Any]]] = {}
+    for check in checks_for(env.purpose):
+        if not check.in_world:
+            continue
+        if any(checks.get(need) for need in check.needs):
+            continue
+        try:
+            check.function(env)
+            checks[check.name] = []
+        except UserError as exc:
+            checks[check.name] = problems_to_data([exc])
+        except Exception as exc:  # not env code's (import_ref says that in one line): ours
+            checks[check.name] = [{"message": f"{check.name}: {type(exc).__name__}: {exc}"}]
+    payload = json.dumps({"checks": checks}).encode()
+    with os.fdopen(answer_fd, "wb") as answer:
+        answer.write(payload)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -641,18 +819,44 @@ def _module_sources(loaded: LoadedSpec, refs: list[str]) -> dict[str, str]:
     with sys_path(loaded.python_paths()):
         for ref in sorted(set(refs)):
             module = ref.split(":", 1)[0]
-            try:
-                found = importlib.util.find_spec(module)
-            except (ImportError, ValueError):
-                found = None
-            if found is None or not found.origin or not Path(found.origin).is_file():
+            origin = _module_origin(module)
+            if origin is None:
                 continue
-            origin = Path(found.origin)
             if origin.is_relative_to(loaded.root.parent) or origin.is_relative_to(loaded.root):
                 sources[module] = sha256_file(origin)
                 for name, path in _imported_helpers(module, origin, loaded.python_paths()):
                     sources.setdefault(name, sha256_file(path))
     return sources
+
+
+def _module_origin(module: str) -> Path | None:
+    """The file `import module` would load, found the way the import system finds it but
+    without importing anything: `importlib.util.find_spec("pkg.mod")` imports ``pkg`` (runs
+    its ``__init__``), and env code runs only in the frozen world."""
+    from importlib.machinery import PathFinder
+
+    found = None
+    locations: list[str] | None = None
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        imported = sys.modules.get(name)
+        try:
+            if imported is not None:
+                found = getattr(imported, "__spec__", None)
+            else:
+                found = PathFinder.find_spec(name, locations)
+        except (ImportError, ValueError):
+            return None
+        if found is None:
+            return None
+        if depth < len(parts):
+            if found.submodule_search_locations is None:
+                return None
+            locations = list(found.submodule_search_locations)
+    if found is None or not found.origin or not Path(found.origin).is_file():
+        return None
+    return Path(found.origin)
 
 
 def _imported_helpers(module: str, origin: Path, roots: list[Path]) -> Iterator[tuple[str, Path]]:

@@ -23,7 +23,7 @@ from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.canonical import canonical_bytes
 from rlenv.check import RecordChecks, TamperedRun, read_baseline
 from rlenv.clock import monotonic, wall_now
-from rlenv.env import Environment, load_environment, policy_sources
+from rlenv.env import Environment, Purpose, load_environment, policy_sources
 from rlenv.errors import InfraError, RunFailed, UserError, WorkerLost
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir
@@ -172,11 +172,15 @@ def run(
     if model and reference:  # a mismatched pair is said before the env is even loaded
         check_reference(model, reference)
     _check_retry(retry, resume)
+    purpose: Purpose = "record" if record_dir is not None else "run"
+    # the checks that import the env's modules run in the workers, which import them anyway
+    world_checks = {"purpose": purpose, "model": model, "defer_expensive": defer_expensive}
     prepared = load_environment(
         spec_path,
-        purpose="record" if record_dir is not None else "run",
+        purpose=purpose,
         model=model,
         defer_expensive=defer_expensive,
+        world_checks="workers",
     )
     spec = prepared.loaded.spec
     provider, model_uri, reference = _resolve_policy(
@@ -234,6 +238,7 @@ def run(
                         prepared, provider, work_root, record_dir, meta, grader_cache
                     )
                     config.service_routes = dict(service_routes or {})
+                    config.world_checks = world_checks
                     config.allow_weak_sandbox = weak
                     _run_tasks(
                         prepared,

@@ -99,6 +99,10 @@ class WorkerConfig:
     # no snapshot: a rollout's workdir starts empty, so the worker makes it at the rollout's
     # first call and a local executor need not send `prepare` (one round trip fewer)
     empty_workdir: bool = False
+    # `rlenv run`: the env's checks that import its python modules, which the orchestrator
+    # leaves to the world (`rlenv.env.world_problems` keyword arguments: purpose, model,
+    # defer_expensive); what they find stops the start and is the user's to fix (exit 2)
+    world_checks: dict[str, Any] | None = None
 
 
 @dataclass
@@ -262,6 +266,12 @@ class WorldRuntime:
         if config.live_tools and config.service_routes:
             route_logical_hosts(config.service_routes)
         self._entered.enter_context(sys_path(self.loaded.python_paths()))
+        if config.world_checks is not None:
+            from rlenv.env import problems_to_data, world_problems
+
+            problems = world_problems(self.loaded, **config.world_checks)
+            if problems:
+                raise WorldChecksFailed(problems_to_data(problems))
         self.work_root = Path(config.work_root)
         self._work_root_text = str(self.work_root)
         self._names: tuple[tuple[int, int] | None, tuple[int, Path]] = (None, (0, self.work_root))
@@ -1018,10 +1028,20 @@ def merge_output(
     return merged
 
 
+class WorldChecksFailed(Exception):
+    """The env's in-world checks found problems when the world started (`problems`:
+    `rlenv.env.problems_to_data`): the orchestrator reports them as `load_environment` would."""
+
+    def __init__(self, problems: list[dict[str, Any]]) -> None:
+        super().__init__(f"the env's checks found {len(problems)} problem(s)")
+        self.problems = problems
+
+
 # -- process entry points (module-level: a worker process or a Ray actor calls them) --------
 
 _runtime: WorldRuntime | None = None
 _start_error: str | None = None
+_start_problems: list[dict[str, Any]] | None = None
 
 
 def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
@@ -1030,7 +1050,7 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     thread (``whole_process``) or, in a Ray actor whose own threads need other sockets, on
     the calling thread only. A world that cannot start raises, and is told once, in one line
     (`worker_ready`)."""
-    global _runtime, _start_error
+    global _runtime, _start_error, _start_problems
     os.dup2(2, 1)
     if not config.live_tools:
         _import_httpx_without_cli()
@@ -1043,6 +1063,10 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
         bind_to_parent(config.parent_pid)
     try:
         _runtime = WorldRuntime(config)
+    except WorldChecksFailed as exc:
+        _start_problems = exc.problems
+        _start_error = str(exc)
+        raise
     except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
         _start_error = exc.message if isinstance(exc, UserError) else _describe(exc)
         raise
@@ -1275,6 +1299,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
     gc.set_threshold(*GC_THRESHOLD)  # this process is ours: fewer scans of what it keeps
     try:
         init_worker(config)
+    except WorldChecksFailed as exc:
+        connection.send(("problems", exc.problems))
+        return
     except Exception as exc:
         connection.send(("error", f"{type(exc).__name__}: {exc}"))
         return

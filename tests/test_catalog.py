@@ -449,8 +449,10 @@ def test_disk_that_fills_mid_run(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_a_run_that_dies_before_its_first_rollout_leaves_no_directory(tmp_path: Path) -> None:
-    """A policy that imports here but not in a worker: exit 1 with one line saying why (was a
-    traceback per worker), and --out is not left blocked for the next run."""
+    """A policy that imports here but not in a worker: one line saying why (was a traceback
+    per worker), and --out is not left blocked for the next run. The workers are where the
+    run's import checks happen (env code never runs in the orchestrator): the user's error,
+    exit 2, at the spec's `model:` line."""
     env = Env(tmp_path / "env")
     broken = (
         "import multiprocessing\n"
@@ -460,8 +462,8 @@ def test_a_run_that_dies_before_its_first_rollout_leaves_no_directory(tmp_path: 
     spec = env.write(policy=broken + "def policy(messages, tools, ctx):\n    return 'a'\n")
     out = tmp_path / "out"
     result = cli("run", str(spec), "--out", str(out))
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert "worker failed to start" in result.stderr and "not in a worker" in result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"{spec}:" in result.stderr and "not in a worker" in result.stderr
     assert not out.exists()
 
 

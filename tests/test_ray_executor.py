@@ -213,6 +213,21 @@ def test_model_outside_tools_in_actors_match_local(
     assert_each_rollout_once(on_ray.run_dir, ["a", "b", "c", "d"], 2)
 
 
+def test_an_env_check_failing_in_an_actor_names_the_drivers_spec_line(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """`rlenv run` leaves the checks that import env code to the workers: an actor reports
+    what they found as the user's error, placed in the driver's spec (not the actor's
+    unpacked copy of it)."""
+    spec = env_builder.write("raise ImportError('no such thing on this node')\n")
+    with pytest.raises(UserError) as caught:
+        run(spec, executor="ray", out=tmp_path / "out")
+    message = str(caught.value)
+    assert message.startswith(f"{spec}:"), message
+    assert "cannot import module" in message and "no such thing on this node" in message
+    assert not (tmp_path / "out").exists()
+
+
 def test_worker_start_failure_is_one_line(env_builder: EnvBuilder, tmp_path: Path) -> None:
     """A world that cannot start in its actor (here its policy module fails on import) is one
     line naming the node, not a remote traceback."""

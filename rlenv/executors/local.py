@@ -205,6 +205,10 @@ class LocalExecutor:
             waiter.set_result(None)
 
     def _check_started(self, slot: _Worker, message: tuple[str, Any] | None) -> None:
+        if message is not None and message[0] == "problems" and self.config.world_checks:
+            from rlenv.env import reported_problems
+
+            raise reported_problems(message[1], self.config.world_checks["purpose"])
         if message is None or message[0] != "ready":
             why = message[1] if message and message[0] == "error" else self._death(slot)
             raise RunFailed(f"frozen-world worker failed to start: {why}")

@@ -141,12 +141,15 @@ class WorldActor:
         self, config: WorkerConfig, env: bytes, spec: str, work_root: str | None = None
     ) -> None:
         self.error: str | None = None
+        self.problems: list[dict[str, Any]] | None = None
         self.work_root: Path | None = None
         self.spec_path: str | None = None
         try:
             self._start(config, env, spec, work_root)
         except Exception as exc:  # reported by ready() as one line, not a remote traceback
             self.error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, worker.WorldChecksFailed):
+                self.problems = exc.problems
 
     def _start(self, config: WorkerConfig, env: bytes, spec: str, work_root: str | None) -> None:
         if work_root is not None:  # a replacement takes over a killed actor's snapshot copies
@@ -173,6 +176,7 @@ class WorldActor:
 
         return {
             "error": self.error,
+            "problems": self.problems,
             "node": socket.gethostname(),
             "node_id": ray.get_runtime_context().get_node_id(),
             "work_root": str(self.work_root) if self.work_root else None,
@@ -266,6 +270,8 @@ class RayExecutor:
 
     def _check_states(self, states: list[dict[str, Any]]) -> None:
         for state in states:
+            if state.get("problems") and self.config.world_checks:
+                raise self._problems(state)
             if state["error"]:
                 raise RunFailed(
                     f"frozen-world worker failed to start on {state['node']}: {state['error']}"
@@ -277,6 +283,20 @@ class RayExecutor:
                     f" on Python {sys.version_info[0]}.{sys.version_info[1]}: install the same"
                     " on every node"
                 )
+
+    def _problems(self, state: dict[str, Any]) -> UserError:
+        """What the env's checks found in an actor, its places named by the driver's spec
+        path (the actor's is its unpacked copy's)."""
+        from rlenv.env import reported_problems
+
+        unpacked, ours = state.get("spec") or "", self.config.spec_path
+        problems = [
+            {**item, "where": item["where"].replace(unpacked, ours, 1)}
+            if isinstance(item, dict) and isinstance(item.get("where"), str) and unpacked
+            else item
+            for item in state["problems"]
+        ]
+        return reported_problems(problems, (self.config.world_checks or {})["purpose"])
 
     @property
     def workers(self) -> int:

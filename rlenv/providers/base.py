@@ -108,6 +108,11 @@ def import_ref(ref: str, *, what: str) -> Any:
         raise UserError(
             f"{what}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from None
+    except (SystemExit, KeyboardInterrupt) as exc:  # module-level code must not end the process
+        raise UserError(
+            f"{what}: importing {module_name!r} tried to end the process:"
+            f" {type(exc).__name__}({exc})"
+        ) from None
     try:
         return getattr(module, attribute)
     except AttributeError:
