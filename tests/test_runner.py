@@ -91,11 +91,30 @@ def test_frozen_time_and_seeds_inside_tools_and_policy(
 ) -> None:
     code = """
 import datetime, json, os, random, subprocess, time
+from datetime import datetime as BoundDatetime, timezone
+from time import time as bound_time
 import numpy
+
+_LOADED = []
+
+
+def __getattr__(name):  # a lazy module, as transformers' exports are: loading one costs
+    if name.startswith("lazy_"):
+        _LOADED.append(name)
+        return name
+    raise AttributeError(name)
+
+
+def __dir__():
+    return [*globals(), "lazy_model_a", "lazy_model_b"]
+
 
 def clock(args, ctx):
     return {
         "time": time.time(),
+        "bound_time": bound_time(),
+        "bound_now": BoundDatetime.now(timezone.utc).isoformat(),
+        "lazy_loaded": list(_LOADED),
         "now": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "tz": subprocess.run(["date", "+%Z"], capture_output=True, text=True).stdout.strip(),
         "draw": random.random(),
@@ -135,6 +154,11 @@ def policy(messages, tools, ctx):
     frozen = 1709294400.0  # 2024-03-01T12:00:00Z
     for answer in answers.values():
         assert answer["time"] == frozen and answer["policy_time"] == frozen
+        # clock functions bound at import are frozen too; a lazy attribute is never loaded
+        # by the freeze (freezegun's walk imported all of transformers' models that way)
+        assert answer["bound_time"] == frozen
+        assert answer["bound_now"].startswith("2024-03-01T12:00:00")
+        assert answer["lazy_loaded"] == []
         assert answer["now"].startswith("2024-03-01T12:00:00")
         assert answer["tz"] == "UTC"
         assert answer["cwd_is_workdir"] is True

@@ -38,6 +38,7 @@ def freeze_python_clock(instant: datetime) -> Any:
     import freezegun.api
     from freezegun import freeze_time
 
+    freezegun.api._get_module_attributes = _module_attributes
     freezer = freeze_time(instant)
     freezer.start()
     _real_datetime_for_extensions()
@@ -46,6 +47,20 @@ def freeze_python_clock(instant: datetime) -> Any:
     # pool worker's entry point has multiprocessing as its fifth. Nothing in the world may.
     freezegun.api.call_stack_inspection_limit = 0
     return freezer
+
+
+def _module_attributes(module: Any) -> list[tuple[str, Any]]:
+    """What freezegun looks through in a loaded module for a clock function bound at import
+    (``from time import time``): the module's own namespace. freezegun's own walk is
+    ``dir()`` then ``getattr`` of each name, which loads every attribute of a lazy module:
+    transformers' exports hundreds of model classes that way, and a worker with an embedding
+    reward model spent most of its start (tens of seconds of CPU) importing them at the
+    freeze. A lazy attribute not loaded yet holds no clock function to replace."""
+    try:
+        namespace = vars(module)
+    except TypeError:
+        return []
+    return list(namespace.items())
 
 
 def _real_datetime_for_extensions() -> None:
