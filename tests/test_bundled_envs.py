@@ -14,9 +14,12 @@ from tests.conftest import ROOT, as_written, cli, readme_figures
 SEARCH = ROOT / "envs" / "search.yaml"
 
 
-def _run(spec: Path, out: Path, *extra: str) -> dict:
-    # two workers on the two cores: each loads the reward model (MiniLM) at its start
-    result = cli("run", str(spec), "--out", str(out), "--json", "--concurrency", "2", *extra)
+def _run(spec: Path, out: Path, *extra: str, concurrency: int = 1) -> dict:
+    # each worker loads the reward model (MiniLM, ~10 s of CPU importing its libraries) at its
+    # start, and a rollout takes milliseconds: one worker, except where two are the point
+    result = cli(
+        "run", str(spec), "--out", str(out), "--json", "--concurrency", str(concurrency), *extra
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -35,7 +38,7 @@ def test_bundled_env_validates_and_verifies(spec: Path) -> None:
 
 def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
     assert cli("validate", str(SEARCH)).returncode == 0
-    baseline = _run(SEARCH, tmp_path / "baseline")
+    baseline = _run(SEARCH, tmp_path / "baseline", concurrency=2)
     again = _run(SEARCH, tmp_path / "again")
     assert again["digest"] == baseline["digest"], "two runs of the search env differ"
     assert baseline["pass_rate"]["value"] >= 0.8
