@@ -257,6 +257,20 @@ def test_bootstrap_is_deterministic_and_resamples_inputs() -> None:
     assert m.bootstrap_ci([], None) == (None, None)
 
 
+def test_bootstrap_blocks_change_memory_not_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resamples are drawn in blocks (memory of a 10k-input run); any block size gives
+    the interval one draw of every resample gives."""
+    import rlenv.metrics.stats as stats
+
+    rng = random.Random(3)
+    values = [[float(rng.random() < 0.4) for _ in range(rng.randint(1, 3))] for _ in range(3001)]
+    seen = set()
+    for block in (10**9, 3001, 3001 * 7 + 5, stats.BOOTSTRAP_BLOCK):
+        monkeypatch.setattr(stats, "BOOTSTRAP_BLOCK", block)
+        seen.add(m.bootstrap_ci(values, None, n_boot=300, seed=11))
+    assert len(seen) == 1 and None not in next(iter(seen))
+
+
 def test_bootstrap_coverage_is_near_nominal() -> None:
     # Inputs have pass probabilities clip(N(0.6, 0.2), 0, 1); 4 rollouts each, 40 inputs.
     # E[clip(X, 0, 1)] = 0.6 - (0.2 * phi(2) - 0.4 * (1 - Phi(2))) - (negligible lower tail)
