@@ -282,7 +282,8 @@ class WorldRuntime:
             inputs_path, templated=self.loaded.spec.prompt is not None
         )
         self._load_tools()
-        if any(verifier.type == "judge" for verifier in spec.verifiers):
+        judged = any(verifier.type == "judge" for verifier in spec.verifiers)
+        if judged:
             from rlenv.verifiers import judge
 
             judge.configure(
@@ -310,7 +311,9 @@ class WorldRuntime:
         self._fresh_state: tuple[Any, ...] | None = None
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
         self.cassette: Any = None
-        if not config.live_tools:
+        # no tool, no judge: no recorded HTTP to serve, and nothing to import vcrpy for (a
+        # third of a worker's start); HTTP from a policy or verifier meets the network guard
+        if not config.live_tools and (spec.tools or judged):
             self.cassette = self._entered.enter_context(
                 replay_cassette(
                     spec_indexes(self.loaded, spec_scrubber(self.loaded)),
