@@ -56,6 +56,23 @@ class _Worker:
     ended: str | None = None  # "dead": the pipe closed; "unsafe": it carried what is not data
 
 
+def _without_main(preparation: Any) -> Any:
+    """multiprocessing's preparation data for a spawned worker, without the caller's main
+    module: spawn runs the parent's ``__main__`` file again in the child (as ``__mp_main__``),
+    so a training script that calls rlenv (the TRL callback, `runner.run`) without an
+    ``if __name__ == "__main__"`` guard ran again inside every frozen-world worker (training
+    again, or failing there); a script read from stdin could not start a worker at all. A
+    worker runs rlenv's own code only."""
+
+    def prepared(name: str) -> dict[str, Any]:
+        data: dict[str, Any] = preparation(name)
+        data.pop("init_main_from_path", None)
+        data.pop("init_main_from_name", None)
+        return data
+
+    return prepared
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -114,9 +131,12 @@ class LocalExecutor:
         previous_executable = spawn.get_executable()
         if self.wrapper is not None:
             spawn.set_executable(str(self.wrapper))
+        preparation = spawn.get_preparation_data
+        spawn.get_preparation_data = _without_main(preparation)  # type: ignore[assignment]
         try:
             process.start()
         finally:
+            spawn.get_preparation_data = preparation  # type: ignore[assignment]
             spawn.set_executable(previous_executable)
             for key, value in saved.items():
                 if value is None:
