@@ -116,8 +116,9 @@ class ToolContext:
     services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
 
 
-@dataclass
+@dataclass(slots=True)
 class RolloutTask:
+    # a run holds one per rollout it has yet to run (100k: 13 MB with a __dict__ each, 6 without)
     input_index: int
     rollout: int
 
