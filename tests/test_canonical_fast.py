@@ -175,3 +175,41 @@ def test_results_line_decodes_as_json_loads_does(record: dict[str, Any]) -> None
         return
     assert repr(decode_line(line)) == repr(json.loads(line))
     assert repr(decode_line(line.decode())) == repr(json.loads(line.decode()))
+
+
+def _parsed(function: Any, line: str) -> tuple[str, str]:
+    try:
+        return "value", repr(function(line))
+    except ValueError as exc:
+        return "refused", str(exc)
+
+
+JSON_TEXT = st.one_of(
+    values.map(lambda value: json.dumps(value, default=str, allow_nan=True)).filter(
+        lambda text: isinstance(text, str)
+    ),
+    st.text(alphabet=st.sampled_from('[]{}",:0123456789.eE+-tfnrulsaNIy \\ud8'), max_size=40),
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(JSON_TEXT)
+@example("9007199254740993")  # past 2**53: refused
+@example("[9007199254740991, -9007199254740991]")
+@example("18446744073709551616")  # past 2**64: orjson reads a float
+@example("[1e400]")  # infinity
+@example('{"a": NaN}')
+@example('"\\ud800"')  # a lone surrogate: json.loads keeps it
+@example('{"a": 1, "a": 2}')
+@example("\ufeff{}")
+@example("[" * 63 + "]" * 63)
+@example("[" * 64 + "]" * 64)
+@example("[" * 65 + "]" * 65)
+@example('{"k": "' + "[" * 70 + '"}')  # brackets inside a string: the checked way, same value
+@example('{"id": "1234567890123456789012"}')
+def test_input_lines_read_as_the_checked_reader_reads_them(line: str) -> None:
+    """Input, replay and label lines take orjson's way when nothing in them needs a check;
+    what they give (a value, or a refusal and its reason) is what the checked way gives."""
+    from rlenv.jsonl import parse_checked_json_line, parse_json_line
+
+    assert _parsed(parse_json_line, line) == _parsed(parse_checked_json_line, line)
