@@ -251,7 +251,7 @@ def test_index_lookup_matches_vcrpy_semantics(tmp_path: Path) -> None:
     matchers = [VCR().matchers[name] for name in VCR_MATCH_ON]
 
     def by_index(request: Request) -> int | None:
-        response = index.responses.get(index.key_for(request))
+        response = index.response(index.key_for(request))
         return None if response is None else json.loads(response["body"]["string"])["recorded"]
 
     def by_vcrpy(request: Request) -> int | None:
@@ -269,6 +269,14 @@ def test_index_lookup_matches_vcrpy_semantics(tmp_path: Path) -> None:
     assert ours == vcrpys, "the index hits and misses exactly where vcrpy's matchers do"
     # not vacuous: every recorded interaction is hit by some probe, and some probes miss
     assert {hit for _, hit in vcrpys} == {*range(len(RECORDED)), None}
+    # each serve is a fresh copy (vcrpy edits the response it plays: the next serve of the
+    # same recording must not see that)
+    key = index.key_for(probes[0])
+    served = index.response(key)
+    assert served is not None and served == index.response(key)
+    served["headers"].clear()
+    served["body"]["string"] = b"changed"
+    assert index.response(key) != served
 
 
 def test_requests_that_differ_only_in_scrubbed_fields_are_refused(env_builder: EnvBuilder) -> None:

@@ -12,6 +12,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import pickle
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -137,26 +138,28 @@ def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
             "names": scrubber.names.pattern,
             "headers": sorted(scrubber.headers),
             "extra": sorted(scrubber.extra),
-            "format": 2,
+            "format": 3,  # 3: each response pickled on its own (`ToolIndex.response`)
         }
     )
     return default_cache_dir() / "cassette-index" / f"{cassette_sha}-{config[:16]}.pickle"
 
 
-def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """A cassette's request-key index and its secret findings, cached by the file's hash.
+def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, bytes], list[str]]:
+    """A cassette's request-key index (each response pickled: `unpack_response`) and its
+    secret findings, cached by the file's hash.
 
     Parsing a YAML cassette is slow (seconds for 10 000 interactions), so the index is built
-    once per cassette version and loaded from the cache by every worker and later run.
+    once per cassette version and loaded from the cache by every worker and later run. A
+    response is kept as one bytes object and unpacked when it is served: as vcrpy's nested
+    dicts, 10 000 of them took 16 MB of every worker (and a served response can no longer be
+    changed in place for the next request that gets it).
     """
-    import pickle
-
     from rlenv.world.scrub import find_secrets
 
     cache = _index_cache_path(sha256_file(path), scrubber)
     try:
         with open(cache, "rb") as handle:
-            cached: tuple[dict[str, dict[str, Any]], list[str]] = pickle.load(handle)
+            cached: tuple[dict[str, bytes], list[str]] = pickle.load(handle)
         return cached
     except (OSError, EOFError, pickle.UnpicklingError, ValueError):
         pass
@@ -176,12 +179,16 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, dict[str, Any]
         first.setdefault(key, number)
         responses.setdefault(key, response)
     findings = find_secrets(interactions, scrubber)
+    packed = {
+        key: pickle.dumps(response, protocol=pickle.HIGHEST_PROTOCOL)
+        for key, response in responses.items()
+    }
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(cache, pickle.dumps((responses, findings), protocol=pickle.HIGHEST_PROTOCOL))
+        atomic_write(cache, pickle.dumps((packed, findings), protocol=pickle.HIGHEST_PROTOCOL))
     except OSError:
         pass  # a read-only cache only costs speed
-    return responses, findings
+    return packed, findings
 
 
 @dataclass
@@ -192,7 +199,7 @@ class ToolIndex:
     path: Path | None
     scrubber: Scrubber
     fallback: dict[str, Any] | None = None
-    responses: dict[str, dict[str, Any]] = field(default_factory=dict)
+    responses: dict[str, bytes] = field(default_factory=dict)  # request key -> packed response
     findings: list[str] = field(default_factory=list)
 
     def load(self) -> ToolIndex:
@@ -200,6 +207,11 @@ class ToolIndex:
             return self
         self.responses, self.findings = load_index(self.path, self.scrubber)
         return self
+
+    def response(self, key: str) -> dict[str, Any] | None:
+        """The recorded response for a request key (a fresh copy each time), or None."""
+        packed = self.responses.get(key)
+        return None if packed is None else unpack_response(packed)
 
     def key_for(self, request: Any) -> str:
         return request_key(request.method, *self.scrubbed(request))
@@ -242,6 +254,12 @@ def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def unpack_response(packed: bytes) -> dict[str, Any]:
+    """A response as `load_index` packed it (pickled by rlenv itself, into rlenv's cache)."""
+    response: dict[str, Any] = pickle.loads(packed)
+    return response
+
+
 class PlainRequest:
     """A request as the index reads it (what vcrpy's Request gives `ToolIndex.key_for`): the
     method, the absolute URI, the body (bytes, or None) and the content type, if any."""
@@ -261,7 +279,7 @@ def lookup(state: Any, request: Any) -> tuple[str, dict[str, Any] | None]:
     index = state.indexes.get(state.current or "")
     if index is None:
         return "miss", None
-    response = index.responses.get(index.key_for(request))
+    response = index.response(index.key_for(request))
     if response is not None:
         return "hit", response
     if index.fallback is not None:
