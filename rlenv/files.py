@@ -61,9 +61,10 @@ def sys_path(entries: Iterable[str | Path]) -> Iterator[list[str]]:
     try:
         yield added
     finally:
-        for entry in added:
-            if entry in sys.path:
-                sys.path.remove(entry)
+        path = sys.path
+        for entry in added if isinstance(path, list) else ():  # None at interpreter exit
+            if entry in path:
+                path.remove(entry)
 
 
 def default_cache_dir() -> Path:

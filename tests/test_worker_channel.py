@@ -76,6 +76,22 @@ def test_a_pickled_call_from_env_code_never_runs_in_the_orchestrator(
     assert records["ok0"]["passed"] and records["ok1"]["passed"]
 
 
+def test_a_pickled_call_sent_while_the_world_starts_never_runs(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The same attack from module-level code, while the worker imports the env (before it
+    says it is ready): refused at once, in one line, nothing run."""
+    marker = tmp_path / "pwned"
+    code = ATTACK.format(marker=str(marker), module="unused") + (
+        "\nfor _pipe in _pipes():\n    _pipe.send(('ready', Evil()))\n"
+    )
+    spec = env_builder.write(code, rollouts=1)
+    result = cli("run", str(spec), "--out", str(tmp_path / "run"), "--concurrency", "1")
+    assert not marker.exists(), "a message from a starting worker ran code in the orchestrator"
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr[-2000:]
+    assert "sent something that is not a message of a worker" in result.stderr
+
+
 def test_loads_takes_the_messages_workers_send() -> None:
     from rlenv.agent import RolloutTimeout, ToolOutcome
     from rlenv.errors import FixtureMiss, InfraError

@@ -229,6 +229,11 @@ class LocalExecutor:
             from rlenv.env import reported_problems
 
             raise reported_problems(message[1], self.config.world_checks["purpose"])
+        if message is not None and message[0] == "unsafe":  # env code wrote to the pipe
+            raise RunFailed(
+                "frozen-world worker failed to start: it sent something that is not a message"
+                " of a worker (env code writing to its pipe while the env was loaded)"
+            )
         if message is None or message[0] != "ready":
             why = message[1] if message and message[0] == "error" else self._death(slot)
             raise RunFailed(f"frozen-world worker failed to start: {why}")
