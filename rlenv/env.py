@@ -13,7 +13,10 @@ computed here too, from the hashes the file checks collect.
 from __future__ import annotations
 
 import ast
+import json
+import os
 import random
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -607,7 +610,7 @@ def load_environment(
     if world_checks == "child" and any(check.in_world for check in checks):
         child = _WorldChild(loaded.path, purpose, model, defer_expensive)  # beside the others
     try:
-        problems = _run_checks(env, checks, world_checks, child)
+        problems = _flat(_run_checks(env, checks, world_checks, child))
     finally:
         if child is not None:
             child.close()
@@ -619,37 +622,47 @@ def load_environment(
 
 def _run_checks(
     env: Environment, checks: list[Check], world_checks: WorldChecks, child: _WorldChild | None
-) -> list[UserError]:
-    failed: set[str] = set()
-    problems: list[UserError] = []
+) -> dict[str, list[UserError] | None]:
+    """Each check's problems, in order ([]: it passed; None: skipped, a check it needs did
+    not pass); an in-world check's come from `child` (none when the workers make it)."""
+    found: dict[str, list[UserError] | None] = {}
     for check in checks:
-        if failed.intersection(check.needs):
-            failed.add(check.name)
-            continue
-        if check.in_world and world_checks != "here":
-            found = child.problems(check.name) if child is not None else []
-            problems.extend(found)
-            if found:
-                failed.add(check.name)
-            continue
-        try:
-            check.function(env)
-        except Problems as exc:
-            problems.extend(exc.problems)
-            failed.add(check.name)
-        except UserError as exc:
-            problems.append(exc)
-            failed.add(check.name)
-    return problems
+        if any(found.get(need, []) != [] for need in check.needs):
+            found[check.name] = None
+        elif check.in_world and world_checks != "here":
+            found[check.name] = child.problems(check.name) if child is not None else []
+        else:
+            found[check.name] = _problems_of(check, env)
+    return found
+
+
+def _problems_of(check: Check, env: Environment) -> list[UserError]:
+    try:
+        check.function(env)
+    except Problems as exc:
+        return list(exc.problems)
+    except UserError as exc:
+        return [exc]
+    return []
+
+
+def _flat(found: dict[str, list[UserError] | None]) -> list[UserError]:
+    return [problem for problems in found.values() if problems for problem in problems]
+
+
+def _world_results(
+    loaded: LoadedSpec, purpose: Purpose, model: str | None, defer_expensive: bool = False
+) -> dict[str, list[UserError] | None]:
+    env = Environment(loaded, purpose, model, defer_expensive)
+    return _run_checks(env, [c for c in checks_for(purpose) if c.in_world], "here", None)
 
 
 def world_problems(
     loaded: LoadedSpec, purpose: Purpose, model: str | None, defer_expensive: bool = False
 ) -> list[UserError]:
     """What the in-world checks of `purpose` find, run in this process: a frozen-world worker
-    calls it when it starts (`WorkerConfig.world_checks`), the checking child when it runs."""
-    env = Environment(loaded, purpose, model, defer_expensive)
-    return _run_checks(env, [c for c in checks_for(purpose) if c.in_world], "here", None)
+    calls it when it starts (`WorkerConfig.world_checks`); the checking child runs the same."""
+    return _flat(_world_results(loaded, purpose, model, defer_expensive))
 
 
 def problems_to_data(problems: list[UserError]) -> list[dict[str, Any]]:
@@ -688,10 +701,6 @@ class _WorldChild:
     def __init__(
         self, spec: Path, purpose: Purpose, model: str | None, defer_expensive: bool
     ) -> None:
-        import json
-        import os
-        import subprocess
-
         from rlenv.world.environment import world_environment
 
         self.read, write = os.pipe()
@@ -725,9 +734,6 @@ class _WorldChild:
         return self.found.get(name, [])
 
     def _wait(self) -> dict[str, list[UserError]]:
-        import json
-        import os
-
         with os.fdopen(self.read, "rb") as answer:
             self.read = -1
             data = answer.read()
@@ -741,11 +747,13 @@ class _WorldChild:
                 f" code {code}) before the checks finished: module-level code must not exit",
                 where=self.where,
             ) from None
+        if found.get("error"):
+            raise UserError(
+                f"checking the env's modules failed: {found['error']}", where=self.where
+            )
         return {name: problems_from_data(items) for name, items in checks.items()}
 
     def close(self) -> None:
-        import os
-
         if self.read >= 0:
             os.close(self.read)
             self.read = -1
@@ -757,31 +765,25 @@ class _WorldChild:
 def _world_child() -> None:
     """The checking child's body (`_WorldChild`): read the request on stdin, enter the world's
     socket filter, run the in-world checks, write {"checks": {name: [problem, ...]}}."""
-    import json
-    import os
-
     request = json.loads(sys.stdin.buffer.read())
     answer_fd = int(request["answer_fd"])
     os.set_inheritable(answer_fd, False)  # nothing env code starts gets the answer pipe
     from rlenv.world import sockets
 
     sockets.install(whole_process=True)
-    loaded = load_spec(request["spec"])
-    env = Environment(loaded, request["purpose"], request["model"], request["defer_expensive"])
     checks: dict[str, list[dict[str, Any]]] = {}
-    for check in checks_for(env.purpose):
-        if not check.in_world:
-            continue
-        if any(checks.get(need) for need in check.needs):
-            continue
-        try:
-            check.function(env)
-            checks[check.name] = []
-        except UserError as exc:
-            checks[check.name] = problems_to_data([exc])
-        except Exception as exc:  # not env code's (import_ref says that in one line): ours
-            checks[check.name] = [{"message": f"{check.name}: {type(exc).__name__}: {exc}"}]
-    payload = json.dumps({"checks": checks}).encode()
+    error = None
+    try:
+        results = _world_results(
+            load_spec(request["spec"]),
+            request["purpose"],
+            request["model"],
+            request["defer_expensive"],
+        )
+        checks = {name: problems_to_data(found) for name, found in results.items() if found}
+    except Exception as exc:  # not env code's (import_ref says that in one line): ours
+        error = f"{type(exc).__name__}: {exc}"
+    payload = json.dumps({"checks": checks, "error": error}).encode()
     with os.fdopen(answer_fd, "wb") as answer:
         answer.write(payload)
 

@@ -111,3 +111,53 @@ def _refused_by(record: dict, port: int) -> str | None:
     if "Network is unreachable" in content or "Temporary failure in name resolution" in content:
         return "netns"  # no route out of the namespace (or no resolver in it)
     return None
+
+
+NO_TOOL_POLICY = """
+def policy(messages, tools, ctx):
+    try:
+        return route(json.loads(messages[-1]["content"]), ctx)
+    except Exception as exc:
+        return f"refused: {type(exc).__name__}: {exc}"
+"""
+
+
+def test_every_route_out_is_refused_from_a_policy_without_tools(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """An env with no tool (and no judge) has no recorded HTTP: its workers start without
+    vcrpy's patches, and the same routes taken by the policy itself meet the network guard."""
+    routes = [
+        route
+        for route in ROUTES
+        if route not in ("requests", "aiohttp") or importlib.util.find_spec(route) is not None
+    ]
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    port = server.getsockname()[1]
+    inputs = [
+        {"id": route, "prompt": f'{{"route": "{route}", "port": {port}}}', "answer": "x"}
+        for route in routes
+    ]
+    spec = env_builder.write(
+        ROUTES_CODE.replace("def policy(", "def _unused(") + NO_TOOL_POLICY,
+        inputs=inputs,
+        verifiers=[{"type": "regex", "pattern": "CONNECTED"}],
+        rollouts=1,
+    )
+    try:
+        result = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json")
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # no route reached the listening server
+    finally:
+        server.close()
+    assert result.returncode in (0, 1), result.stderr
+    records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    answers = {route: records[route]["answer"] or "" for route in routes}
+    assert all(answer.startswith("refused: ") for answer in answers.values()), answers
+    # aiohttp words the guard's refusal as its own connector error; a subprocess meets the
+    # network namespace
+    named = [route for route in routes if route not in ("aiohttp", "subprocess")]
+    assert all("rlenv frozen world" in answers[route] for route in named), answers

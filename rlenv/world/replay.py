@@ -145,7 +145,7 @@ def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
 
 
 def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, bytes], list[str]]:
-    """A cassette's request-key index (each response pickled: `unpack_response`) and its
+    """A cassette's request-key index (each response pickled: `ToolIndex.response`) and its
     secret findings, cached by the file's hash.
 
     Parsing a YAML cassette is slow (seconds for 10 000 interactions), so the index is built
@@ -209,9 +209,10 @@ class ToolIndex:
         return self
 
     def response(self, key: str) -> dict[str, Any] | None:
-        """The recorded response for a request key (a fresh copy each time), or None."""
+        """The recorded response for a request key (a fresh copy each time), or None; packed
+        by `load_index` (pickled by rlenv itself, into rlenv's cache)."""
         packed = self.responses.get(key)
-        return None if packed is None else unpack_response(packed)
+        return None if packed is None else pickle.loads(packed)  # type: ignore[no-any-return]
 
     def key_for(self, request: Any) -> str:
         return request_key(request.method, *self.scrubbed(request))
@@ -252,12 +253,6 @@ def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
         },
         "body": {"string": text.encode()},
     }
-
-
-def unpack_response(packed: bytes) -> dict[str, Any]:
-    """A response as `load_index` packed it (pickled by rlenv itself, into rlenv's cache)."""
-    response: dict[str, Any] = pickle.loads(packed)
-    return response
 
 
 class PlainRequest:
