@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,7 +55,9 @@ def policy(messages, tools, ctx):
 ROUTES = ["httpx", "requests", "urllib", "aiohttp", "socket", "dns", "subprocess"]
 
 
-def test_every_route_out_is_refused(env_builder: EnvBuilder, tmp_path: Path) -> None:
+def _routes_and_listener() -> tuple[list[str], socket.socket, int, list[dict[str, str]]]:
+    """The routes installed here, a listening socket they all aim at, its port, one input per
+    route."""
     routes = [
         route
         for route in ROUTES
@@ -68,6 +71,23 @@ def test_every_route_out_is_refused(env_builder: EnvBuilder, tmp_path: Path) -> 
         {"id": route, "prompt": f'{{"route": "{route}", "port": {port}}}', "answer": "x"}
         for route in routes
     ]
+    return routes, server, port, inputs
+
+
+def _run_unreached(spec: Path, out: Path, server: socket.socket) -> Any:
+    """`rlenv run` of the routes env; no connection may have reached `server` (closed after)."""
+    try:
+        result = cli("run", str(spec), "--out", str(out), "--json")
+        server.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            server.accept()  # no route reached the listening server
+    finally:
+        server.close()
+    return result
+
+
+def test_every_route_out_is_refused(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    routes, server, port, inputs = _routes_and_listener()
     spec = env_builder.write(
         ROUTES_CODE,
         inputs=inputs,
@@ -75,13 +95,7 @@ def test_every_route_out_is_refused(env_builder: EnvBuilder, tmp_path: Path) -> 
         verifiers=[{"type": "regex", "pattern": "CONNECTED"}],
         rollouts=1,
     )
-    try:
-        result = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json")
-        server.setblocking(False)
-        with pytest.raises(BlockingIOError):
-            server.accept()  # no route reached the listening server
-    finally:
-        server.close()
+    result = _run_unreached(spec, tmp_path / "run", server)
     # every route refused: fixture misses on most rollouts fail the run (exit 1), honestly
     assert result.returncode in (0, 1), result.stderr
     records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
@@ -127,32 +141,14 @@ def test_every_route_out_is_refused_from_a_policy_without_tools(
 ) -> None:
     """An env with no tool (and no judge) has no recorded HTTP: its workers start without
     vcrpy's patches, and the same routes taken by the policy itself meet the network guard."""
-    routes = [
-        route
-        for route in ROUTES
-        if route not in ("requests", "aiohttp") or importlib.util.find_spec(route) is not None
-    ]
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(16)
-    port = server.getsockname()[1]
-    inputs = [
-        {"id": route, "prompt": f'{{"route": "{route}", "port": {port}}}', "answer": "x"}
-        for route in routes
-    ]
+    routes, server, port, inputs = _routes_and_listener()
     spec = env_builder.write(
         ROUTES_CODE.replace("def policy(", "def _unused(") + NO_TOOL_POLICY,
         inputs=inputs,
         verifiers=[{"type": "regex", "pattern": "CONNECTED"}],
         rollouts=1,
     )
-    try:
-        result = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json")
-        server.setblocking(False)
-        with pytest.raises(BlockingIOError):
-            server.accept()  # no route reached the listening server
-    finally:
-        server.close()
+    result = _run_unreached(spec, tmp_path / "run", server)
     assert result.returncode in (0, 1), result.stderr
     records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
     answers = {route: records[route]["answer"] or "" for route in routes}
