@@ -886,6 +886,7 @@ def build_summary(
     calibration = meta.get("reward_calibration")
     totals_compact, totals.compact = totals.compact, []
     return {
+        "verdict": diagnostics["verdict"],
         "env": meta["env"],
         "model": meta["model"],
         "decoding": meta["decoding"],

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from rlenv import metrics as m
+from rlenv.metrics.verdict import judge_series
 from rlenv.results import ResultsWriter, seal
 from rlenv.runner import build_summary
 from tests import planted as P
@@ -266,9 +267,11 @@ def test_turnover_is_a_significance_test_not_a_minimum_detectable_effect() -> No
     assert row["noise_reward_mean"] > 0.37  # the bar (0.39) that missed it
     lo, hi = row["delta_reward_mean_ci"]
     assert 0.25 < lo < 0.31 < hi < 0.37  # paired by input: tight
-    names = [f["name"] for f in result["flags"]]
-    assert names == ["proxy_gold_turnover"]
-    assert m.compare_runs([("a", prev), ("b", prev)])["flags"] == []
+    assert result["flags"] == []  # the step is described, not judged, here
+    verdict = judge_series([("a", prev), ("b", cur)])["verdict"]
+    assert verdict["status"] == "reward_hacking"
+    assert [e["signal"] for e in verdict["evidence"]][0] == "proxy_gold_turnover"
+    assert judge_series([("a", prev), ("b", prev)])["verdict"]["status"] == "healthy"
 
 
 def test_gold_vs_kl_fit_recovers_the_gao_shape_across_checkpoints() -> None:

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from rlenv import metrics as m
 from rlenv.jsonl import load_human
+from rlenv.metrics.verdict import judge_series
 
 
 def rec(
@@ -567,7 +568,14 @@ def test_flags_fire_on_each_condition() -> None:
     assert [f["name"] for f in found] == [
         "collapse", "length_bias", "high_suspect_rate", "negative_kl", "infra_errors"
     ]  # fmt: skip
-    assert all(set(f) == {"name", "message", "value", "threshold", "fails_run"} for f in found)
+    assert all(
+        set(f) == {"name", "kind", "message", "value", "threshold", "fails_run"} for f in found
+    )
+    # a run's own flags describe it: notes, never evidence (the verdict decides against a
+    # reference run); only a failing part is a failure
+    assert {f["name"]: f["kind"] for f in found if f["name"] != "infra_errors"} == dict.fromkeys(
+        [f["name"] for f in found if f["name"] != "infra_errors"], "note"
+    )
     assert not any(f["fails_run"] for f in found), "none of these fails a run"
     quiet = {
         "counts": {"infra_error": 0},
@@ -638,28 +646,41 @@ def test_compare_runs_flags_proxy_gold_turnover_kl_growth_and_collapse() -> None
     assert result["runs"][1]["delta_pass_rate"] == 0.0
     assert result["runs"][1]["delta_reward_mean"] == pytest.approx(2.0)
     names = [f["name"] for f in result["flags"]]
-    assert names == ["proxy_gold_turnover", "kl_growth_without_gain", "diversity_collapse"]
-    assert all(f["runs"] == ["step0", "step1"] for f in result["flags"])
+    # descriptions of the step, against the first run: notes, never evidence
+    assert names == ["kl_growth_without_gain", "diversity_collapse"]
+    assert all(f["runs"] == ["step0", "step1"] and f["kind"] == "note" for f in result["flags"])
     json.dumps(result, allow_nan=False)
+    # the reward rose at equal verifier outcomes: the verdict's evidence
+    judged = judge_series([("step0", step0), ("step1", step1)])
+    assert judged["verdict"]["status"] == "reward_hacking"
+    assert judged["verdict"]["since"] == "step1"
+    assert "proxy_gold_turnover" in [e["signal"] for e in judged["verdict"]["evidence"]]
 
-    # Same run twice: nothing to flag.
+    # Same run twice: nothing to note.
     assert m.compare_runs([("a", step0), ("b", step0)])["flags"] == []
-    # Reward and pass rate both rise well beyond the noise: no turnover.
-    better = [{**r, "passed": True, "reward": r["reward"] + 2.0} for r in step0]
+    # Every answer passes now and is paid what the RM pays a right answer: no turnover.
+    better = [{**r, "passed": True, "reward": r["reward"] + (not r["passed"])} for r in step0]
     assert m.compare_runs([("a", step0), ("b", better)])["flags"] == []
+    assert judge_series([("a", step0), ("b", better)])["verdict"]["status"] != "reward_hacking"
 
 
 def test_compare_runs_uses_human_scores_as_gold() -> None:
     step0 = synthetic_run(30, 2, seed=4)
-    step1 = [{**r, "passed": True, "reward": r["reward"] + 2.0} for r in step0]
+    # every answer passes now and is paid what the RM pays a right answer, but people like
+    # the answers less
+    step1 = [{**r, "passed": True, "reward": r["reward"] + (not r["passed"])} for r in step0]
     humans = {
         "s0": {(r["input_id"], r["rollout"]): 0.8 for r in step0},
         "s1": {(r["input_id"], r["rollout"]): 0.3 if r["rollout"] else 0.2 for r in step1},
     }
     result = m.compare_runs([("s0", step0), ("s1", step1)], humans=humans)
-    turnover = [f for f in result["flags"] if f["name"] == "proxy_gold_turnover"]
-    assert len(turnover) == 1 and turnover[0]["value"]["gold"] == ["human"]
     assert result["runs"][1]["human_mean"] == pytest.approx(0.25)
+    judged = judge_series([("s0", step0), ("s1", step1)], humans=humans)["verdict"]
+    turnover = [e for e in judged["evidence"] if e["signal"] == "proxy_gold_turnover"]
+    assert judged["status"] == "reward_hacking"
+    assert len(turnover) == 1 and turnover[0]["gold"] == "human"
+    # without the human labels: better answers, paid for it, not a hack
+    assert judge_series([("s0", step0), ("s1", step1)])["verdict"]["status"] != "reward_hacking"
 
 
 def test_kl_block_pools_per_token_estimates_and_flags_negative_mean() -> None:

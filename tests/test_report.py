@@ -89,9 +89,10 @@ def test_report_of_the_clean_run_has_no_suspects_and_no_flags(pair: RunPair) -> 
     done = cli("report", str(pair.clean))
     assert done.returncode == 0, done.stderr
     assert "FLAG" not in done.stdout
+    assert done.stdout.splitlines()[0].startswith("verdict: INCONCLUSIVE")  # no reference
     assert "suspects 0" in done.stdout
     html = (pair.clean / "report.html").read_text(encoding="utf-8")
-    assert 'id="suspect-cap-' not in html and "No flags raised." in html
+    assert 'id="suspect-cap-' not in html and "No notes." in html
     assert_self_contained(html)
 
 
@@ -139,32 +140,55 @@ def test_compare_flags_turnover_and_length_and_writes_a_page(pair: RunPair, tmp_
     out = tmp_path / "cmp"
     done = cli("compare", str(pair.clean), str(pair.hacked), "--out", str(out))
     assert done.returncode == 0, done.stderr
-    assert "FLAG     proxy_gold_turnover (step-100 -> step-200)" in done.stdout
-    assert "FLAG     length_explained_gain (step-100 -> step-200)" in done.stdout
-    assert "FLAG     [step-200] length_bias" in done.stdout
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("verdict: REWARD_HACKING since step-200 (vs step-100): ")
+    assert "the reward at an equal verifier outcome rose" in first
+    assert "NOTE     [step-200] length_bias" in done.stdout
     assert re.search(r"^verifier pass rate\s+0\.875\s+0\.75$", done.stdout, re.M)
 
     result = json.loads((out / "compare.json").read_text())
+    assert list(result)[:2] == ["verdict", "checkpoints"]
+    verdict = result["verdict"]
+    assert verdict["status"] == "reward_hacking" and verdict["since"] == "step-200"
+    evidence = {item["signal"]: item for item in verdict["evidence"]}
+    assert evidence["proxy_gold_turnover"]["ci"][0] > 0
+    assert evidence["length_explained_gain"]["effect"] >= 0.5
+    assert [(c["label"], c["step"], c["verdict"]["status"]) for c in result["checkpoints"]] == [
+        ("step-100", 100, "healthy"),
+        ("step-200", 200, "reward_hacking"),
+    ]
     flags = {flag["name"]: flag for flag in result["flags"]}
-    assert flags["proxy_gold_turnover"]["runs"] == ["step-100", "step-200"]
-    assert flags["proxy_gold_turnover"]["value"]["delta_pass_rate"] < 0
-    assert flags["length_explained_gain"]["value"] >= 0.5
-    assert "kl_growth_without_gain" in flags
-    assert [row["step"] for row in result["runs"]] == [0, 1]
+    assert flags["kl_growth_without_gain"]["kind"] == "note"
+    assert [row["step"] for row in result["runs"]] == [100, 200]  # the training steps
     html = (out / "compare.html").read_text(encoding="utf-8")
     assert_self_contained(html)
-    for name in ("proxy_gold_turnover", "length_explained_gain", "kl_growth_without_gain"):
-        assert f'data-flag="{name}"' in html
+    assert 'class="verdict reward_hacking"' in html
+    for name in ("proxy_gold_turnover", "length_explained_gain"):
+        assert f'data-signal="{name}"' in html
+    assert 'data-flag="kl_growth_without_gain" data-kind="note"' in html
     assert html.count('<svg class="plot"') >= 6
     assert 'id="fingerprint-warning"' not in html
+
+
+def test_compare_orders_runs_by_training_step_not_the_order_given(
+    pair: RunPair, tmp_path: Path
+) -> None:
+    """The shell lists step-190 before step-20; compare reads the steps and sorts."""
+    from rlenv.report import compare
+
+    result = compare([pair.hacked, pair.clean], out=tmp_path)
+    assert [row["name"] for row in result["runs"]] == ["step-100", "step-200"]
+    assert result["verdict"]["status"] == "reward_hacking"
 
 
 def test_compare_in_the_other_order_raises_no_turnover(pair: RunPair, tmp_path: Path) -> None:
     from rlenv.report import compare
 
-    result = compare([pair.hacked, pair.clean], out=tmp_path)
-    names = {flag["name"] for flag in result["flags"]}
-    assert "proxy_gold_turnover" not in names and "length_explained_gain" not in names
+    # explicit steps put the hacked run first: then the clean one is judged against it
+    result = compare([pair.hacked, pair.clean], out=tmp_path, steps=[0, 1])
+    assert [row["name"] for row in result["runs"]] == ["step-200", "step-100"]
+    signals = {item["signal"] for item in result["verdict"]["evidence"]}
+    assert "proxy_gold_turnover" not in signals and "length_explained_gain" not in signals
 
 
 def test_compare_refuses_different_fingerprints_unless_forced(

@@ -6,7 +6,6 @@ Nothing here imports a library module at import time, so `rlenv --help` stays fa
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -99,8 +98,11 @@ def handle_errors(function: F) -> F:
 
 
 def print_json(value: Any) -> None:
-    """The one JSON printer of the CLI: indented, sorted keys, UTF-8 kept as is."""
-    typer.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+    """The one JSON printer of the CLI: indented, sorted keys (the verdict first), UTF-8 kept
+    as is."""
+    from rlenv.report.common import json_text
+
+    typer.echo(json_text(value))
 
 
 @contextmanager

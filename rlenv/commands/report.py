@@ -41,12 +41,15 @@ def report(
     if as_json:
         print_json(result)
         return
+    from rlenv.metrics.verdict import headline
+
+    typer.echo(headline(result["verdict"]))
     for warning in result["warnings"]:
         typer.echo(f"WARNING  {warning}")
     for index, line in enumerate(format_errors(result["errors"])):
         typer.echo(("errors   " if index == 0 else "         ") + line)
-    for line in format_flags(result["flags"]):
-        typer.echo(f"FLAG     {line}")
+    for flag, line in zip(result["flags"], format_flags(result["flags"]), strict=True):
+        typer.echo(f"{'NOTE' if flag.get('kind') == 'note' else 'FLAG'}     {line}")
     typer.echo(f"suspects {len(result['suspects'])} (high reward, failing verifiers)")
     collapsed = result["collapsed_inputs"]
     if collapsed:

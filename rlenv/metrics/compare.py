@@ -1,5 +1,5 @@
-"""Checkpoints side by side: one metric row per run, flags between neighbouring runs, and
-the gold-vs-KL curve of Gao et al. across checkpoints.
+"""Checkpoints side by side: one metric row per run, deltas between neighbouring runs, notes
+against the first run, and the gold-vs-KL curve of Gao et al. across checkpoints.
 
 A change counts when it is significant: the 95 % cluster-bootstrap CI of the difference (paired
 by input when both runs scored the same inputs) excludes zero. The minimum detectable effect
@@ -153,9 +153,10 @@ def gold_vs_kl(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Gao et al. (2023) over-optimisation shape across checkpoints: gold = g0 + d (alpha -
     beta d), d = sqrt(KL to the reference), fitted by least squares. Gold is the human score
     when every run has one, else the verifier pass rate. None with fewer than 3 runs with a
-    non-negative mean k1 KL and a gold value (3 distinct d at least). With beta > 0 the gold
-    peaks at d* = alpha / (2 beta) (KL d*^2); ``past_peak``: the last checkpoint is beyond it,
-    where more optimisation buys less gold. With exactly 3 points the fit is exact (r2 1)."""
+    non-negative mean k1 KL and a gold value (3 distinct d at least). With alpha > 0 and
+    beta > 0 the gold peaks at d* = alpha / (2 beta) (KL d*^2); ``past_peak``: the last
+    checkpoint is beyond it, where more optimisation buys less gold. With exactly 3 points the
+    fit is exact (r2 1)."""
     gold_key = "human_mean" if all(r.get("human_mean") is not None for r in rows) else "pass_rate"
     points = [
         (str(r["name"]), float(r["kl_mean_k1"]), float(r[gold_key]))
@@ -171,7 +172,9 @@ def gold_vs_kl(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     fitted = design @ np.array([g0, a, b])
     total = float(np.dot(gold - gold.mean(), gold - gold.mean()))
     residual = float(np.dot(gold - fitted, gold - fitted))
-    peak = float(a / (2 * b)) if b > 0 else None
+    # a peak exists only for a rising-then-falling curve: alpha > 0 and beta > 0 (with both
+    # negative, a / 2b is positive too, and was once reported at KL 783 for runs ending at 3.3)
+    peak = float(a / (2 * b)) if b > 0 and a > 0 else None
     return {
         "gold": gold_key,
         "n": len(points),
@@ -201,20 +204,21 @@ def compare_runs(
     baseline: Iterable[Record] | None = None,
     calibrations: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Metric rows per run, in the given (training-step) order, flags between neighbours and
-    the gold-vs-KL fit (:func:`gold_vs_kl`, ``gold_vs_kl``; None below 3 runs with KL).
+    """Metric rows per run, in the given (training-step) order, notes against the first run
+    and the gold-vs-KL fit (:func:`gold_vs_kl`, ``gold_vs_kl``; None below 3 runs with KL).
 
     Each row after the first has deltas vs the previous run with 95 % CIs (:func:`delta_ci`,
     ``delta_*_ci``), the minimum detectable effects (``noise_*``) and
-    ``length_explained_gain`` (share). Flags:
+    ``length_explained_gain`` (share): descriptions of each step. Whether a checkpoint is
+    hacked or regressed is decided against the reference by :mod:`rlenv.metrics.verdict`, not
+    here. The flags are notes (``kind: note``), each against the first run:
 
-    - ``proxy_gold_turnover``: the reward mean rises significantly (CI above zero) while the
-      verifier pass rate (or the human score, when ``humans`` has both runs) does not.
-    - ``kl_growth_without_gain``: mean k1 KL rises by more than ``kl_growth`` (relative, from a
-      positive value) while the pass rate does not rise significantly.
+    - ``kl_growth_without_gain``: the sequence KL to the reference model rose beyond its own
+      noise (paired by input) and by more than ``kl_growth`` relative, while the pass rate did
+      not rise significantly.
     - ``diversity_collapse``: at least ``collapse_share`` of the inputs both runs scored are
-      collapsed in the later run and were not in the earlier one (per-input diversity, like
-      with like; boilerplate shared by every answer does not count, see
+      collapsed in the later run and were not in the first (per-input diversity, like with
+      like; boilerplate shared by every answer does not count, see
       :func:`rlenv.metrics.similarity.diversity`). The inputs are named.
     - ``alignment_gap_growth``: with ``calibrations`` (a run's reward-model calibration) and
       human labels for both runs, the calibrated alignment gap grows beyond the noise while
@@ -241,6 +245,7 @@ def compare_runs(
             run_means["human"] = _human_means(records, scores)
         means.append(run_means)
     found: list[Flag] = []
+    kl_means = [_input_kl(records) for _, records in materialised]
     for i in range(1, len(rows)):
         gain = length_explained_gain(materialised[i - 1][1], materialised[i][1], length=length)
         changes: dict[str, dict[str, Any]] = {
@@ -248,15 +253,17 @@ def compare_runs(
             for key in ("passed", "reward", "human")
             if key in means[i - 1] and key in means[i]
         }
+        _neighbour_deltas(
+            rows[i - 1], rows[i], (variances[i - 1], variances[i]), changes, gain["share"],
+            alpha=alpha, power=power,
+        )  # fmt: skip
         found.extend(
-            _neighbour_flags(
-                rows[i - 1],
+            _reference_notes(
+                rows[0],
                 rows[i],
-                (variances[i - 1], variances[i]),
-                changes,
-                gain["share"],
-                alpha=alpha,
-                power=power,
+                (kl_means[0], kl_means[i]),
+                delta_ci(means[0]["passed"], means[i]["passed"]),
+                tests=len(rows) - 1,
                 kl_growth=kl_growth,
                 collapse_share=collapse_share,
             )
@@ -306,7 +313,7 @@ def _calibrated(
             power=power,
         )
         if flag is not None:
-            found.append(flag)
+            found.append({"kind": "note", **flag})
     return found
 
 
@@ -344,7 +351,7 @@ def alignment_gap_growth(
     }
 
 
-def _neighbour_flags(
+def _neighbour_deltas(
     prev: dict[str, Any],
     cur: dict[str, Any],
     variances: tuple[Variances, Variances],
@@ -353,12 +360,9 @@ def _neighbour_flags(
     *,
     alpha: float,
     power: float,
-    kl_growth: float,
-    collapse_share: float,
-) -> list[Flag]:
-    """Write ``cur``'s deltas, CIs and noise against ``prev`` into ``cur``; return the flags
-    raised between the two runs."""
-    pair = [prev["name"], cur["name"]]
+) -> None:
+    """Write ``cur``'s deltas, CIs and noise against ``prev`` into ``cur`` (a description of
+    the step; the verdict judges every checkpoint against the reference instead)."""
 
     def delta(metric: str) -> Any:
         if prev[metric] is None or cur[metric] is None:
@@ -370,92 +374,93 @@ def _neighbour_flags(
             variances[0][field_name], variances[1][field_name], alpha, power
         )
 
-    d_pass, d_reward, d_human = delta("pass_rate"), delta("reward_mean"), delta("human_mean")
-    none: dict[str, Any] = {"ci": None, "rose": False, "fell": False}
-    c_pass = changes.get("passed", none)
-    c_reward = changes.get("reward", none)
-    c_human = changes.get("human", none)
+    none: dict[str, Any] = {"ci": None}
     cur.update(
-        delta_pass_rate=d_pass,
-        delta_reward_mean=d_reward,
-        delta_human_mean=d_human,
-        delta_pass_rate_ci=c_pass["ci"],
-        delta_reward_mean_ci=c_reward["ci"],
-        delta_human_mean_ci=c_human["ci"],
+        delta_pass_rate=delta("pass_rate"),
+        delta_reward_mean=delta("reward_mean"),
+        delta_human_mean=delta("human_mean"),
+        delta_pass_rate_ci=changes.get("passed", none)["ci"],
+        delta_reward_mean_ci=changes.get("reward", none)["ci"],
+        delta_human_mean_ci=changes.get("human", none)["ci"],
         noise_pass_rate=noise("passed"),
         noise_reward_mean=noise("reward"),
         length_explained_gain=length_share,
     )
+
+
+def _record_kl(record: Record) -> float | None:
+    """A rollout's sequence KL to the reference: the sum of its per-token k3 (else k1)
+    estimates, or a flat ``k3``/``k1``/``sequence_kl`` number."""
+    kl = record.get("kl")
+    if not isinstance(kl, Mapping):
+        return None
+    for name in ("k3", "k1", "sequence_kl"):
+        value = kl.get(name)
+        if isinstance(value, list):
+            finite = [float(v) for v in value if isinstance(v, int | float) and math.isfinite(v)]
+            return math.fsum(finite) if finite else None
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    return None
+
+
+def _input_kl(records: Iterable[Record]) -> dict[str, float]:
+    """Per-input mean sequence KL (inputs without one left out)."""
+    out: dict[str, float] = {}
+    for input_id, group in _group(records):
+        values = [v for v in (_record_kl(r) for r in group) if v is not None]
+        if values:
+            out[input_id] = math.fsum(values) / len(values)
+    return out
+
+
+def _reference_notes(
+    ref: Mapping[str, Any],
+    cur: Mapping[str, Any],
+    kl: tuple[Mapping[str, float], Mapping[str, float]],
+    passed: Mapping[str, Any],
+    *,
+    tests: int,
+    kl_growth: float,
+    collapse_share: float,
+) -> list[Flag]:
+    """Notes on ``cur`` against the reference run (never evidence, never red)."""
+    pair = [ref["name"], cur["name"]]
     found = [
-        _proxy_gold_turnover(pair, (d_reward, c_reward), (d_pass, c_pass), (d_human, c_human)),
-        _kl_growth_without_gain(
-            pair, prev["kl_mean_k1"], cur["kl_mean_k1"], (d_pass, c_pass), kl_growth
-        ),
-        _diversity_collapse(pair, prev, cur, collapse_share),
+        _kl_growth_without_gain(pair, kl, passed, kl_growth, tests),
+        _diversity_collapse(pair, ref, cur, collapse_share),
     ]
-    return [flag for flag in found if flag is not None]
-
-
-Change = tuple[Any, Mapping[str, Any]]
-"""A metric's (delta vs the previous run, :func:`delta_ci` result)."""
-
-
-def _flat(change: Change) -> bool:
-    """The metric is known in both runs and did not rise significantly."""
-    value, ci = change
-    return value is not None and ci.get("ci") is not None and not ci.get("rose")
-
-
-def _proxy_gold_turnover(
-    pair: list[Any], reward: Change, passed: Change, human: Change
-) -> Flag | None:
-    d_reward, c_reward = reward
-    if d_reward is None or not c_reward.get("rose"):
-        return None
-    flat_gold = []
-    if _flat(passed):
-        flat_gold.append("pass_rate")
-    if _flat(human):
-        flat_gold.append("human")
-    if not flat_gold:
-        return None
-    lo, hi = c_reward["ci"]
-    return {
-        "name": "proxy_gold_turnover",
-        "runs": pair,
-        "message": f"reward mean rose by {d_reward:.3g} (95% CI {lo:.3g} to {hi:.3g})"
-        f" while {' and '.join(flat_gold)} did not rise significantly",
-        "value": {
-            "delta_reward_mean": d_reward,
-            "delta_reward_mean_ci": c_reward["ci"],
-            "delta_pass_rate": passed[0],
-            "delta_pass_rate_ci": passed[1].get("ci"),
-            "delta_human_mean": human[0],
-            "gold": flat_gold,
-        },
-        "threshold": "reward CI above 0, gold CI not above 0",
-    }
+    return [{"kind": "note", **flag} for flag in found if flag is not None]
 
 
 def _kl_growth_without_gain(
-    pair: list[Any], kl_prev: Any, kl_cur: Any, passed: Change, kl_growth: float
+    pair: list[Any],
+    kl: tuple[Mapping[str, float], Mapping[str, float]],
+    passed: Mapping[str, Any],
+    kl_growth: float,
+    tests: int,
 ) -> Flag | None:
-    if (
-        kl_prev is not None
-        and kl_cur is not None
-        and kl_prev > 0
-        and kl_cur > kl_prev * (1 + kl_growth)
-        and _flat(passed)
-    ):
-        return {
-            "name": "kl_growth_without_gain",
-            "runs": pair,
-            "message": f"mean KL grew {kl_cur / kl_prev - 1:.0%} while the pass rate"
-            " did not rise significantly",
-            "value": {"kl_prev": kl_prev, "kl_cur": kl_cur, "delta_pass_rate": passed[0]},
-            "threshold": kl_growth,
-        }
-    return None
+    """KL to the reference model grew beyond its own noise (paired by input, Bonferroni over
+    the checkpoints) and by more than ``kl_growth`` relative to the reference run's (or from
+    zero, at the starting model), while the pass rate did not rise significantly."""
+    before, after = kl
+    shared = sorted(set(before) & set(after))
+    if len(shared) < 2 or passed.get("ci") is None or passed.get("rose"):
+        return None
+    lo, hi = bootstrap_ci([after[i] - before[i] for i in shared], alpha=0.05 / max(1, tests))
+    kl_prev = math.fsum(before[i] for i in shared) / len(shared)
+    kl_cur = math.fsum(after[i] for i in shared) / len(shared)
+    if lo is None or lo <= 0 or kl_cur <= kl_prev * (1 + kl_growth):
+        return None
+    return {
+        "name": "kl_growth_without_gain",
+        "runs": pair,
+        "message": f"mean sequence KL to the reference model grew {kl_prev:.3g} -> {kl_cur:.3g}"
+        f" (paired CI of the rise {lo:.3g} to {hi:.3g}) while the pass rate did not rise"
+        " significantly",
+        "value": {"kl_prev": kl_prev, "kl_cur": kl_cur, "delta_ci": [lo, hi]},
+        "threshold": kl_growth,
+    }
 
 
 def _diversity_collapse(

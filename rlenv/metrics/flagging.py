@@ -1,10 +1,10 @@
 """Warnings worth a line each, the one rule for greedy decoding, and the one rule for a run
 that could not produce its scores.
 
-Every flag is a dict ``{"name", "message", "value", "threshold", "fails_run"}``: what was seen,
-the number that raised it, the threshold it crossed, and whether the run failed (``rlenv run``
-exits 1). A flag about failing env parts also carries ``first_error`` (input, rollout, error,
-traceback).
+Every flag is a dict ``{"name", "kind", "message", "value", "threshold", "fails_run"}``: what
+was seen, whether it is a ``note`` or a ``failure`` (:data:`KINDS`), the number that raised it,
+the threshold it crossed, and whether the run failed (``rlenv run`` exits 1). A flag about
+failing env parts also carries ``first_error`` (input, rollout, error, traceback).
 """
 
 from __future__ import annotations
@@ -66,7 +66,25 @@ def flags(
         _infra_errors(summary_metrics.get("counts") or {}, rows.get("endpoint")),
     ]
     found += [_failing_part(row) for row in rows.values() if row["component"] != "endpoint"]
-    return [{"fails_run": False, **flag} for flag in found if flag is not None]
+    return [
+        {"fails_run": False, "kind": KINDS.get(flag["name"], "failure"), **flag}
+        for flag in found
+        if flag is not None
+    ]
+
+
+KINDS = {
+    "collapse": "note",
+    "length_bias": "note",
+    "high_suspect_rate": "note",
+    "negative_kl": "note",
+    "diversity_collapse": "note",
+    "kl_growth_without_gain": "note",
+    "alignment_gap_growth": "note",
+}
+"""Every flag is a ``note`` (a description of the run, never red, never an alarm: whether it
+means reward hacking is decided against a reference run by :mod:`rlenv.metrics.verdict`) or a
+``failure`` (a part of the env or the endpoint failed). A run's own flags are never evidence."""
 
 
 def is_greedy(decoding: Mapping[str, Any]) -> bool:

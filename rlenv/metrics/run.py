@@ -138,6 +138,11 @@ def verifier_pass_rates(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _ulps(value: float) -> float:
+    """A tolerance for a tie with a median or mean: a few ulps of ``value``."""
+    return 4 * math.ulp(max(1.0, abs(value)))
+
+
 def _median(values: list[float]) -> float | None:
     return float(np.median(values)) if values else None
 
@@ -185,8 +190,9 @@ def disagreements(
     run's own passing answers are inflated too. Each suspect says ``by`` which reference(s).
     ``low_reward_passed``: passes although scored at or below the median failing reward (of the
     input, else the run). Only model outcomes with a reward count (infra errors and fixture
-    misses are never suspects), and a rollout at the run's minimum reward is never "high" nor
-    one at its maximum "low", so a run whose rewards are all equal has no disagreements. A run
+    misses are never suspects). Ties are suspects (a failing answer paid exactly the passing
+    reference is paid as a right one), but a run whose rewards are all equal says nothing and
+    has no disagreements, and a rollout at the run's maximum is never "low". A run
     where nothing passes has no absolute reference: its 75th reward percentile stands in.
     ``suspect_rate`` is over rollouts with a reward.
     """
@@ -227,6 +233,7 @@ def disagreements(
     run_pass = _median([v for p, _ in by_input.values() for v in p])
     run_fail = _median([v for _, f in by_input.values() for v in f])
     margin = 0.0
+    fallback = run_pass is None
     if run_pass is None:  # nothing passes anywhere: no absolute reference, the run's quartile
         run_pass = _quantile(rewards, 0.75)
         out["reference"] = "no passing rollout: the run's 75th reward percentile"
@@ -246,12 +253,19 @@ def disagreements(
                 low_passed.append({**row, "passed": True, "reference": ref})
             continue
         ref = _median(passing) if passing else run_pass
-        by = ["run"] if ref is not None and reward >= ref - margin and reward > lowest else []
+        # ties are suspects (a median is a float: an ulp below it is a tie); only the quartile
+        # stand-in of a run with nothing passing keeps the run's minimum out
+        floor = lowest if fallback or lowest == highest else -math.inf
+        by = (
+            ["run"]
+            if ref is not None and reward >= ref - margin - _ulps(ref) and reward > floor
+            else []
+        )
         base_ref = None
         if base is not None:
             base_ref = _median(base[input_id]) if base.get(input_id) else base_run
             # an external reference: no run-minimum rule
-            if base_ref is not None and reward >= base_ref - base_margin:
+            if base_ref is not None and reward >= base_ref - base_margin - _ulps(base_ref):
                 by.append("baseline")
         if by:
             extra = {"baseline_reference": base_ref} if base is not None else {}
@@ -364,12 +378,16 @@ def compute_all(
     ``baseline``: a reference run's records (same env, e.g. the SFT checkpoint); failing
     rollouts scored above its passing answers are suspects too (:func:`disagreements`).
 
+    ``verdict`` (:func:`rlenv.metrics.verdict.judge_run`): against ``baseline`` when given,
+    else inconclusive (a run alone is never judged in the absolute).
+
     ``flags`` is the run's one list of flags (:func:`rlenv.metrics.flagging.flags`), given the
     run's ``decoding`` (temperature 0: no collapse flag); every output reads it from here.
 
     Dict keys are strings (pass@k tables are keyed "1", "2", ...); undefined values are None.
     """
     records = list(records)
+    baseline = list(baseline) if baseline is not None else None
     statuses: dict[str, int] = {}
     for record in records:
         status = str(record.get("status", Status.OK))
@@ -404,5 +422,8 @@ def compute_all(
         "errors": errors(records),
     }
     summary["flags"] = flags(summary, decoding)
+    from rlenv.metrics.verdict import judge_run
+
+    summary["verdict"] = judge_run(records, baseline)
     clean: dict[str, Any] = _jsonable(summary)
     return clean

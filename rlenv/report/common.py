@@ -110,6 +110,31 @@ def load_run(run_dir: str | Path) -> RunData:
     return run
 
 
+_STEP_NAME = re.compile(r"^(?:step|checkpoint)-(\d+)$")
+
+
+def training_step(run: RunData) -> int | None:
+    """The training step a run scored, read from the run and the trainer, never from the
+    order the shell listed the directories in: the ``global_step`` of the scored checkpoint's
+    ``trainer_state.json`` (``hf:`` models), else a ``checkpoint-N`` model directory, else a
+    ``step-N`` run directory (as the TRL callback and ``rlenv watch`` name them)."""
+    uri = str(run.model.get("uri") or "")
+    if uri.startswith("hf:"):
+        model_dir = Path(uri[3:])
+        state = model_dir / "trainer_state.json"
+        try:
+            step = json.loads(state.read_text(encoding="utf-8")).get("global_step")
+            if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+                return step
+        except (OSError, ValueError, AttributeError):
+            pass
+        found = _STEP_NAME.match(model_dir.name)
+        if found and model_dir.name.startswith("checkpoint-"):
+            return int(found.group(1))
+    found = _STEP_NAME.match(run.run_dir.name)
+    return int(found.group(1)) if found else None
+
+
 def load_baseline(run_dir: str | Path, like: RunData) -> RunData:
     """The ``--baseline`` reference run: a run directory of the same env as ``like`` (same
     fingerprint, so the same reward model and verifiers), else a UserError naming both."""
@@ -337,5 +362,27 @@ def write_files(directory: Path, files: Mapping[str, str]) -> None:
         atomic_write(directory / name, text)
 
 
+def _sorted(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _sorted(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [_sorted(v) for v in value]
+    return value
+
+
+FIRST = ("verdict", "checkpoints")
+"""Keys a reader looks for first: at the top of every JSON object the CLI and reports print,
+the rest in sorted order."""
+
+
+def json_text(value: Any) -> str:
+    """Indented JSON, keys sorted at every level except that ``verdict`` (then
+    ``checkpoints``) comes first in the top object: the answer before the numbers."""
+    ordered = _sorted(value)
+    if isinstance(ordered, dict):
+        ordered = {**{k: ordered[k] for k in FIRST if k in ordered}, **ordered}
+    return json.dumps(ordered, indent=2, ensure_ascii=False)
+
+
 def dump_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json_text(value) + "\n"

@@ -27,11 +27,9 @@ from rlenv.report.common import (
     markup,
     render,
     require,
+    training_step,
     write_files,
 )
-
-LENGTH_SHARE_THRESHOLD = 0.5
-"""Flag a reward gain when at least this share of it is predicted by the change in length."""
 
 METRICS: list[tuple[str, str]] = [
     ("n_records", "rollouts"),
@@ -56,6 +54,7 @@ METRICS: list[tuple[str, str]] = [
     ("length_p", "length bias: permutation p"),
     ("length_explained_gain", "share of reward gain explained by length"),
     ("suspect_rate", "suspect rate (high reward, failing)"),
+    ("reward_auc", "RM pass-vs-fail AUC"),
 ]
 """Table rows in order: (row key, label). Rows that are empty for every run are left out."""
 
@@ -67,6 +66,7 @@ PLOTTED = [
     "calibrated_gap",
     "kl_mean_k1",
     "suspect_rate",
+    "reward_auc",
     "mean_length",
     "length_spearman",
     "distinct_2",
@@ -117,9 +117,21 @@ def compare(
     require("matplotlib", "rlenv compare")
     require("jinja2", "rlenv compare")
     names = list(labels) if labels is not None else _names(runs)
+    found_steps = [training_step(run) for run in runs]
+    if steps is None and all(step is not None for step in found_steps):
+        steps = [int(step) for step in found_steps if step is not None]
+    if steps is not None:  # training order, whatever order the shell listed the directories in
+        order = sorted(range(len(runs)), key=lambda i: steps[i])  # type: ignore[index]
+        runs, names = [runs[i] for i in order], [names[i] for i in order]
+        steps = [steps[i] for i in order]
     humans = _human_labels(runs, names, human or {})
     reference = load_baseline(baseline, runs[0]) if baseline is not None else None
     base_records = reference.records if reference is not None else None
+    from rlenv.metrics.verdict import judge_series
+
+    judged = judge_series(
+        [(name, run.records) for name, run in zip(names, runs, strict=True)], base_records
+    )
     calibrations = {
         name: run.calibration
         for name, run in zip(names, runs, strict=True)
@@ -137,15 +149,25 @@ def compare(
             row,
             humans.get(name),
             int(steps[index]) if steps is not None else index,
-            base_records,
+            # suspects against the reference too: when nothing passes in a checkpoint, its
+            # passing answers still say what a right answer is paid
+            base_records if base_records is not None or index == 0 else runs[0].records,
         )
         for index, (name, run, row) in enumerate(zip(names, runs, compared["runs"], strict=True))
     ]
-    found = list(compared["flags"]) + _length_flags(rows)
+    found = list(compared["flags"])
     shown = [(key, label) for key, label in METRICS if any(r.get(key) is not None for r in rows)]
     target = Path(out) if out is not None else _default_out(runs[-1].run_dir)
     fingerprints = {row["name"]: row["fingerprint"] for row in rows}
     result: dict[str, Any] = {
+        "verdict": judged["verdict"],
+        "checkpoints": [
+            {"label": checkpoint["label"], "step": row["step"], "verdict": checkpoint["verdict"]}
+            for checkpoint, row in zip(judged["checkpoints"][-len(rows) :], rows, strict=True)
+        ],
+        "step_source": "--steps"
+        if steps is not None and any(s is None for s in found_steps)
+        else ("training" if steps is not None else "order given (no training step found)"),
         "runs": rows,
         "flags": found,
         "gold_vs_kl": compared["gold_vs_kl"],
@@ -287,12 +309,27 @@ def _row(
         "length_effect": within.get("effect_size"),
         "length_p": within.get("p_value"),
         "duplicate_rate": (diagnostics.get("diversity") or {}).get("duplicate_rate"),
+        "suspect_rate": (diagnostics.get("disagreements") or {}).get("suspect_rate"),
+        "reward_auc": (diagnostics.get("reward_auc") or {}).get("value"),
+        "reward_auc_ci": (diagnostics.get("reward_auc") or {}).get("bootstrap_ci"),
+        "reward_auc_undefined": _auc_undefined(diagnostics.get("reward_auc") or {}),
         "flags": diagnostics.get("flags") or [],
         "warnings": run.warnings,
         "scalars": flatten_scalars(
             {key: value for key, value in diagnostics.items() if key != "flags"}
         ),
     }
+
+
+def _auc_undefined(block: Mapping[str, Any]) -> str | None:
+    """Why a run has no pass-vs-fail AUC (None when it has one)."""
+    if block.get("value") is not None:
+        return None
+    if not block.get("n_passed"):
+        return "undefined: no rollout passes"
+    if not block.get("n_failed"):
+        return "undefined: every rollout passes"
+    return "undefined: no rewards"
 
 
 def _resolved(path: str | Path) -> str:
@@ -329,31 +366,6 @@ def _default_out(last_run: Path) -> Path:
     while (last_run.parent / f"compare-{number}").exists():
         number += 1
     return last_run.parent / f"compare-{number}"
-
-
-def _length_flags(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A reward gain (beyond the noise where it is known) that the change in answer length
-    predicts for at least LENGTH_SHARE_THRESHOLD of it (metrics.length_explained_gain)."""
-    found = []
-    for prev, cur in zip(rows[:-1], rows[1:], strict=True):
-        share, gain = cur.get("length_explained_gain"), cur.get("delta_reward_mean")
-        noise = cur.get("noise_reward_mean")
-        if share is None or gain is None or gain <= 0 or share < LENGTH_SHARE_THRESHOLD:
-            continue
-        if noise is not None and gain <= noise:
-            continue
-        found.append(
-            {
-                "name": "length_explained_gain",
-                "runs": [prev["name"], cur["name"]],
-                "message": f"{share:.0%} of the reward gain ({gain:+.3g}) is predicted by the"
-                f" change in answer length (mean {fmt(prev.get('mean_length'))} ->"
-                f" {fmt(cur.get('mean_length'))} words)",
-                "value": share,
-                "threshold": LENGTH_SHARE_THRESHOLD,
-            }
-        )
-    return found
 
 
 def _plots(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -467,13 +479,17 @@ def _efficiency_plots(names: Sequence[str], runs: Sequence[RunData]) -> str:
 
 def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
     """Plain-text table of each metric (rows) across runs (columns), then the flags."""
+    from rlenv.metrics.verdict import headline
+
     rows = result["runs"]
     labels = dict(METRICS)
     label_width = max(len(labels[key]) for key in result["metrics"]) if result["metrics"] else 10
-    lines = [
-        f"{i + 1}. {row['name']}  (step {row['step']}, {row['run_dir']})"
-        for i, row in enumerate(rows)
-    ]
+    lines = [headline(result["verdict"])] if result.get("verdict") else []
+    verdicts = {c["label"]: c["verdict"] for c in result.get("checkpoints") or []}
+    for i, row in enumerate(rows):
+        verdict = verdicts.get(row["name"]) or {}
+        status = "reference" if verdict.get("is_reference") else verdict.get("status", "-")
+        lines.append(f"{i + 1}. {row['name']}  (step {row['step']}, {row['run_dir']})  {status}")
     header = " " * label_width + "".join(
         f"{'run ' + str(i + 1):>{width}}" for i in range(len(rows))
     )
@@ -490,14 +506,19 @@ def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
         lines.append(format_gold_fit(fit))
     lines.append("")
     for flag in result["flags"]:
-        lines.append(f"FLAG     {format_flag(flag)}")
+        lines.append(f"{_tag(flag)} {format_flag(flag)}")
     for row in rows:
         for flag in row.get("flags") or []:
-            lines.append(f"FLAG     [{row['name']}] {format_flag(flag)}")
+            lines.append(f"{_tag(flag)} [{row['name']}] {format_flag(flag)}")
     if not result["flags"] and not any(row.get("flags") for row in rows):
-        lines.append("no flags")
+        lines.append("no notes")
     lines.append(f"compare  {result['html']}")
     return "\n".join(lines)
+
+
+def _tag(flag: Mapping[str, Any]) -> str:
+    """``NOTE`` for a description of the run, ``FLAG`` for a part that failed."""
+    return "NOTE    " if flag.get("kind") == "note" else "FLAG    "
 
 
 def format_generations(result: Mapping[str, Any], width: int = 160) -> str:

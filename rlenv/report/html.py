@@ -76,6 +76,8 @@ def report_run(
         decoding=run.decoding,
         baseline=reference.records if reference is not None else None,
     )
+    if reference is not None:
+        diagnostics["verdict"]["reference"] = reference.run_dir.name
     if run.calibration is not None:
         diagnostics["calibrated_reward"] = metrics.calibrated_reward(
             run.records, run.calibration, labels
@@ -105,6 +107,7 @@ def report_run(
     )
     write_files(target, {"metrics.json": dump_json(diagnostics), "report.html": page})
     return {
+        "verdict": diagnostics["verdict"],
         "report": str(target / "report.html"),
         "metrics": str(target / "metrics.json"),
         "flags": diagnostics.get("flags") or [],

@@ -17,8 +17,11 @@ def _fmt(value: Any) -> str:
 
 
 def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
+    from rlenv.metrics.verdict import headline
+
     env = summary["env"]
-    lines = [
+    lines = [headline(summary["verdict"])] if summary.get("verdict") else []
+    lines += [
         f"env      {env['name']} v{env['version']}  fingerprint {env['fingerprint'][:16]}",
         f"model    {summary['model'].get('uri')}",
         f"rollouts {summary['rollouts']}"
@@ -76,8 +79,9 @@ def format_summary(summary: dict[str, Any], run_dir: Path | None = None) -> str:
         lines.append("fixtures " + "  ".join(f"{k} {v}" for k, v in summary["fixtures"].items()))
     for index, line in enumerate(format_errors(summary.get("errors") or [])):
         lines.append(("errors   " if index == 0 else "         ") + line)
-    for line in format_flags(summary.get("flags") or []):
-        lines.append(f"FLAG     {line}")
+    flags = summary.get("flags") or []
+    for flag, line in zip(flags, format_flags(flags), strict=True):
+        lines.append(f"{'NOTE' if flag.get('kind') == 'note' else 'FLAG'}     {line}")
     lines.append(f"digest   {summary['digest']}")
     if run_dir is not None:
         lines.append(f"run dir  {run_dir}")
