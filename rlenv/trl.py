@@ -366,10 +366,18 @@ def _callback_base() -> type:
 
 
 class RlenvCallback(_callback_base()):  # type: ignore[misc]
-    """On each checkpoint save (every `every`-th save step when given), run the held-out env
-    on that checkpoint (``hf:`` provider, KL against the initial model), write a normal run
-    directory ``OUTPUT_DIR/rlenv/step-N`` (`rlenv compare` works on them), and log its summary
-    as ``rlenv/...`` scalars to the trainer's loggers (TensorBoard, W&B).
+    """Evaluate the starting model (``step-0``) when training begins and each checkpoint when
+    it is saved (every `every`-th save step when given): the held-out env on that checkpoint
+    (``hf:`` provider, KL against the initial model) into a normal run directory
+    ``OUTPUT_DIR/rlenv/step-N`` (`rlenv compare` works on them), judged against step-0
+    (:class:`rlenv.watch.Verdicts`), and logged as ``rlenv/...`` scalars -- the summary's
+    headline numbers, ``rlenv/verdict`` (0 healthy, 1 inconclusive, 2 regressed,
+    3 reward_hacking), ``rlenv/verdict_run`` and ``rlenv/signals/<name>`` -- to the trainer's
+    loggers (TensorBoard, W&B), with ``rlenv/checkpoint_step`` saying which checkpoint.
+
+    With `background` (the default) the evaluations run in a thread, one at a time, so
+    training does not wait for them; finished ones are logged at the next step, and the
+    callback waits for the rest when training ends.
 
         trainer = GRPOTrainer(...)
         RlenvCallback("envs/search.yaml", limit=20).attach(trainer)
@@ -384,7 +392,10 @@ class RlenvCallback(_callback_base()):  # type: ignore[misc]
         out: str | Path | None = None,
         limit: int | None = None,
         rollouts: int | None = None,
+        background: bool = True,
     ) -> None:
+        from rlenv.watch import Verdicts
+
         _environment(spec)  # a broken env is an error now, not at the first save
         self.spec = spec
         self.every = every
@@ -392,8 +403,15 @@ class RlenvCallback(_callback_base()):  # type: ignore[misc]
         self.out = out
         self.limit = limit
         self.rollouts = rollouts
+        self.background = background
         self.trainer: Any = None
         self.evaluations: list[Any] = []
+        self.verdicts = Verdicts()
+        self._queue: Any = None
+        self._thread: threading.Thread | None = None
+        self._done: list[Any] = []  # finished, not yet logged (the trainer logs on its thread)
+        self._failure: BaseException | None = None
+        self._lock = threading.Lock()
 
     def attach(self, trainer: Any) -> RlenvCallback:
         """Register with `trainer`; its `log` then carries the scalars to every logger."""
@@ -401,37 +419,101 @@ class RlenvCallback(_callback_base()):  # type: ignore[misc]
         trainer.add_callback(self)
         return self
 
+    def _out_root(self, args: Any) -> Path:
+        return Path(self.out) if self.out else Path(args.output_dir) / "rlenv"
+
+    def _evaluate(self, checkpoint: Path, step: int, out_root: Path) -> None:
+        from rlenv.watch import evaluate_checkpoint
+
+        evaluation = evaluate_checkpoint(
+            self.spec,
+            checkpoint,
+            step=step,
+            out_root=out_root,
+            reference=self.reference,
+            limit=self.limit,
+            rollouts=self.rollouts,
+        )
+        self.verdicts.add(evaluation)
+        with self._lock:
+            self.evaluations.append(evaluation)
+            self._done.append(evaluation)
+
+    def _submit(self, checkpoint: Path, step: int, out_root: Path) -> None:
+        if not self.background:
+            self._evaluate(checkpoint, step, out_root)
+            return
+        import queue
+
+        if self._thread is None:
+            self._queue = queue.Queue()
+            self._thread = threading.Thread(target=self._serve, name="rlenv-eval", daemon=True)
+            self._thread.start()
+        self._queue.put((checkpoint, step, out_root))
+
+    def _serve(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                if self._failure is None:
+                    self._evaluate(*job)
+            except BaseException as exc:  # raised on the trainer's thread at its next step
+                self._failure = exc
+            finally:
+                self._queue.task_done()
+
+    def _flush(self, state: Any) -> None:
+        """Log what finished (on the trainer's thread); re-raise an evaluation's failure."""
+        with self._lock:
+            done, self._done = self._done, []
+        for evaluation in done:
+            scalars = {
+                **evaluation.scalars,
+                "rlenv/eval_seconds": evaluation.seconds,
+                "rlenv/checkpoint_step": float(evaluation.step),
+            }
+            if self.trainer is not None:
+                self.trainer.log(scalars)
+            else:
+                state.log_history.append({**scalars, "step": evaluation.step})
+        if self._failure is not None:
+            failure, self._failure = self._failure, None
+            raise failure
+
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **_: Any):
         if self.reference is None and model is not None:
             initial = getattr(getattr(model, "config", None), "_name_or_path", None)
             if initial and Path(initial).is_dir():
                 self.reference = initial  # the model training started from
+        if self.reference is not None and int(state.global_step) == 0:
+            self._submit(Path(self.reference), 0, self._out_root(args))  # step-0: the base
+        return control
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **_: Any):
+        self._flush(state)
         return control
 
     def on_save(self, args: Any, state: Any, control: Any, **_: Any):
-        from rlenv.watch import evaluate_checkpoint
-
         step = int(state.global_step)
         if self.every and step % self.every:
             return control
         checkpoint = Path(args.output_dir) / f"checkpoint-{step}"
         if not checkpoint.is_dir():
             return control
-        evaluation = evaluate_checkpoint(
-            self.spec,
-            checkpoint,
-            step=step,
-            out_root=Path(self.out) if self.out else Path(args.output_dir) / "rlenv",
-            reference=self.reference,
-            limit=self.limit,
-            rollouts=self.rollouts,
-        )
-        self.evaluations.append(evaluation)
-        scalars = {**evaluation.scalars, "rlenv/eval_seconds": evaluation.seconds}
-        if self.trainer is not None:
-            self.trainer.log(scalars)
-        else:
-            state.log_history.append({**scalars, "step": step})
+        self._submit(checkpoint, step, self._out_root(args))
+        self._flush(state)
+        return control
+
+    def wait(self) -> None:
+        """Wait for every submitted evaluation to finish."""
+        if self._queue is not None:
+            self._queue.join()
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **_: Any):
+        self.wait()
+        self._flush(state)
         return control
 
 

@@ -31,10 +31,68 @@ class Evaluation:
     summary: dict[str, Any]
     seconds: float
     reused: bool = False
+    verdict: dict[str, Any] | None = None
+    """This checkpoint's verdict against the reference (step-0, else the first evaluated)."""
+    series: dict[str, Any] | None = None
+    """The training run's verdict so far (any hacked checkpoint makes it hacked)."""
 
     @property
     def scalars(self) -> dict[str, float]:
-        return summary_scalars(self.summary)
+        return {**summary_scalars(self.summary), **verdict_scalars(self.verdict, self.series)}
+
+
+def verdict_scalars(
+    verdict: dict[str, Any] | None, series: dict[str, Any] | None = None
+) -> dict[str, float]:
+    """``rlenv/verdict`` (0 healthy, 1 inconclusive, 2 regressed, 3 reward_hacking) of the
+    checkpoint, ``rlenv/verdict_run`` of the run so far, and each cross-checkpoint signal's
+    effect as ``rlenv/signals/<name>`` (reward_auc as "undefined" is left out, with why in
+    the run directory's summary)."""
+    from rlenv.metrics.verdict import CODES
+
+    if verdict is None:
+        return {}
+    out = {"rlenv/verdict": float(CODES[verdict["status"]])}
+    if series is not None:
+        out["rlenv/verdict_run"] = float(CODES[series["status"]])
+    for name, signal in (verdict.get("signals") or {}).items():
+        effect = signal.get("effect")
+        if isinstance(effect, int | float):
+            out[f"rlenv/signals/{name}"] = float(effect)
+    return out
+
+
+class Verdicts:
+    """Cross-checkpoint verdicts as checkpoints arrive, as `rlenv compare` gives them at the
+    end: each checkpoint against the reference run -- the starting model's ``step-0`` when it
+    was evaluated, else the first checkpoint -- with the Bonferroni factor of the checkpoints
+    judged so far."""
+
+    def __init__(self) -> None:
+        self.reference: tuple[str, list[Any]] | None = None
+        self.checkpoints: list[dict[str, Any]] = []
+
+    def add(self, evaluation: Evaluation) -> None:
+        from rlenv.check import read_verified
+        from rlenv.metrics.verdict import judge, overall
+
+        records = read_verified(evaluation.run_dir / "results.jsonl")
+        label = evaluation.run_dir.name
+        if self.reference is None:
+            self.reference = (label, records)
+            evaluation.verdict = {
+                "status": "healthy",
+                "is_reference": True,
+                "evidence": [],
+                "notes": ["the reference run: every later checkpoint is judged against it"],
+            }
+        else:
+            judged = sum(1 for c in self.checkpoints if not c["verdict"].get("is_reference"))
+            evaluation.verdict = judge(
+                self.reference[1], records, tests=judged + 1, reference_label=self.reference[0]
+            )
+        self.checkpoints.append({"label": label, "verdict": evaluation.verdict})
+        evaluation.series = overall(self.checkpoints)
 
 
 def summary_scalars(summary: dict[str, Any]) -> dict[str, float]:
@@ -117,10 +175,17 @@ def watch(
     settle: float = 5.0,
     tensorboard: bool = True,
     on_result: Callable[[Evaluation], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> list[Evaluation]:
     """Evaluate every complete checkpoint in `output_dir`, oldest first; with `once`, stop
     when none is left, else keep polling every `interval` seconds (until interrupted). A
-    checkpoint is scored only after its files have not changed for `settle` seconds."""
+    checkpoint is scored only after its files have not changed for `settle` seconds.
+
+    The starting model (`reference`, else the local directory the first checkpoint's
+    config.json names as ``_name_or_path``, as the TRL callback finds it) is evaluated first
+    as ``step-0``: the base -> first checkpoint comparison is the most telling one. Each
+    evaluation carries its verdict against it (:class:`Verdicts`); without a starting model,
+    ``on_note`` hears it in one line and the first checkpoint is the reference."""
     from rlenv.env import load_environment
 
     directory = Path(output_dir)
@@ -130,10 +195,24 @@ def watch(
     out_root = Path(out) if out else directory / "rlenv"
     done: set[int] = set()
     results: list[Evaluation] = []
+    verdicts = Verdicts()
+    started = False
     while True:
         pending = [(n, path) for n, path in complete_checkpoints(directory) if n not in done]
+        if pending and not started:
+            started = True
+            if reference is None:
+                reference = find_reference(pending[0][1])
+                if reference is None and on_note is not None:
+                    on_note(
+                        f"no --reference and {pending[0][1] / 'config.json'} names no local"
+                        " starting model: KL will be missing and the first checkpoint is the"
+                        " reference of the verdicts"
+                    )
+            if reference is not None and 0 not in done:
+                pending.insert(0, (0, Path(reference)))  # the starting model, as step-0
         for step, checkpoint in pending:
-            if time.time() - _newest_change(checkpoint) < settle:
+            if step and time.time() - _newest_change(checkpoint) < settle:
                 continue  # still being written
             evaluation = evaluate_checkpoint(
                 spec,
@@ -144,6 +223,7 @@ def watch(
                 limit=limit,
                 rollouts=rollouts,
             )
+            verdicts.add(evaluation)
             done.add(step)
             results.append(evaluation)
             if tensorboard and not evaluation.reused:
@@ -154,6 +234,25 @@ def watch(
         if once and not unsettled:
             return results
         time.sleep(min(interval, settle) if unsettled else interval)
+
+
+def find_reference(checkpoint: Path) -> str | None:
+    """The local starting model a checkpoint was trained from: its config.json's
+    ``_name_or_path`` when that is a directory holding a config (None otherwise: a hub name,
+    or the checkpoint itself)."""
+    import json
+
+    try:
+        config = json.loads((checkpoint / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = config.get("_name_or_path") if isinstance(config, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    path = Path(name)
+    if not (path / "config.json").is_file() or path.resolve() == checkpoint.resolve():
+        return None
+    return str(path)
 
 
 def _newest_change(path: Path) -> float:

@@ -258,15 +258,25 @@ def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
     for name in ("correct", "short", "loud"):
         assert f"rewards/{name}/mean" in history, sorted(history)
     assert trainer.state.global_step == 2
-    steps = sorted(e.step for e in callback.evaluations)
-    assert steps == [1, 2]
+    # the starting model first (step-0), then each checkpoint, evaluated in the background
+    steps = [e.step for e in callback.evaluations]
+    assert steps == [0, 1, 2]
     assert callback.reference == str(checkpoint)  # KL against the model training began from
+    verdicts = [e.verdict for e in callback.evaluations]
+    assert verdicts[0]["is_reference"] and all(v["reference"] == "step-0" for v in verdicts[1:])
     runs = [output / "rlenv" / f"step-{step}" for step in steps]
     assert all((run / "summary.json").is_file() for run in runs)
-    compared = cli("compare", *map(str, runs), "--json", "--out", str(tmp_path / "cmp"))
+    # given in the shell's order (step-0, step-1, step-2 sort alike here): compare reads steps
+    compared = cli("compare", *map(str, runs[::-1]), "--json", "--out", str(tmp_path / "cmp"))
     assert compared.returncode == 0, compared.stderr
+    result = json.loads(compared.stdout)
+    assert [c["step"] for c in result["checkpoints"]] == [0, 1, 2]
+    assert result["verdict"]["status"] in ("healthy", "inconclusive", "regressed", "reward_hacking")
     logged = {tag.removeprefix("train/") for tag in _tags(output / "tb")}  # transformers' prefix
-    assert {"rlenv/pass_rate", "rlenv/flags"} <= logged, sorted(logged)
+    assert {"rlenv/pass_rate", "rlenv/flags", "rlenv/verdict", "rlenv/verdict_run"} <= logged
+    # 2 inputs are too few to judge: inconclusive, and it says so
+    assert callback.evaluations[-1].verdict["status"] == "inconclusive"
+    assert "inputs scored in both runs" in callback.evaluations[-1].verdict["reason"]
 
     watched = cli(
         "watch",
@@ -288,8 +298,9 @@ def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
     )
     assert watched.returncode == 0, watched.stderr
     rows = json.loads(watched.stdout)
-    assert [row["step"] for row in rows] == [1, 2]
-    assert "rlenv/pass_rate" in _tags(tmp_path / "watched" / "tensorboard")
+    assert [row["step"] for row in rows] == [0, 1, 2]  # the starting model first
+    assert rows[0]["verdict"]["is_reference"] and "rlenv/verdict" in rows[1]
+    assert {"rlenv/pass_rate", "rlenv/verdict"} <= _tags(tmp_path / "watched" / "tensorboard")
     # the same checkpoint, the same env: the same records
     for step in steps:
         inside = json.loads((output / "rlenv" / f"step-{step}" / "summary.json").read_text())

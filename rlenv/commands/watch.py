@@ -42,12 +42,21 @@ def watch(
     def show(evaluation: Evaluation) -> None:
         if as_json:
             return
+        from rlenv.metrics.verdict import headline
+
         scalars = evaluation.scalars
+        verdict = evaluation.verdict or {}
+        status = "reference" if verdict.get("is_reference") else verdict.get("status", "-")
         typer.echo(
-            f"step {evaluation.step}: pass {scalars.get('rlenv/pass_rate', float('nan')):.3f}"
-            f"  flags {int(scalars.get('rlenv/flags', 0))}  {evaluation.run_dir}"
+            f"step {evaluation.step}: {status}"
+            f"  pass {scalars.get('rlenv/pass_rate', float('nan')):.3f}  {evaluation.run_dir}"
             + ("  (already evaluated)" if evaluation.reused else f"  {evaluation.seconds:.1f}s")
         )
+        if evaluation.series is not None and not verdict.get("is_reference"):
+            typer.echo(f"  run so far: {headline(evaluation.series)}")
+
+    def note(text: str) -> None:
+        typer.echo(f"rlenv watch: {text}", err=True)
 
     results = watch_dir(
         output_dir,
@@ -60,11 +69,18 @@ def watch(
         interval=interval,
         settle=settle,
         on_result=show,
+        on_note=note,
     )
     if as_json:
         print_json(
             [
-                {"step": e.step, "run_dir": str(e.run_dir), "seconds": e.seconds, **e.scalars}
+                {
+                    "step": e.step,
+                    "run_dir": str(e.run_dir),
+                    "seconds": e.seconds,
+                    "verdict": e.verdict,
+                    **e.scalars,
+                }
                 for e in results
             ]
         )

@@ -24,6 +24,7 @@ import shlex
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,11 @@ from rlenv.world.environment import world_environment
 from rlenv.world.freeze import FROZEN_ENV
 from rlenv.world.netguard import netns_prefix
 from rlenv.world.reaper import kill_tree
+
+_SPAWN_LOCK = threading.Lock()
+"""Held while a worker is spawned: the frozen variables go into os.environ and spawn's
+executable is swapped for that moment, and a run in another thread (the TRL callback
+evaluating in the background) must not spawn in between."""
 
 
 @dataclass
@@ -119,13 +125,22 @@ class LocalExecutor:
         """Spawn one worker (from this thread: the parent-death signal follows the thread that
         forked it) with the frozen environment variables and, when possible, its own network
         namespace (through the wrapper script, which execs: the pid stays the worker's)."""
-        from multiprocessing import spawn
 
         phase = self.context.RawValue("i", 0)
         ours, theirs = self.context.Pipe(duplex=True)
         process = self.context.Process(
             target=worker.serve, args=(theirs, self.config, phase), name="rlenv-worker"
         )
+        with _SPAWN_LOCK:  # os.environ and spawn's globals are the process's: one at a time
+            process = self._spawn(process)
+        theirs.close()
+        slot = _Worker(process, ours, phase)
+        self.all.append(slot)
+        return slot
+
+    def _spawn(self, process: Any) -> Any:
+        from multiprocessing import spawn
+
         saved = {key: os.environ.get(key) for key in FROZEN_ENV}
         os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreter (hash seed!)
         previous_executable = spawn.get_executable()
@@ -143,10 +158,7 @@ class LocalExecutor:
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
-        theirs.close()
-        slot = _Worker(process, ours, phase)
-        self.all.append(slot)
-        return slot
+        return process
 
     @staticmethod
     def _receive(slot: _Worker, timeout: float | None) -> tuple[str, Any] | None:
