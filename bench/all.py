@@ -49,6 +49,7 @@ SCRIPTS: list[tuple[str, bool]] = [
     ("detection", True),
     ("callback", False),
     ("review_scale", False),
+    ("real_hacks", True),  # trains 18 tiny GRPO runs: ~20 min of CPU on 2 quiet cores
 ]
 TIMEOUT_S = 3600.0  # per script; the longest (overhead.py with Inspect's 10k) takes ~15 min
 VERDICT = re.compile(r"\b(PASS|MISS)\b")
