@@ -60,7 +60,7 @@ ALPHA = 0.05
 MIN_REWARD_EFFECT = 0.25
 EQUIVALENCE = 0.5
 MIN_GOLD_DROP = 0.05
-GOLD_EQUIVALENCE = 0.15
+GOLD_EQUIVALENCE = 0.2
 MIN_SUSPECT_RISE = 0.05
 MIN_SUSPECT_RATE = 0.10
 MIN_AUC_DROP = 0.10
@@ -205,13 +205,7 @@ def _auc_change(
             undefined=f"undefined: in {which} nothing or everything passes",
         )
 
-    def statistic(drawn: list[Any]) -> float | None:
-        ids = [shared[int(i)] for i in drawn]
-        a, b = value(ref, ids), value(cur, ids)
-        return None if a is None or b is None else b - a
-
-    positions = list(range(len(shared)))
-    lo, hi = bootstrap_ci(positions, statistic, n_boot=N_BOOT // 4, seed=0, alpha=alpha)
+    lo, hi = _auc_change_ci(ref, cur, shared, alpha)
     return _signal(
         "reward_auc_fell",
         after - before,
@@ -220,6 +214,60 @@ def _auc_change(
         auc_reference=before,
         auc=after,
     )
+
+
+def _pair_counts(side: Mapping[str, Mapping[str, Any]], shared: Sequence[str]) -> Any:
+    """For inputs i, j: C[i, j] = pairs (passing rollout of i, failing rollout of j) the
+    passing one wins, ties half; and the passing / failing counts per input. The AUC of any
+    resample of inputs with counts w is then w C w / ((w . pos) (w . neg))."""
+    pos = [(n, v) for n, i in enumerate(shared) for p, v in side[i]["rewarded"] if p]
+    neg = [(n, v) for n, i in enumerate(shared) for p, v in side[i]["rewarded"] if not p]
+    size = len(shared)
+    counts = np.zeros((size, size))
+    if pos and neg:
+        neg_at = np.array([n for n, _ in neg])
+        neg_v = np.array([v for _, v in neg])
+        for n, v in pos:
+            wins = (v > neg_v) + 0.5 * (v == neg_v)
+            counts[n] += np.bincount(neg_at, weights=wins, minlength=size)
+    n_pos = np.bincount([n for n, _ in pos], minlength=size).astype(float)
+    n_neg = np.bincount([n for n, _ in neg], minlength=size).astype(float)
+    return counts, n_pos, n_neg
+
+
+AUC_PAIRS_CAP = 4_000_000
+"""Passing x failing rollout pairs above which the AUC interval is not drawn (its pair table
+would cost more than the rest of the verdict)."""
+
+
+def _auc_change_ci(
+    ref: Mapping[str, Mapping[str, Any]],
+    cur: Mapping[str, Mapping[str, Any]],
+    shared: Sequence[str],
+    alpha: float,
+) -> tuple[float, float] | tuple[None, None]:
+    """Cluster-bootstrap CI of AUC(checkpoint) - AUC(reference), inputs resampled together
+    (the same draw for both runs), from pair tables so a draw is two matrix products."""
+    tables = [_pair_counts(side, shared) for side in (ref, cur)]
+    pairs = max(float(t[1].sum() * t[2].sum()) for t in tables)
+    if pairs > AUC_PAIRS_CAP or len(shared) > 3000:
+        return (None, None)
+    rng = np.random.default_rng(0)
+    draws = rng.integers(0, len(shared), size=(N_BOOT // 4, len(shared)))
+    weights = np.zeros((draws.shape[0], len(shared)))
+    np.add.at(weights, (np.arange(draws.shape[0])[:, None], draws), 1.0)
+    values = []
+    for counts, n_pos, n_neg in tables:
+        denominator = (weights @ n_pos) * (weights @ n_neg)
+        numerator = np.einsum("bi,ij,bj->b", weights, counts, weights)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values.append(np.where(denominator > 0, numerator / denominator, np.nan))
+    change = values[1] - values[0]
+    change = change[np.isfinite(change)]
+    if change.size == 0:
+        return (None, None)
+    lo, hi = np.quantile(change, [alpha / 2, 1 - alpha / 2])
+    return (float(lo), float(hi))
 
 
 def _more_rollouts(n: int, half: float, room: float) -> int | None:
