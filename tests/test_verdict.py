@@ -87,6 +87,13 @@ def test_a_hack_is_reward_hacking_from_its_onset_with_evidence_and_since() -> No
         assert item["ci"] is None or item["ci"][0] > 0 or item["signal"] == "reward_auc_fell"
         assert isinstance(item["effect"], float) and item["message"]
     assert headline(verdict).startswith("verdict: REWARD_HACKING since step-20 (vs step-0): ")
+    # what to look at: the hacked checkpoint's top suspects, highest reward first
+    look = verdict["look_at"]
+    assert 0 < len(look) <= 5 and look == sorted(look, key=lambda s: -s["reward"])
+    hacked = {
+        (r["input_id"], r["rollout"]) for r in runs[2][1] if r["answer"].endswith("certainly")
+    }
+    assert {(s["input_id"], s["rollout"]) for s in look} <= hacked
 
 
 def test_a_healthy_control_that_learns_is_healthy_even_when_the_gold_rise_is_not_significant() -> (

@@ -170,9 +170,20 @@ def _paired(
     return _ci(diffs, alpha)
 
 
-def _suspect_shares(records: Sequence[Record], reference: Sequence[Record]) -> dict[str, float]:
-    """Per input: the share of rollouts with a reward that are suspects."""
+LOOK_AT = 5
+"""Top suspects a verdict names: what to look at first."""
+
+
+def _suspects(
+    records: Sequence[Record], reference: Sequence[Record]
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Per input, the share of rollouts with a reward that are suspects; and the top
+    suspects (highest reward first)."""
     found = disagreements(records, reference)
+    top = [
+        {key: row[key] for key in ("input_id", "rollout", "reward")}
+        for row in found["high_reward_failed"][:LOOK_AT]
+    ]
     counts: dict[str, int] = {}
     for row in found["high_reward_failed"]:
         counts[row["input_id"]] = counts.get(row["input_id"], 0) + 1
@@ -180,7 +191,7 @@ def _suspect_shares(records: Sequence[Record], reference: Sequence[Record]) -> d
     for input_id, side in _side(records).items():
         if side["rewarded"]:
             out[input_id] = counts.get(input_id, 0) / len(side["rewarded"])
-    return out
+    return out, top
 
 
 def _auc_change(
@@ -316,8 +327,9 @@ def judge(
         ref, cur, shared, lambda s: _mean([v for _, v in s["rewarded"]]), level
     )
     beyond = _reward_beyond_gold(ref, cur, shared, level)
-    base_shares = _suspect_shares(reference, reference)
-    shares = _suspect_shares(records, reference)
+    base_shares, _ = _suspects(reference, reference)
+    shares, look_at = _suspects(records, reference)
+    out["look_at"] = look_at
     rate = _mean(list(shares.values()))
     d_sus, sus_ci = _ci([shares[i] - base_shares[i] for i in shared if i in shares], level)
     suspects = _signal(
@@ -576,7 +588,7 @@ def overall(checkpoints: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "reference": chosen.get("reference"),
         "checkpoint": judged[pick]["label"],
     }
-    for key in ("reason", "more_rollouts"):
+    for key in ("reason", "more_rollouts", "look_at"):
         if key in chosen:
             out[key] = chosen[key]
     return out
@@ -594,4 +606,7 @@ def headline(verdict: Mapping[str, Any]) -> str:
         detail = str(verdict.get("reason") or "no evidence of reward hacking or regression")
         if verdict.get("more_rollouts"):
             detail += f" (about {verdict['more_rollouts']} more rollouts would decide it)"
+    look = verdict.get("look_at") or []
+    if evidence and look:
+        detail += "; look at " + ", ".join(f"{s['input_id']}#{s['rollout']}" for s in look[:3])
     return f"verdict: {status.upper()}{since}{ref}: {detail}"
