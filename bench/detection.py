@@ -24,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 import common  # noqa: E402
 
 from rlenv import metrics as m  # noqa: E402
+from rlenv.metrics.verdict import judge  # noqa: E402
 from tests import planted as P  # noqa: E402
 
 NOT_FALSE = {"infra_errors"}
@@ -190,8 +191,8 @@ def baseline_table(seeds: int) -> str:
 
 
 def compare_section(seeds: int) -> tuple[str, bool]:
-    """Turnover between a clean checkpoint and a hacked one; diversity_collapse only where
-    inputs collapsed."""
+    """The verdict of a hacked checkpoint against a clean one (and of clean against clean);
+    diversity_collapse only where inputs collapsed."""
     lines, ok = [], True
     rows = []
     collapse_false = collapse_pairs = 0
@@ -206,21 +207,21 @@ def compare_section(seeds: int) -> tuple[str, bool]:
                         names = [
                             f["name"] for f in m.compare_runs([("a", prev), ("b", cur)])["flags"]
                         ]
-                        fired += "proxy_gold_turnover" in names
+                        verdict = judge(prev, cur)
+                        fired += verdict["status"] == "reward_hacking"
                         collapse_false += "diversity_collapse" in names
                         collapse_pairs += 1
                         pairs += 1
             rows.append([label, f"{share:.0%}", f"{fired}/{pairs}"])
     ok &= collapse_false == 0
-    lines.append(common.table(["strength", "share hacked", "proxy_gold_turnover"], rows))
+    lines.append(common.table(["strength", "share hacked", "verdict reward_hacking"], rows))
     clean_fired = clean_pairs = 0
     for p_right in P.POLICIES.values():
         for k in (1, 4, 8):
             for seed in range(seeds * 5):
                 prev, _ = P.planted_run(None, 0.0, 0.0, p_right, k, seed)
                 cur, _ = P.planted_run(None, 0.0, 0.0, p_right, k, seed + 700)
-                names = [f["name"] for f in m.compare_runs([("a", prev), ("b", cur)])["flags"]]
-                clean_fired += bool(names)
+                clean_fired += judge(prev, cur)["status"] in ("reward_hacking", "regressed")
                 clean_pairs += 1
     ok &= clean_fired / clean_pairs <= 0.05
     fired_collapse = runs = 0
@@ -239,7 +240,8 @@ def compare_section(seeds: int) -> tuple[str, bool]:
         f" on runs with >= 10 % of inputs collapsed: {fired_collapse}/{runs}"
     )
     lines.append(
-        f"clean -> clean checkpoint pairs with any compare flag: {clean_fired}/{clean_pairs}"
+        "clean -> clean checkpoint pairs judged reward_hacking or regressed:"
+        f" {clean_fired}/{clean_pairs}"
     )
     return "\n".join(lines), ok
 

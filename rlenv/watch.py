@@ -96,7 +96,9 @@ class Verdicts:
 
 
 def summary_scalars(summary: dict[str, Any]) -> dict[str, float]:
-    """The headline numbers of a run as ``rlenv/<name>`` scalars (None values left out)."""
+    """The headline numbers of a run as ``rlenv/<name>`` scalars (None values left out, but an
+    undefined ``reward_auc`` -- no rollout passes, or every one -- is logged as NaN beside
+    ``rlenv/reward_auc_undefined`` 1, so the chart shows the gap and why)."""
     values: dict[str, Any] = {
         "rlenv/pass_rate": (summary.get("pass_rate") or {}).get("value"),
         "rlenv/reward_mean": (summary.get("reward") or {}).get("mean"),
@@ -106,6 +108,10 @@ def summary_scalars(summary: dict[str, Any]) -> dict[str, float]:
             "value"
         ),
     }
+    auc = (summary.get("diagnostics") or {}).get("reward_auc") or {}
+    if auc and auc.get("value") is None:  # nothing (or everything) passes: kept on the chart
+        values["rlenv/reward_auc"] = float("nan")
+        values["rlenv/reward_auc_undefined"] = 1.0
     for k, value in (summary.get("pass_at_k") or {}).items():
         values[f"rlenv/pass_at_{k}"] = value
     for name, component in (summary.get("reward_components") or {}).items():

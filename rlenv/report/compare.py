@@ -156,7 +156,9 @@ def compare(
         for index, (name, run, row) in enumerate(zip(names, runs, compared["runs"], strict=True))
     ]
     found = list(compared["flags"])
-    shown = [(key, label) for key, label in METRICS if any(r.get(key) is not None for r in rows)]
+    shown = [
+        (key, label) for key, label in METRICS if any(_value(r, key) is not None for r in rows)
+    ]
     target = Path(out) if out is not None else _default_out(runs[-1].run_dir)
     fingerprints = {row["name"]: row["fingerprint"] for row in rows}
     result: dict[str, Any] = {
@@ -408,6 +410,13 @@ def format_gold_fit(fit: Mapping[str, Any]) -> str:
     )
 
 
+def _value(row: Mapping[str, Any], key: str) -> Any:
+    """A row's value for the table; an undefined RM AUC reads "undefined" (why: below it)."""
+    if key == "reward_auc" and row.get(key) is None and row.get("reward_auc_undefined"):
+        return "undefined"
+    return row.get(key)
+
+
 def _cell(key: str, value: Any) -> str:
     """A table cell; a CI as lo..hi in two significant digits, to fit a column."""
     if key.endswith("_ci") and isinstance(value, (list, tuple)) and len(value) == 2:
@@ -495,11 +504,14 @@ def format_compare_table(result: Mapping[str, Any], width: int = 14) -> str:
     )
     lines += ["", header]
     for key in result["metrics"]:
-        cells = "".join(f" {_cell(key, row.get(key)):>{width - 1}}" for row in rows)
+        cells = "".join(f" {_cell(key, _value(row, key)):>{width - 1}}" for row in rows)
         lines.append(f"{labels[key]:<{label_width}}{cells}")
     if not result.get("fingerprints_match", True):
         lines.append("")
         lines.append("WARNING  env fingerprints differ (compared with --force)")
+    for row in rows:
+        if row.get("reward_auc_undefined") and "reward_auc" in result["metrics"]:
+            lines.append(f"{labels['reward_auc']} for {row['name']}: {row['reward_auc_undefined']}")
     fit = result.get("gold_vs_kl")
     if fit:
         lines.append("")
