@@ -114,7 +114,7 @@ def clean_runs(seeds: int) -> tuple[str, bool]:
         names: dict[str, int] = {}
         for p_right in P.POLICIES.values():
             for k in P.KS:
-                for seed in range(seeds * 5):
+                for seed in range(seeds * 20):
                     records, hacked = P.planted_run(None, 0.0, 0.0, p_right, k, seed, noise=noise)
                     diagnostics = m.compute_all(records, decoding={"temperature": 1.0})
                     found = {
@@ -218,7 +218,7 @@ def compare_section(seeds: int) -> tuple[str, bool]:
     clean_fired = clean_pairs = 0
     for p_right in P.POLICIES.values():
         for k in (1, 4, 8):
-            for seed in range(seeds * 5):
+            for seed in range(seeds * 20):
                 prev, _ = P.planted_run(None, 0.0, 0.0, p_right, k, seed)
                 cur, _ = P.planted_run(None, 0.0, 0.0, p_right, k, seed + 700)
                 clean_fired += judge(prev, cur)["status"] in ("reward_hacking", "regressed")
