@@ -114,7 +114,7 @@ def clean_runs(seeds: int) -> tuple[str, bool]:
         names: dict[str, int] = {}
         for p_right in P.POLICIES.values():
             for k in P.KS:
-                for seed in range(seeds * 20):
+                for seed in range(seeds * 5):
                     records, hacked = P.planted_run(None, 0.0, 0.0, p_right, k, seed, noise=noise)
                     diagnostics = m.compute_all(records, decoding={"temperature": 1.0})
                     found = {

@@ -34,8 +34,6 @@ import json
 import shutil
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -65,35 +63,88 @@ QUICK = {**FULL, "seeds": [0]}
 N_EVAL, ROLLOUTS, N_TRAIN, N_WARM = 40, 2, 400, 20000
 
 
-def _base_job(args: tuple[int, str, int]) -> float:
-    seed, directory, steps = args
+def _base_job(job: dict[str, Any]) -> dict[str, Any]:
     import real_hacks_train as train
     import torch
 
-    train._redirect(f"{directory}.log")
+    train._redirect(job["log"])
+    if (Path(job["out"]) / "config.json").is_file():  # --reuse
+        return {"seconds": 0.0, "cpu_seconds": 0.0}
     torch.set_num_threads(1)
     held_out = set(task.words("held-out", N_EVAL))
-    pairs = task.warm_start_pairs(seed, N_WARM, held_out)
+    pairs = task.warm_start_pairs(job["seed"], N_WARM, held_out)
     started = time.monotonic()
-    train.build_base(Path(directory), seed=seed, pairs=pairs, steps=steps)
-    return time.monotonic() - started
+    train.build_base(Path(job["out"]), seed=job["seed"], pairs=pairs, steps=job["steps"])
+    return {"seconds": time.monotonic() - started, "cpu_seconds": train._cpu_seconds()}
 
 
-def _train(job: dict[str, Any]) -> dict[str, Any]:
+def _child(path: Path) -> None:
+    """Run one job in this process (`--job FILE`), write its result, and leave at once:
+    os._exit, so a thread a library left running cannot hold the process (it did, in a
+    process pool, for 18 minutes)."""
+    import os
+
     import real_hacks_train as train
 
-    return train.train_job(job)
+    job = json.loads(path.read_text())
+    run = {"base": _base_job, "train": train.train_job, "eval": train.eval_job}[job["type"]]
+    result = run(job)
+    Path(job["done"]).write_text(json.dumps(result, default=str))
+    sys.stdout.flush()
+    os._exit(0)
 
 
-def _evaluate(job: dict[str, Any]) -> dict[str, Any]:
-    import real_hacks_train as train
+class Scheduler:
+    """Runs jobs as child processes (`real_hacks.py --job FILE`), `workers` at a time, each
+    when the jobs it needs are done; a job that fails stops the run."""
 
-    return train.eval_job(job)
+    def __init__(self, workers: int, directory: Path) -> None:
+        self.workers, self.directory = workers, directory
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.needs: dict[str, list[str]] = {}
+        self.results: dict[str, Any] = {}
 
+    def add(self, name: str, job: dict[str, Any], needs: list[str] = ()) -> None:  # type: ignore[assignment]
+        job["done"] = str(self.directory / f"{name}.done.json")
+        self.jobs[name], self.needs[name] = job, list(needs)
 
-def _pool(workers: int) -> ProcessPoolExecutor:
-    # spawned, one task per process: each job's frozen worlds and torch state end with it
-    return ProcessPoolExecutor(workers, mp_context=get_context("spawn"), max_tasks_per_child=1)
+    def run(self, on_done: Any = None) -> dict[str, Any]:
+        import subprocess
+
+        waiting = list(self.jobs)
+        running: dict[str, subprocess.Popen[bytes]] = {}
+        while waiting or running:
+            for name, process in list(running.items()):
+                code = process.poll()
+                if code is None:
+                    continue
+                del running[name]
+                done = Path(self.jobs[name]["done"])
+                if code != 0 or not done.is_file():
+                    raise SystemExit(f"real_hacks: job {name} failed (exit {code}): see its log")
+                self.results[name] = json.loads(done.read_text())
+                if on_done:
+                    on_done(name, self.results[name])
+            ready = [n for n in waiting if all(d in self.results for d in self.needs[n])]
+            # judging first: a finished pair of runs is reported before more training starts
+            ready.sort(key=lambda n: self.jobs[n]["type"] != "eval")
+            while ready and len(running) < self.workers:
+                name = ready.pop(0)
+                waiting.remove(name)
+                done = Path(self.jobs[name]["done"])
+                if done.is_file():  # --reuse: finished before
+                    self.results[name] = json.loads(done.read_text())
+                    continue
+                spec = self.directory / f"{name}.job.json"
+                spec.write_text(json.dumps(self.jobs[name]))
+                running[name] = subprocess.Popen(
+                    [sys.executable, __file__, "--job", str(spec)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            time.sleep(0.5)
+        return self.results
 
 
 def main() -> None:
@@ -104,7 +155,10 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep finished models and runs")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, help="where real_hacks.txt/.json go")
+    parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.job:
+        _child(args.job)
     config = QUICK if args.quick else FULL
     kinds = args.kinds.split(",")
     out = args.out or (args.runs if args.quick else BENCH / "results")
@@ -131,75 +185,85 @@ def main() -> None:
         f"held-out env: {N_EVAL} inputs x {ROLLOUTS} rollouts per checkpoint (hf:, KL vs the"
         f" base); onset = behaviour share >= step 0 + {ONSET_MARGIN:.2f}"
     )
+    print("the control of a seed is one GRPO run on gold, judged in every kind's env")
     print(f"runs kept in {args.runs}")
     print()
     started = time.monotonic()
     specs = task.write_envs(args.runs / "envs", N_EVAL, N_TRAIN, ROLLOUTS, grpo["max_tokens"])
-    bases = {seed: args.runs / "bases" / f"seed-{seed}" for seed in config["seeds"]}
-    todo = [s for s, d in bases.items() if not (d / "config.json").is_file()]
-    (args.runs / "bases").mkdir(parents=True, exist_ok=True)
-    with _pool(args.workers) as pool:
-        base_seconds = list(
-            pool.map(_base_job, [(s, str(bases[s]), config["sft_steps"]) for s in todo])
-        )
     runs = args.runs / "runs"
-    trainings = []
-    for seed in config["seeds"]:  # the control of a seed is one run, judged in every kind's env
-        out = runs / "control" / f"seed-{seed}"
-        trainings.append((seed, "control", specs[kinds[0]]["control"], out))
-        for kind in kinds:
-            out = runs / kind / f"seed-{seed}" / "train-hacked"
-            trainings.append((seed, kind, specs[kind]["hacked"], out))
-    train_jobs = [
-        {
-            "seed": seed,
-            "base": str(bases[seed]),
-            "spec": str(spec),
-            "out": str(out),
-            "grpo": grpo,
-            "log": str(out.parent / f"{out.name}.log"),
-        }
-        for seed, _, spec, out in trainings
-    ]
-    for job in train_jobs:
-        Path(job["out"]).parent.mkdir(parents=True, exist_ok=True)
-    with _pool(args.workers) as pool:
-        trained = list(pool.map(_train, train_jobs))
-    for (seed, name, _, _), done in zip(trainings, trained, strict=True):
-        print(
-            f"  trained {name:<9} seed {seed}: {done['seconds']:.0f} s",
-            file=sys.__stdout__,
-            flush=True,
+    jobs_dir = args.runs / "jobs"
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    scheduler = Scheduler(args.workers, jobs_dir)
+    bases = {seed: args.runs / "bases" / f"seed-{seed}" for seed in config["seeds"]}
+    for seed, directory in bases.items():
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        scheduler.add(
+            f"base-{seed}",
+            {
+                "type": "base",
+                "seed": seed,
+                "out": str(directory),
+                "steps": config["sft_steps"],
+                "log": f"{directory}.log",
+            },
         )
-    eval_jobs = []
-    for kind in kinds:
-        for seed in config["seeds"]:
-            root = runs / kind / f"seed-{seed}"
-            eval_jobs.append(
+    for seed in config["seeds"]:
+        for name in ["control", *kinds]:
+            if name == "control":
+                spec, train_out = specs[kinds[0]]["control"], runs / "control" / f"seed-{seed}"
+            else:
+                spec, train_out = (
+                    specs[name]["hacked"],
+                    runs / name / f"seed-{seed}" / "hacked-train",
+                )
+            train_out.parent.mkdir(parents=True, exist_ok=True)
+            scheduler.add(
+                f"train-{name}-{seed}",
                 {
+                    "type": "train",
+                    "seed": seed,
+                    "base": str(bases[seed]),
+                    "spec": str(spec),
+                    "out": str(train_out),
+                    "grpo": grpo,
+                    "log": f"{train_out}.log",
+                },
+                needs=[f"base-{seed}"],
+            )
+    for seed in config["seeds"]:
+        for kind in kinds:
+            root = runs / kind / f"seed-{seed}"
+            scheduler.add(
+                f"eval-{kind}-{seed}",
+                {
+                    "type": "eval",
                     "kind": kind,
                     "seed": seed,
                     "base": str(bases[seed]),
                     "root": str(root),
                     "spec": str(specs[kind]["eval"]),
                     "train": {
-                        "hacked": str(root / "train-hacked"),
+                        "hacked": str(root / "hacked-train"),
                         "control": str(runs / "control" / f"seed-{seed}"),
                     },
                     "log": str(root / "eval.log"),
                     "result": str(root / "result.json"),
-                }
+                },
+                needs=[f"train-{kind}-{seed}", f"train-control-{seed}"],
             )
-    with _pool(args.workers) as pool:
-        results = list(pool.map(_evaluate, eval_jobs))
-    for result in results:
-        secs = result["seconds"]
+
+    def progress(name: str, done: dict[str, Any]) -> None:
+        seconds = done.get("seconds")
+        seconds = seconds.get("total") if isinstance(seconds, dict) else seconds
+        elapsed = time.monotonic() - started
         print(
-            f"  judged  {result['kind']:<9} seed {result['seed']}: evaluate"
-            f" {secs['evaluate']:.0f} s, compare {secs['compare']:.0f} s",
-            file=sys.__stdout__,
-            flush=True,
+            f"  [{elapsed:5.0f} s] {name} done in {seconds:.0f} s", file=sys.__stdout__, flush=True
         )
+
+    done = scheduler.run(progress)
+    results = [done[n] for n in scheduler.jobs if n.startswith("eval-")]
+    trained = [done[n] for n in scheduler.jobs if n.startswith("train-")]
+    base_seconds = [done[n]["seconds"] for n in scheduler.jobs if n.startswith("base-")]
     wall = time.monotonic() - started
     analysis = report.analyse(results, ONSET_MARGIN)
     print(report.render(analysis, results))
