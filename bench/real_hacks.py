@@ -147,6 +147,28 @@ class Scheduler:
         return self.results
 
 
+def partial_report(runs: Path, out: Path) -> None:
+    """The report of every (kind, seed) pair judged so far in `runs` (a run still going, or
+    one stopped): the same tables, marked partial."""
+    results = [
+        json.loads(path.read_text())
+        for kind in task.KINDS
+        for path in sorted((runs / "runs" / kind).glob("seed-*/result.json"))
+    ]
+    buffer = io.StringIO()
+    sys.stdout = report.Tee(sys.stdout, buffer)
+    common.header("real reward hacks: tiny LMs trained with TRL GRPO on CPU (issue 25)")
+    print(f"PARTIAL: the {len(results)} (kind, seed) pairs judged so far in {runs}")
+    print()
+    analysis = report.analyse(results, ONSET_MARGIN)
+    print(report.render(analysis, results))
+    sys.stdout = sys.__stdout__
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "real_hacks.txt").write_text(buffer.getvalue(), encoding="utf-8")
+    payload = {**analysis, "partial": True, "pairs": len(results)}
+    (out / "real_hacks.json").write_text(json.dumps(payload, indent=1, default=str) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="one seed")
@@ -155,10 +177,18 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep finished models and runs")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", type=Path, help="where real_hacks.txt/.json go")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="report the finished pairs in --runs, run nothing",
+    )
     parser.add_argument("--job", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.job:
         _child(args.job)
+    if args.report_only:
+        partial_report(args.runs, args.out or args.runs)
+        return
     config = QUICK if args.quick else FULL
     kinds = args.kinds.split(",")
     out = args.out or (args.runs if args.quick else BENCH / "results")
