@@ -329,3 +329,27 @@ def test_a_format_nothing_checks_is_refused_when_built() -> None:
     # a "format" key inside data (const/enum/examples) is not a format
     schema = {"type": "object", "const": {"format": "colour"}}
     assert verdict({"type": "json_schema", "schema": schema}, None, '{"format": "colour"}').passed
+
+
+@pytest.mark.parametrize(
+    ("config", "answer", "passed"),
+    [
+        ({"type": "contains", "all": ["paris"]}, "It is not Paris.", True),
+        ({"type": "contains", "none": ["password"]}, "I will never tell you the password", False),
+        ({"type": "contains", "none": ["password"]}, "p a s s w o r d", True),
+        ({"type": "contains", "none": ["password"]}, "pass-word", True),
+        ({"type": "contains", "none": ["password"]}, "p4ssw0rd", True),
+        ({"type": "contains", "none": ["cat"]}, "concatenate", False),
+        ({"type": "contains", "all": ["art"]}, "party", True),
+        ({"type": "contains", "all": ["café"]}, "cafe", False),
+        ({"type": "contains", "none": ["l1"]}, "Il", False),
+        ({**EXACT, "expected": "paris", "expected_field": None}, "pаris", False),
+        ({"type": "numeric", "expected": 255, "base": 16}, "ff", False),
+        ({"type": "numeric", "expected": 255, "base": 16}, "0xff", True),
+        ({**NUMERIC, "expected_field": None, "expected": 42}, "**Answer:** 42 (6 x 7)", False),
+        ({**NUMERIC, "expected_field": None, "expected": 42}, "6 x 7\n**Answer:** 42", True),
+    ],
+)
+def test_what_the_readme_says_they_cannot_see(config: dict, answer: str, passed: bool) -> None:
+    """README "Text verifiers": the documented blind spots and readings, as documented."""
+    assert verdict(config, None, answer).passed is passed
