@@ -353,3 +353,21 @@ def test_a_format_nothing_checks_is_refused_when_built() -> None:
 def test_what_the_readme_says_they_cannot_see(config: dict, answer: str, passed: bool) -> None:
     """README "Text verifiers": the documented blind spots and readings, as documented."""
     assert verdict(config, None, answer).passed is passed
+
+
+def test_math_verify_leaves_the_rollout_timer_alone() -> None:
+    """math-verify's timeouts set SIGALRM, the worker's rollout timer: they must stay off."""
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        raise AssertionError("the rollout timer fired")
+
+    previous = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 60)
+        assert verdict(MATH, "\\frac{1}{2}", "\\boxed{0.5}").passed
+        assert signal.getsignal(signal.SIGALRM) is handler
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0  # still armed
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -101,6 +101,8 @@ def _seen(text: str, steps: Sequence[str]) -> str:
 
 
 def _contains(config: Verifier) -> Check:
+    skeleton("")  # loads the confusables data now, at the worker's start, not in a rollout
+
     def check(context: VerifierContext) -> tuple[bool, float, str | None]:
         answer = _seen(context.answer or "", config.normalize)
         required = list(config.all)
