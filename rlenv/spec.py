@@ -190,7 +190,7 @@ class Verifier(Strict):
     fullmatch: bool = False
     tolerance: float = Field(1e-6, ge=0)
     relative_tolerance: float = Field(0.0, ge=0)
-    # numeric: which number is graded (README "Numeric answers"); ambiguous answers fail
+    # numeric: which number is graded (README "Text verifiers"); ambiguous answers fail
     extract: Literal["final", "whole", "math"] = "final"
     markers: list[Marker] = Field(default=list(DEFAULT_MARKERS))  # pydantic copies it
     locale: Literal["en", "de", "fr", "ch", "plain"] = "en"

@@ -5,10 +5,10 @@ position: "17, definitely not 42" is not 42, "between 5 and 10" is not 10, `0x2A
 base 10 and `1,5` is not 15 in a locale that groups digits in threes.
 
 `extract`:
-  final   the number of the final-answer marker (`markers`, in priority order: `\\boxed{}`,
-          `####` to the end of its line, `answer:` / `answer is` to the end of its sentence):
-          every marked answer of the first kind present holds one number, and they agree;
-          without any marker, the one number in the answer (repeated, it is still one)
+  final   the number of the final-answer marks (`markers`: `\\boxed{}`, `####` to the end of
+          its line, `answer:` / `answer is` to the end of its sentence): every mark holds one
+          number, and all agree; without any mark, the one number in the answer (repeated, it
+          is still one)
   whole   the answer, stripped, is one number
   math    math-verify compares expressions (`rlenv.verifiers.maths`); markers as for final
 """
@@ -163,20 +163,21 @@ def _segments(text: str, marker: str) -> list[str]:
     pattern = _HASHES if marker == "####" else _ANSWER
     segments = []
     for match in pattern.finditer(text):
-        rest = text[match.end() :]
+        rest = text[match.end() :].lstrip()  # "The answer is:\n\n42"
         end = _SENTENCE_END.search(rest) if marker == "answer" else re.search(r"\n|####", rest)
         segments.append(rest[: end.start()] if end else rest)
     return segments
 
 
 def marked_answers(text: str, markers: Sequence[str]) -> tuple[str, list[str]] | None:
-    """The marker kind found first in `markers` order and what each of its marks holds."""
+    """What each final-answer mark of the kinds in `markers` holds (every mark of every kind:
+    a `\\boxed{42}` beside `#### 17` is two answers), and the kinds found; None: no mark."""
     shown = visible(text)
-    for marker in markers:
-        segments = _segments(shown, marker)
-        if segments:
-            return _SHOWN_MARKER[marker], segments
-    return None
+    found = {marker: _segments(shown, marker) for marker in markers}
+    kinds = [_SHOWN_MARKER[marker] for marker, segments in found.items() if segments]
+    if not kinds:
+        return None
+    return ", ".join(kinds), [segment for segments in found.values() for segment in segments]
 
 
 def _shown(values: Sequence[Decimal]) -> str:
