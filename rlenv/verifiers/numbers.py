@@ -106,11 +106,15 @@ def _decimal_run(match: re.Match[str], locale: str, text: str) -> Decimal:
     plain = _ascii_digits("".join(c for c in body if c not in groups).replace(decimal, "."))
     sign = "-" if match.group("sign") in ("-", "\u2212") else ""
     exponent = _ascii_digits((match.group("exp") or "").replace("\u2212", "-"))
-    return Decimal(sign + plain + exponent)
+    try:
+        return Decimal(sign + plain + exponent)
+    except InvalidOperation:  # an exponent beyond what a decimal holds
+        raise Unreadable(f"{match.group(0)!r} is not a finite number") from None
 
 
 def _numbers_base10(text: str, locale: str) -> list[Decimal]:
-    for prefixed in _PREFIXED.finditer(text):
+    prefixed = _PREFIXED.search(text)
+    if prefixed is not None:
         base = _PREFIX_BASE[prefixed.group("prefix").lower()]
         raise Unreadable(
             f"{prefixed.group(0)!r} is written in base {base}; this verifier reads base 10"
@@ -181,7 +185,7 @@ def marked_answers(text: str, markers: Sequence[str]) -> tuple[str, list[str]] |
 
 
 def _shown(values: Sequence[Decimal]) -> str:
-    return ", ".join(format(v.normalize(), "f") if abs(v) < 10**16 else str(v) for v in values)
+    return ", ".join(format(v, "f") if abs(v.adjusted()) < 16 else str(v) for v in values)
 
 
 def _one(values: list[Decimal], where: str) -> Decimal:
