@@ -148,6 +148,7 @@ REAL: dict[str, list[Case]] = {
         (NUMERIC, 72, "48/2 = 24 clips in May.\n48 + 24 = 72 in total.\n#### 72"),
         (NUMERIC, 42, "There are 6 rows of 7.\nAnswer: 42"),
         (NUMERIC, 42, "There are 6 rows of 7. The answer is:\n\n42"),
+        (NUMERIC, 42, "Answer: Let's think step by step. 6 x 7 = 42.\nSo the answer is 42."),
         (NUMERIC, 42, "6 rows of 7 seats.\n**Final answer:** 42"),
         (NUMERIC, 42, "Final Answer: The final answer is 42. I hope it is correct."),
         (NUMERIC, 42, "Each of the 6 boxes has 7, so the answer is 42."),

@@ -6,9 +6,9 @@ base 10 and `1,5` is not 15 in a locale that groups digits in threes.
 
 `extract`:
   final   the number of the final-answer marks (`markers`: `\\boxed{}`, `####` to the end of
-          its line, `answer:` / `answer is` to the end of its sentence): every mark holds one
-          number, and all agree; without any mark, the one number in the answer (repeated, it
-          is still one)
+          its line, `answer:` / `answer is` to the end of its sentence, if it holds a digit):
+          every mark holds one number, and all agree; without any mark, the one number in the
+          answer (repeated, it is still one)
   whole   the answer, stripped, is one number
   math    math-verify compares expressions (`rlenv.verifiers.maths`); markers as for final
 """
@@ -170,6 +170,8 @@ def _segments(text: str, marker: str) -> list[str]:
         rest = text[match.end() :].lstrip()  # "The answer is:\n\n42"
         end = _SENTENCE_END.search(rest) if marker == "answer" else re.search(r"\n|####", rest)
         segments.append(rest[: end.start()] if end else rest)
+    if marker == "answer":  # "Answer: Let's think step by step." is a label, not an answer
+        return [segment for segment in segments if any(c.isdecimal() for c in segment)]
     return segments
 
 
