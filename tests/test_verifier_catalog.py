@@ -103,6 +103,8 @@ GAMING: dict[str, list[Case]] = {
         (SCHEMA, None, 'Sure! ```json\n{"score": 0.5}\n``` Hope that helps'),
         (SCHEMA, None, '```json\n{"score": 0.5}\n```\n```json\n{"score": 0.7}\n```'),
         (DATED, None, '{"at": "noon-ish"}'),
+        (SCHEMA, None, "[" * 100_000 + "]" * 100_000),
+        (SCHEMA, None, '{"score": ' + "1" * 5000 + "}"),
         (DATED, None, '{"site": "not a uri"}'),
     ],
     "contains": [
@@ -352,6 +354,8 @@ def test_a_format_nothing_checks_is_refused_when_built() -> None:
         ({"type": "contains", "all": ["art"]}, "party", True),
         ({"type": "contains", "all": ["café"]}, "cafe", False),
         ({"type": "contains", "none": ["l1"]}, "Il", False),
+        ({"type": "contains", "none": ["password"]}, "\u202edrowssap", True),
+        ({"type": "contains", "none": ["password"]}, "pas\u0336sword", True),
         ({**EXACT, "expected": "paris", "expected_field": None}, "pаris", False),
         ({"type": "numeric", "expected": 255, "base": 16}, "ff", False),
         ({"type": "numeric", "expected": 255, "base": 16}, "0xff", True),

@@ -98,8 +98,10 @@ def schema_check(config: Verifier) -> Check:
             value = strict_json(context.answer or "")
         except json.JSONDecodeError as exc:
             return False, 0.0, f"answer is not JSON ({exc.msg})"
-        except (NotStrictJson, ValueError) as exc:
+        except (NotStrictJson, ValueError) as exc:  # also an integer of over 4300 digits
             return False, 0.0, f"answer is not strict JSON ({exc})"
+        except RecursionError:
+            return False, 0.0, "answer is not JSON this reader takes (nested too deep)"
         errors = sorted(validator.iter_errors(value), key=lambda error: list(error.path))
         if errors:
             return False, 0.0, errors[0].message[:200]
