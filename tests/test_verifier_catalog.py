@@ -384,3 +384,19 @@ def test_math_verify_leaves_the_rollout_timer_alone() -> None:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_math_verify_says_nothing_into_a_rollout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its once-per-process warning that timeouts are off would be one rollout's stderr."""
+    import logging
+
+    import math_verify.grader
+    import math_verify.parser
+
+    monkeypatch.setattr(math_verify.parser, "TIMEOUT_WARNING_SHOWN", False)
+    monkeypatch.setattr(math_verify.grader, "TIMEOUT_WARNING_SHOWN", False)
+    with caplog.at_level(logging.DEBUG):
+        assert verdict(MATH, 42, "\\boxed{42}").passed
+    assert not [r for r in caplog.records if r.name.startswith("math_verify")], caplog.text

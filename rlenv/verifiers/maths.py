@@ -12,6 +12,7 @@ rollout as it bounds every verifier.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from typing import Any
 
@@ -36,6 +37,9 @@ class _Reader:
             raise UserError(
                 f"verifier {config.label!r}: extract: math needs math-verify ({MATH_EXTRA})"
             ) from None
+        # it warns once per process that its timeouts are off, which we mean: that line would
+        # land in whichever rollout a worker grades first (its captured stderr)
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
         self.math_verify = math_verify
         self.markers = list(config.markers)
 
