@@ -357,6 +357,7 @@ def test_a_format_nothing_checks_is_refused_when_built() -> None:
         ({"type": "contains", "none": ["password"]}, "\u202edrowssap", True),
         ({"type": "contains", "none": ["password"]}, "pas\u0336sword", True),
         ({**EXACT, "expected": "paris", "expected_field": None}, "pаris", False),
+        ({"type": "regex", "pattern": "^(?!.*password)"}, "my pаssword", True),
         ({"type": "numeric", "expected": 255, "base": 16}, "ff", False),
         ({"type": "numeric", "expected": 255, "base": 16}, "0xff", True),
         ({**NUMERIC, "expected_field": None, "expected": 42}, "**Answer:** 42 (6 x 7)", False),
