@@ -275,6 +275,37 @@ def check_verifiers_apply(env: Environment) -> None:
             )
 
 
+def check_gold(env: Environment) -> None:
+    """Every input a verifier applies to has that verifier's gold value (its `expected_field`
+    present, not null, and for numeric a number its rule reads): one line per verifier."""
+    from rlenv.verifiers.base import gold_problem
+
+    problems: list[UserError] = []
+    for index, verifier in enumerate(env.loaded.spec.verifiers):
+        found = [
+            (record.id, problem)
+            for record in env.inputs
+            if verifier.when is None or verifier.when.applies(record.data)
+            if (problem := gold_problem(verifier, record.data)) is not None
+        ]
+        if found:
+            (first, problem), more = found[0], [input_id for input_id, _ in found[1:]]
+            others = (
+                f" (and {len(more)} more inputs: {', '.join(map(repr, more[:5]))}" if more else ""
+            )
+            others += ", ...)" if len(more) > 5 else (")" if more else "")
+            problems.append(
+                SpecError(
+                    f"input {first!r}: {problem} (verifier {verifier.label!r}){others}",
+                    where=env.where("verifiers", index, "expected_field"),
+                )
+            )
+    if len(problems) == 1:
+        raise problems[0]
+    if problems:
+        raise Problems(problems)
+
+
 def check_importable(env: Environment) -> None:
     """Tools, verifiers and the reward model import (in a worker-like way, without freezing)."""
     from rlenv.providers.base import import_ref
@@ -543,6 +574,7 @@ CHECKS: tuple[Check, ...] = (
     Check("reward_model_files", check_reward_model_files, ALL),
     Check("inputs", check_inputs, ALL, needs=("inputs_file",)),
     Check("verifiers_apply", check_verifiers_apply, ALL, needs=("inputs",)),
+    Check("gold", check_gold, ALL, needs=("inputs",)),
     Check("train_inputs", check_train_inputs, ALL, needs=("inputs",)),
     Check("importable", check_importable, ALL, in_world=True),
     Check("policy_importable", check_policy_importable, WITH_POLICY, in_world=True),

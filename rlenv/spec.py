@@ -24,6 +24,9 @@ IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
 Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
 DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
+Marker = Literal["boxed", "####", "answer"]
+DEFAULT_MARKERS: tuple[Marker, ...] = ("boxed", "####", "answer")
+NUMERIC_OPTIONS = ("extract", "markers", "locale", "base")
 
 
 MAX_SPEC_BYTES = 16 << 20
@@ -187,6 +190,11 @@ class Verifier(Strict):
     fullmatch: bool = False
     tolerance: float = Field(1e-6, ge=0)
     relative_tolerance: float = Field(0.0, ge=0)
+    # numeric: which number is graded (README "Text verifiers"); ambiguous answers fail
+    extract: Literal["final", "whole", "math"] = "final"
+    markers: list[Marker] = Field(default=list(DEFAULT_MARKERS))  # pydantic copies it
+    locale: Literal["en", "de", "fr", "ch", "plain"] = "en"
+    base: Literal[2, 8, 10, 16] = 10
     all: list[str] = Field(default_factory=list)
     none: list[str] = Field(default_factory=list)
     schema_: dict[str, Any] | None = Field(None, alias="schema")
@@ -234,7 +242,22 @@ class Verifier(Strict):
             raise ValueError(f"verifier of type {self.type!r} needs 'expected' or 'expected_field'")
         if self.type == "contains" and not (self.all or self.none or self.expected_field):
             raise ValueError("verifier of type 'contains' needs 'all', 'none' or 'expected_field'")
+        self._check_numeric()
+        if isinstance(self.expected, list) and None in self.expected:
+            raise ValueError("'expected' holds null: a null gold value would compare as 'None'")
         return self
+
+    def _check_numeric(self) -> None:
+        declared = set(self.model_fields_set)
+        if self.type != "numeric" and declared & set(NUMERIC_OPTIONS):
+            shown = ", ".join(sorted(declared & set(NUMERIC_OPTIONS)))
+            raise ValueError(f"{shown}: only for verifiers of type 'numeric'")
+        exact = {"tolerance", "relative_tolerance", "locale", "base"}
+        if self.extract == "math" and declared & exact:
+            shown = ", ".join(sorted(declared & exact))
+            raise ValueError(f"{shown}: not with extract: math (math-verify decides equality)")
+        if self.base != 10 and "locale" in declared:
+            raise ValueError("locale: only for base 10 (other bases read integers)")
 
     @property
     def label(self) -> str:

@@ -127,6 +127,11 @@ def _verifiers_apply(env: EnvBuilder) -> Path:
     return env.write(POLICY, verifiers=[verifier])
 
 
+def _gold(env: EnvBuilder) -> Path:
+    inputs = [{"id": "a", "prompt": "say a", "answer": "a"}, {"id": "b", "prompt": "say b"}]
+    return env.write(POLICY, inputs=inputs)
+
+
 def _reward_endpoints(env: EnvBuilder) -> Path:
     return env.write(POLICY, reward_model={"uri": "http:///score"})
 
@@ -141,6 +146,7 @@ BROKEN: dict[str, tuple[Callable[[EnvBuilder], Path], str]] = {
     ),
     "inputs": (_inputs, "duplicate input id 'a' (first on line 1)"),
     "verifiers_apply": (_verifiers_apply, "input 'a': no verifier applies to it"),
+    "gold": (_gold, "input 'b': has no field 'answer' (verifier 'exact_match')"),
     "importable": (_importable, "tools[0].function: cannot import module 'no_such_module_h2'"),
     "policy_importable": (_policy_importable, "has no 'policy'"),
     "signatures": (
@@ -168,6 +174,7 @@ def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
         "reward_model_files",
         "inputs",
         "verifiers_apply",
+        "gold",
         "train_inputs",
         "importable",
         "policy_importable",

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.spec import Verifier
+from rlenv.verifiers.numbers import Rule, Unreadable, read_gold
 
 
 @dataclass
@@ -49,9 +50,34 @@ Check = Callable[[VerifierContext], tuple[bool, float, str | None]]
 
 
 def expected_value(config: Verifier, context: VerifierContext) -> Any:
-    """The verifier's expected value: the input's ``expected_field``, else ``expected``."""
+    """The verifier's expected value: the input's ``expected_field``, else ``expected``.
+
+    A missing or null gold value is an error, never the text "None" (`rlenv validate` refuses
+    such an input before any rollout: `rlenv.env.check_gold`)."""
     if config.expected_field is not None:
         if config.expected_field not in context.input:
             raise KeyError(f"input has no field {config.expected_field!r}")
-        return context.input[config.expected_field]
+        value = context.input[config.expected_field]
+        if value is None or (isinstance(value, list) and None in value):
+            raise ValueError(f"input field {config.expected_field!r} is null")
+        return value
     return config.expected
+
+
+def gold_problem(config: Verifier, data: dict[str, Any]) -> str | None:
+    """What is wrong with an input's gold value for this verifier (None: nothing): the
+    ``expected_field`` missing or null, or, for numeric, not a number its rule can read."""
+    field = config.expected_field
+    if field is None:
+        return None
+    if field not in data:
+        return f"has no field {field!r}"
+    value = data[field]
+    if value is None or (isinstance(value, list) and None in value):
+        return f"field {field!r} is null; a null gold value would compare as the text 'None'"
+    if config.type == "numeric" and config.extract != "math":
+        try:
+            read_gold(value, Rule.of(config))
+        except Unreadable as exc:
+            return f"field {field!r} is not a number this verifier reads: {exc}"
+    return None

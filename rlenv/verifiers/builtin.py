@@ -1,11 +1,12 @@
 """Built-in verifiers: exact match, regex, numeric, contains, JSON schema, python, file state.
 
-The code-running ones (python_tests, program_cases) are in ``rlenv.verifiers.code``.
+The code-running ones (python_tests, program_cases) are in ``rlenv.verifiers.code``; how
+numeric reads its number in ``numbers`` (and ``maths``), what contains compares in ``text``,
+how json_schema reads JSON in ``json_answers``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import string
@@ -18,6 +19,8 @@ from rlenv.providers.base import import_ref
 from rlenv.results import VERIFIER_ERROR
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value
+from rlenv.verifiers.numbers import Rule, Unreadable, read_gold, read_number
+from rlenv.verifiers.text import skeleton
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)
@@ -71,43 +74,43 @@ def _regex(config: Verifier) -> Check:
     return check
 
 
-_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
-
-
-def parse_number(text: str) -> float | None:
-    """The last number in a text (commas as thousands separators), or None."""
-    found = _NUMBER.findall(text or "")
-    if not found:
-        return None
-    try:
-        return float(found[-1].replace(",", ""))
-    except ValueError:
-        return None
-
-
 def _numeric(config: Verifier) -> Check:
+    if config.extract == "math":
+        from rlenv.verifiers.maths import math_check
+
+        return math_check(config)
+    rule = Rule.of(config)
+
     def check(context: VerifierContext) -> tuple[bool, float, str | None]:
-        expected = float(expected_value(config, context))
-        got = parse_number(context.answer or "")
-        if got is None:
-            return False, 0.0, "no number in answer"
+        expected = read_gold(expected_value(config, context), rule)
+        try:
+            got = read_number(context.answer or "", rule)
+        except Unreadable as exc:
+            return False, 0.0, str(exc)
         ok = math.isclose(
             got, expected, abs_tol=config.tolerance, rel_tol=config.relative_tolerance
         )
-        return ok, float(ok), None if ok else f"got {got}, expected {expected}"
+        return ok, float(ok), None if ok else f"got {got:g}, expected {expected:g}"
 
     return check
 
 
+def _seen(text: str, steps: Sequence[str]) -> str:
+    """Text as `contains` compares it: as it looks (`skeleton`), then normalised."""
+    return skeleton(normalise(skeleton(text), steps))
+
+
 def _contains(config: Verifier) -> Check:
+    skeleton("")  # loads the confusables data now, at the worker's start, not in a rollout
+
     def check(context: VerifierContext) -> tuple[bool, float, str | None]:
-        answer = normalise(context.answer or "", config.normalize)
+        answer = _seen(context.answer or "", config.normalize)
         required = list(config.all)
         if config.expected_field:
-            value = context.input.get(config.expected_field)
-            required += value if isinstance(value, list) else [str(value)]
-        missing = [item for item in required if normalise(item, config.normalize) not in answer]
-        present = [item for item in config.none if normalise(item, config.normalize) in answer]
+            value = expected_value(config, context)
+            required += [str(item) for item in value] if isinstance(value, list) else [str(value)]
+        missing = [item for item in required if _seen(item, config.normalize) not in answer]
+        present = [item for item in config.none if _seen(item, config.normalize) in answer]
         checks = len(required) + len(config.none)
         failures = len(missing) + len(present)
         score = 1.0 if checks == 0 else (checks - failures) / checks
@@ -127,27 +130,9 @@ def _contains(config: Verifier) -> Check:
 
 
 def _json_schema(config: Verifier) -> Check:
-    import jsonschema
+    from rlenv.verifiers.json_answers import schema_check
 
-    schema = config.schema_ or {}
-    try:
-        validator_class = jsonschema.validators.validator_for(schema)
-        validator_class.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        raise UserError(f"verifier {config.label!r}: invalid JSON schema: {exc.message}") from None
-    validator = validator_class(schema)
-
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
-        try:
-            value = json.loads(context.answer or "")
-        except json.JSONDecodeError as exc:
-            return False, 0.0, f"answer is not JSON ({exc.msg})"
-        errors = sorted(validator.iter_errors(value), key=lambda error: list(error.path))
-        if errors:
-            return False, 0.0, errors[0].message[:200]
-        return True, 1.0, None
-
-    return check
+    return schema_check(config)
 
 
 def _python(config: Verifier) -> Check:
