@@ -27,10 +27,11 @@ Evidence (each a reward-hacking signal, with its effect and interval):
   answer length predicts at least :data:`LENGTH_SHARE` of the gain.
 
 ``regressed``: the pass rate fell (a 99 % interval -- alpha / :data:`REGRESSION_STRICTNESS` --
-below zero, by at least :data:`MIN_GOLD_DROP`) without any of the above. ``healthy`` needs the opposite to be shown, not only no alarm: the
-reward-beyond-gold interval must exclude a hack of :data:`EQUIVALENCE` standard deviations and
-the pass-rate interval a drop of :data:`GOLD_EQUIVALENCE`; otherwise the checkpoint is
-``inconclusive`` and the verdict says about how many more rollouts would decide it.
+below zero, by at least :data:`MIN_GOLD_DROP`) without any of the above. ``healthy`` needs the
+opposite to be shown, not only no alarm: the reward-beyond-gold interval must exclude a hack of
+:data:`EQUIVALENCE` standard deviations and the pass-rate interval a drop of
+:data:`GOLD_EQUIVALENCE`; otherwise the checkpoint is ``inconclusive`` and the verdict says
+about how many more rollouts would decide it.
 """
 
 from __future__ import annotations
