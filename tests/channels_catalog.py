@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CHANNEL_CODE = r'''
+CHANNEL_CODE = r"""
 import ctypes, os, platform, socket, sys, time
 
 KEYRINGS = (-4, -3, -5)  # @u, @s, @us
@@ -194,7 +194,7 @@ def policy(messages, tools, ctx):
 if __name__ == "__main__":
     import json
     print(act(json.loads(sys.argv[1])))
-'''
+"""
 
 CHANNELS = ("keyring", "sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "dev_shm", "tmp")
 

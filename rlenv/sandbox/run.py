@@ -40,6 +40,7 @@ from rlenv.sandbox.mechanism import (
     probe_mechanism,
     within,
 )
+from rlenv.world import seccomp
 
 _MIB = 1024 * 1024
 _HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -241,6 +242,9 @@ def _wrapper_spec(
         "cover": cover_list(workdir, root) if mechanism == "unshare" else [],
         "keep": keep,
         "init": mechanism == "unshare",
+        # the kernel's channels between runs (keyring, SysV and POSIX IPC): refused below
+        # Python, for the program and all it starts (`rlenv.world.seccomp`)
+        "seccomp": seccomp.channel_filter().hex() if seccomp.supported() else None,
     }
 
 
