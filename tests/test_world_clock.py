@@ -1,5 +1,5 @@
-"""The clock frozen below Python (issue 26 item 3): with the spec's instant in 2024, every way in-world
-code reads the date — `time.clock_gettime(CLOCK_REALTIME)`, libc's clock_gettime and time
+"""The clock frozen below Python (issue 26 item 3): with the spec's instant in 2024, every way
+in-world code reads the date — `time.clock_gettime(CLOCK_REALTIME)`, libc's clock_gettime and time
 through ctypes, a new file's modification time, SQLite's `strftime('%Y','now')`, NumPy's
 `datetime64('now')`, a `date` subprocess — says 2024: in a python policy, a tool and a
 verifier of a real `rlenv run`, and in the code-verifier sandbox.
@@ -69,7 +69,9 @@ def verifier(answer, record, ctx):
 
 
 if __name__ == "__main__":
-    print(json.dumps(years(os.getcwd())))
+    seen = years(os.getcwd())
+    seen["seeded file mtime"] = time.gmtime(os.stat(__file__).st_mtime).tm_year
+    print(json.dumps(seen))
 '''
 
 
@@ -133,5 +135,8 @@ def test_every_clock_in_the_sandbox_reads_the_spec_year(tmp_path: Path, mechanis
     )
     assert result.returncode == 0, result.stderr.decode()
     readings = {"sandbox": json.loads(result.stdout)}
+    # a file rlenv put in the workdir (the model's solution.py) has a fixed mtime, as a
+    # snapshot copy's: 1970, never the host's date
+    assert readings["sandbox"].pop("seeded file mtime") == 1970
     assert len(readings["sandbox"]) >= 8
     assert _wrong(readings) == [], json.dumps(readings)
