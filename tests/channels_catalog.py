@@ -198,9 +198,10 @@ if __name__ == "__main__":
 
 CHANNELS = ("keyring", "sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "dev_shm", "tmp")
 
-WORLD_NOT_PROMISED = {"tmp"}
-"""Channels a local worker does not close (README): a worker writes the host's /tmp, where
-its rollouts' workdirs live."""
+WORLD_NOT_PROMISED = {"dev_shm", "tmp"}
+"""Channels a local worker does not close (README): it runs as root on the host's file system
+(its rollouts' workdirs live in /tmp, or /dev/shm under `verify --perturb`), so a file it
+writes outside its workdir stays for the next rollout. Only the sandbox keeps these apart."""
 
 
 @dataclass
