@@ -1,4 +1,5 @@
-"""The attack catalog of issue 12 ("verdicts that cannot be forged"): tried and held per family.
+"""The attack catalog of issue 12 ("verdicts that cannot be forged"), with issue 26's channels
+between rollouts and clock reads below Python: tried and held per family.
 
 Runs the suite's attack tests through pytest (a JUnit XML report, nothing else installed) and
 counts each test case as one attempt: held when the defence stood (the test passed), not held
@@ -60,9 +61,26 @@ FAMILIES: dict[tuple[str, str], str] = {
     ("test_run_lock", "test_fingerprint_covers_indirectly_imported_helpers"): (
         "two writers / changed --resume"
     ),
+    ("test_isolation_channels", "test_no_channel_between_worker_rollouts"): (
+        "channel between rollouts"
+    ),
+    ("test_isolation_channels", "test_no_channel_between_sandboxes"): "channel between rollouts",
+    ("test_world_clock", "test_every_clock_in_the_world_reads_the_spec_year"): (
+        "real clock read below Python"
+    ),
+    ("test_world_clock", "test_every_clock_in_the_sandbox_reads_the_spec_year"): (
+        "real clock read below Python"
+    ),
 }
 QUICK = ("test_code_attacks", "test_sandbox_view", "test_integrity")
-FULL = (*QUICK, "test_no_silent_success", "test_hard_limits", "test_run_lock")
+FULL = (
+    *QUICK,
+    "test_no_silent_success",
+    "test_hard_limits",
+    "test_run_lock",
+    "test_isolation_channels",
+    "test_world_clock",
+)
 
 
 def run_catalog(files: tuple[str, ...]) -> list[tuple[str, str, str, bool]]:

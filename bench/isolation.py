@@ -5,7 +5,9 @@ another secret, against real host listeners: AF_UNIX at a path and abstract, UDP
 the local executor and, when Ray is installed, `--executor ray`; code-verifier sandbox attacks
 (fork bomb, children and threads over the memory limit, files over the disk limit, /dev/shm,
 host paths in /proc) under every namespace mechanism that works here; policy output
-(print, os.write(1/2), subprocesses, an import-time print) against `rlenv run --json`.
+(print, os.write(1/2), subprocesses, an import-time print) against `rlenv run --json`; the
+channels between rollouts of `tests/channels_catalog.py` (keyring, SysV and POSIX IPC, an
+abstract socket, /dev/shm, /tmp) in workers and sandboxes.
 
 An attack is held when it reports no success and no host listener saw it; a row marked "not
 promised" is a limit the README states (Ray actors share the host's pid and network
@@ -27,6 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.channels_catalog import (  # noqa: E402
+    WORLD_NOT_PROMISED,
+    Crossing,
+    sandbox_crossings,
+    world_crossings,
+)
 from tests.isolation_catalog import (  # noqa: E402
     NOISE_MARKERS,
     NOT_PROMISED,
@@ -98,6 +106,14 @@ def _noise(tmp: Path) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
+def _channel(where: str, crossing: Crossing) -> tuple[str, str, str, str, str]:
+    """A row for one channel between rollouts (`tests/channels_catalog.py`)."""
+    promised = where != "local" or crossing.channel.split(" ")[0] not in WORLD_NOT_PROMISED
+    verdict = "held" if crossing.held else ("OPEN" if promised else "open (not promised)")
+    detail = f"wrote: {crossing.wrote[:60]} | read: {crossing.read[:60]}"
+    return (where, "channel", crossing.channel, verdict, detail)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray executor")
@@ -121,6 +137,11 @@ def main() -> None:
                 promised = (outcome.attack.name, mechanism) not in NOT_PROMISED
                 rows.append(_row(mechanism, outcome, promised))
         rows += _noise(tmp)
+        rows += [_channel("local", c) for c in world_crossings(tmp / "channels", RLENV, ROOT)]
+        for mechanism in ("bwrap", "unshare"):
+            if _mechanism_works(mechanism):
+                crossings = sandbox_crossings(tmp / f"channels-{mechanism}", mechanism)
+                rows += [_channel(mechanism, c) for c in crossings]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     header = ("where", "group", "attack", "verdict", "detail")
     print("  ".join(h.ljust(w) for h, w in zip(header[:4], widths, strict=True)) + "  detail")

@@ -1,14 +1,18 @@
 """`rlenv --help` wall time (whole process, median of 15 runs); target <= 0.35 s.
 
 Also prints the ten slowest imports (cumulative) of `rlenv.cli` from `python -X importtime`, so a
-miss can be explained. Run: `.venv/bin/python bench/startup.py [--quick]`.
+miss can be explained, and a frozen-world worker's start (spawn to ready, one tool, the
+network namespace) with and without libfaketime preloaded (what the frozen clock below Python
+costs). Run: `.venv/bin/python bench/startup.py [--quick]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,6 +38,37 @@ def import_times(module: str, top: int) -> list[tuple[int, int, str]]:
         own, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
         rows.append((int(cumulative), int(own), name.strip()))
     return sorted(rows, reverse=True)[:top]
+
+
+def _unfrozen(variables: dict[str, str], config: object) -> dict[str, str]:
+    return variables
+
+
+def worker_start_seconds(runs: int) -> tuple[list[float], list[float]]:
+    """Wall seconds from `LocalExecutor(config, 1)` to its worker's "ready", without and with
+    libfaketime (before issue 26 a worker started without it), alternated `runs` times so
+    that a busy machine weighs on both alike."""
+    from rlenv.executors import local
+    from rlenv.worker import WorkerConfig
+
+    real = local._with_frozen_clock
+    times: tuple[list[float], list[float]] = ([], [])
+    with common.temp_dir("bench-worker-start-") as root:
+        spec = common.build_env(root / "env", 4, policy="one_tool", tool=True)
+        for number in range(runs):
+            for faked in (False, True):
+                local._with_frozen_clock = real if faked else _unfrozen  # type: ignore[assignment]
+                work = root / f"work-{number}-{faked}"
+                work.mkdir()
+                config = WorkerConfig(spec_path=str(spec), work_root=str(work))
+                try:
+                    started = time.perf_counter()
+                    executor = local.LocalExecutor(config, 1)
+                    times[faked].append(time.perf_counter() - started)
+                    executor.close()
+                finally:
+                    local._with_frozen_clock = real
+    return times
 
 
 def main() -> None:
@@ -82,6 +117,23 @@ def main() -> None:
             [
                 [name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}"]
                 for cum, own, name in import_times("rlenv.cli", 10)
+            ],
+        )
+    )
+    print()
+    worker_runs = 5 if args.quick else 11
+    worker_start_seconds(1)  # warm
+    plain, faked = worker_start_seconds(worker_runs)
+    print(f"frozen-world worker start, spawn to ready (one tool), median of {worker_runs}")
+    print(
+        common.table(
+            ["worker", "median s", "min s", "max s"],
+            [
+                [label, f"{statistics.median(t):.3f}", f"{min(t):.3f}", f"{max(t):.3f}"]
+                for label, t in (
+                    ("without libfaketime", plain),
+                    ("with libfaketime (LD_PRELOAD, sitecustomize shim)", faked),
+                )
             ],
         )
     )

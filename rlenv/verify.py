@@ -46,7 +46,8 @@ def verify(
     """Run the env `runs` times into fresh directories and compare the run digests.
 
     With `perturb`, the repeats change the outside instead (reprotest's idea): the parent's hash
-    seed, TZ, locale, working directory, concurrency and directory listing order.
+    seed, TZ, locale, working directory, concurrency, directory listing order and (with
+    libfaketime) the host clock's date, moved by years.
     """
     if perturb:
         return _verify_perturbed(
@@ -134,6 +135,32 @@ PERTURBATIONS: list[tuple[str, dict[str, str], int | None]] = [
 ]
 
 
+HOST_CLOCK_SHIFT = "+1096d"
+"""How far the "host clock" perturbation moves the orchestrator's date (three years): a
+real-clock read that reaches a result is then a different year, not a few seconds."""
+
+
+def _perturbations() -> list[tuple[str, dict[str, str], int | None]]:
+    """`PERTURBATIONS`, and the host clock moved by years under libfaketime when it is
+    installed (the monotonic clock left real: the orchestrator's event loop keeps real time).
+    The world's own clock is the spec's instant either way; a digest that changes with the
+    host's date read a real clock somewhere."""
+    from rlenv.sandbox import faketime_library, faketime_site_dir
+
+    library = faketime_library()
+    if library is None:
+        return list(PERTURBATIONS)
+    paths = [faketime_site_dir(), *filter(None, [os.environ.get("PYTHONPATH")])]
+    clock = {
+        "LD_PRELOAD": library,
+        "FAKETIME": HOST_CLOCK_SHIFT,
+        "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "DONT_FAKE_MONOTONIC": "1",
+        "PYTHONPATH": os.pathsep.join(paths),
+    }
+    return [*PERTURBATIONS, ("host clock", clock, None)]
+
+
 def _verify_perturbed(
     spec_path: str | Path,
     *,
@@ -160,7 +187,7 @@ def _verify_perturbed(
         )
         digests, labels = [reference.digest], ["reference"]
         divergence = None
-        for number, (label, changes, level) in enumerate(PERTURBATIONS, start=1):
+        for number, (label, changes, level) in enumerate(_perturbations(), start=1):
             out = root / f"perturbed-{number}"
             workdir = root / f"cwd-{number}"
             workdir.mkdir()

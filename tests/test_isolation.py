@@ -51,7 +51,9 @@ def test_the_worker_environment_is_the_documented_one(tmp_path: Path) -> None:
     outcome = run_world_attacks(tmp_path, env_attack, detail_size=4000)[0]
     seen = set(outcome.detail.removeprefix("held: ").split(","))
     assert outcome.held
-    subprocess_clock = set(faketime_env("2024-03-01T12:00:00+00:00", "UTC"))
+    # libfaketime's variables; FAKETIME_SHARED it sets itself in each process it is loaded
+    # into (the names of its shared-memory segment), a worker's own since issue 26
+    subprocess_clock = {*faketime_env("2024-03-01T12:00:00+00:00", "UTC"), "FAKETIME_SHARED"}
     rlenv_switches = {name for name in seen if name.startswith("RLENV_")}
     placeholders = {name for name in seen if looks_secret(name)}
     assert {"OPENAI_API_KEY", "RLENV_TEST_DB_PASSWORD"} <= placeholders

@@ -79,6 +79,21 @@ def _without_main(preparation: Any) -> Any:
     return prepared
 
 
+def _with_frozen_clock(variables: dict[str, str], config: WorkerConfig) -> dict[str, str]:
+    """The world's variables plus libfaketime's at the spec's instant: the worker's clock
+    below Python (C code, a new file's times, SQLite, NumPy) reads the spec's instant too;
+    freezegun keeps Python's view. Only the realtime clock is faked, so the worker's timers
+    and pipes keep working. Recording is left on the real clock (its tools reach live APIs,
+    whose TLS certificates are checked against it)."""
+    from rlenv.sandbox import faketime_env
+    from rlenv.spec import load_spec
+
+    clock = faketime_env(load_spec(config.spec_path).spec.time.isoformat(), "UTC")
+    if clock and variables.get("PYTHONPATH"):
+        clock["PYTHONPATH"] += os.pathsep + variables["PYTHONPATH"]
+    return {**variables, **clock}
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -96,7 +111,7 @@ class LocalExecutor:
         # Recording is the exception: its tools call the live APIs with the user's keys.
         command: list[str] = []
         if not config.live_tools:
-            variables = sorted(world_environment().items())
+            variables = sorted(_with_frozen_clock(world_environment(), config).items())
             command = ["env", "-i", *(f"{name}={value}" for name, value in variables)]
             command += netns_prefix()
         self.wrapper: Path | None = Path(config.work_root) / ".worker-python"

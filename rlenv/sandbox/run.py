@@ -40,6 +40,7 @@ from rlenv.sandbox.mechanism import (
     probe_mechanism,
     within,
 )
+from rlenv.world import seccomp
 
 _MIB = 1024 * 1024
 _HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -130,15 +131,18 @@ def run_sandboxed(
 
 
 def _seed_archive(workdir: Path, hidden: list[Path]) -> int:
-    """A memfd holding a tar of ``workdir`` without the hidden paths: what the sandbox's
-    tmpfs workdir starts with (no host path of it is mounted into the sandbox)."""
+    """A memfd holding a tar of ``workdir`` without the hidden paths, every mtime 0: what the
+    sandbox's tmpfs workdir starts with (no host path of it is mounted into the sandbox)."""
     import tarfile
 
     fd = os.memfd_create("rlenv-sandbox-seed", 0)
 
     def keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
         path = workdir / member.name
-        return None if any(within(path, h) for h in hidden) else member
+        if any(within(path, h) for h in hidden):
+            return None
+        member.mtime = 0  # as a snapshot copy's: no file tells the host's date (or two apart)
+        return member
 
     with os.fdopen(os.dup(fd), "wb") as handle, tarfile.open(fileobj=handle, mode="w|") as tar:
         for entry in sorted(workdir.iterdir()):
@@ -241,6 +245,9 @@ def _wrapper_spec(
         "cover": cover_list(workdir, root) if mechanism == "unshare" else [],
         "keep": keep,
         "init": mechanism == "unshare",
+        # the kernel's channels between runs (keyring, SysV and POSIX IPC): refused below
+        # Python, for the program and all it starts (`rlenv.world.seccomp`)
+        "seccomp": seccomp.channel_filter().hex() if seccomp.supported() else None,
     }
 
 

@@ -11,7 +11,8 @@ The sandbox runs this file under the sandboxed interpreter (a bwrap sandbox gets
 ``WRAPPER_INSIDE``, unshare reads it from a memfd), so it imports only the standard library
 (and not ``typing``, to keep the start fast). The spec is the JSON ``rlenv.sandbox.run``
 writes into the memfd ``SPEC_FD``: argv, env, cwd, uid, rlimits, hostname, hide, cover, keep,
-init, seed_fd, tmpfs.
+init, seed_fd, tmpfs, seccomp (a classic-BPF filter in hex, installed last: the kernel keyring
+and SysV/POSIX IPC refused to the program and everything it starts).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -125,6 +127,21 @@ def set_no_new_privs() -> None:
         _fail("sandbox: cannot set no_new_privs\n", 125)
 
 
+def install_filter(code: bytes) -> None:
+    """Install the seccomp filter ``code`` (``struct sock_filter`` array) on this process;
+    no_new_privs is set already. Fail closed: the program never runs unfiltered."""
+    import struct
+
+    program = ctypes.create_string_buffer(code)
+    fprog = ctypes.create_string_buffer(
+        struct.pack("HxxxxxxP", len(code) // 8, ctypes.addressof(program))
+    )
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0) != 0:
+        error = ctypes.get_errno()
+        _fail(f"sandbox: cannot install the seccomp filter: {os.strerror(error)}\n", 125)
+
+
 def drop_to(uid: int) -> None:
     os.setgroups([])
     os.setgid(uid)
@@ -176,6 +193,8 @@ def main(spec: dict[str, Any]) -> NoReturn:
         drop_to(spec["uid"])
     if not entered:
         os.chdir(spec["cwd"])
+    if spec.get("seccomp"):
+        install_filter(bytes.fromhex(spec["seccomp"]))
     if spec.get("init"):
         fork_as_init()
     exec_program(spec["argv"], spec["env"])

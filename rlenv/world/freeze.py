@@ -28,7 +28,10 @@ def freeze_subprocess_clock(variables: dict[str, str]) -> None:
     if not variables:
         return
     variables = dict(variables)
-    if os.environ.get("PYTHONPATH"):
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if variables["PYTHONPATH"] in paths:  # a local worker starts under libfaketime already
+        variables["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    elif os.environ.get("PYTHONPATH"):
         variables["PYTHONPATH"] += os.pathsep + os.environ["PYTHONPATH"]
     os.environ.update(variables)
 

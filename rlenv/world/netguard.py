@@ -34,12 +34,15 @@ def netns_prefix() -> list[str]:
         _NETNS_PREFIX = []
         if shutil.which("unshare") and os.environ.get("RLENV_NO_NETNS") != "1":
             pid = ["--pid", "--fork", "--kill-child", "--mount-proc"]
-            candidates = [["unshare", "--net"], ["unshare", "--net", "--map-root-user"]]
+            candidates = [
+                ["unshare", "--net", "--ipc"],
+                ["unshare", "--net", "--ipc", "--map-root-user"],
+            ]
             if shutil.which("setpriv"):
                 guard = ["setpriv", "--pdeathsig", "KILL"]
                 candidates = [
-                    [*guard, "unshare", "--net", *pid],
-                    [*guard, "unshare", "--net", "--map-root-user", *pid],
+                    [*guard, "unshare", "--net", "--ipc", *pid],
+                    [*guard, "unshare", "--net", "--ipc", "--map-root-user", *pid],
                     *candidates,
                 ]
             for prefix in candidates:

@@ -1,0 +1,339 @@
+"""Channels between rollouts (issue 26 item 2): one rollout writes a token, a later one reads it.
+
+Shared by `tests/test_isolation_channels.py` and `bench/isolation.py`. Each channel is a place
+in the kernel or the file system that outlives the process that wrote it: the kernel keyring
+(user, session and user-session keyrings), SysV shared memory and message queues, POSIX
+message queues, an abstract AF_UNIX socket held by a left-behind process, and the shared
+scratch directories (/dev/shm, /tmp). The same code runs as a tool of a real `rlenv run` and as
+a program in the code-verifier sandbox (standard library only, C calls through ctypes: what
+the model's code can do). A channel is *held* when the reader never sees the writer's token.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CHANNEL_CODE = r"""
+import ctypes, os, platform, socket, sys, time
+
+KEYRINGS = (-4, -3, -5)  # @u, @s, @us
+SYSCALLS = {"x86_64": {"add_key": 248, "keyctl": 250}, "aarch64": {"add_key": 217, "keyctl": 219}}
+
+
+def _libc():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    libc.shmat.restype = ctypes.c_void_p
+    return libc
+
+
+def _nr(name):
+    return SYSCALLS[platform.machine()][name]
+
+
+def _key(name):
+    return 0x5EED0000 | (sum(name.encode()) & 0xFFFF)
+
+
+def _errno(what):
+    return f"{what} errno {ctypes.get_errno()}"
+
+
+def write(channel, name, token):
+    libc, data = _libc(), token.encode()
+    if channel == "keyring":
+        done = []
+        for ring in KEYRINGS:
+            serial = libc.syscall(_nr("add_key"), b"user", name.encode(), data, len(data),
+                                  ctypes.c_long(ring))
+            done.append(str(serial) if serial >= 0 else _errno("add_key"))
+        return "wrote " + ",".join(done)
+    if channel == "sysv_shm":
+        shm = libc.shmget(_key(name), 4096, 0o1000 | 0o666)  # IPC_CREAT
+        if shm < 0:
+            return _errno("shmget")
+        address = libc.shmat(shm, None, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            return _errno("shmat")
+        ctypes.memmove(address, data + b"\0", len(data) + 1)
+        return "wrote"
+    if channel == "sysv_msg":
+        queue = libc.msgget(_key(name), 0o1000 | 0o666)
+        if queue < 0:
+            return _errno("msgget")
+        message = ctypes.create_string_buffer(8 + len(data))
+        ctypes.memmove(message, (1).to_bytes(8, "little") + data, 8 + len(data))
+        if libc.msgsnd(queue, message, len(data), 0o4000) != 0:  # IPC_NOWAIT
+            return _errno("msgsnd")
+        return "wrote"
+    if channel == "posix_mq":
+        queue = libc.mq_open(("/" + name).encode(), os.O_CREAT | os.O_RDWR, 0o666, None)
+        if queue < 0:
+            return _errno("mq_open")
+        if libc.mq_send(queue, data, len(data), 0) != 0:
+            return _errno("mq_send")
+        return "wrote"
+    if channel == "abstract_socket":
+        try:
+            import _socket
+            server = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            server.bind("\0" + name)
+            server.listen(4)
+        except OSError as exc:
+            return f"socket {exc}"
+        if os.fork() == 0:  # a process left behind to answer the next rollout
+            os.setsid()
+            deadline = time.monotonic() + 60
+            server.settimeout(1)
+            while time.monotonic() < deadline:
+                try:
+                    connection, _ = server._accept()
+                except OSError:
+                    continue
+                os.write(connection, data)
+                os.close(connection)
+            os._exit(0)
+        return "wrote"
+    if channel in ("dev_shm", "tmp"):
+        folder = "/dev/shm" if channel == "dev_shm" else "/tmp"
+        try:
+            with open(f"{folder}/{name}", "w") as handle:
+                handle.write(token)
+            os.chmod(f"{folder}/{name}", 0o666)
+        except OSError as exc:
+            return f"open {exc}"
+        return "wrote"
+    raise ValueError(channel)
+
+
+def read(channel, name):
+    libc = _libc()
+    if channel == "keyring":
+        found = []
+        for ring in KEYRINGS:
+            serial = libc.syscall(_nr("keyctl"), 10, ctypes.c_long(ring), b"user",
+                                  name.encode(), 0)  # KEYCTL_SEARCH
+            if serial < 0:
+                found.append(_errno("search"))
+                continue
+            buffer = ctypes.create_string_buffer(256)
+            size = libc.syscall(_nr("keyctl"), 11, ctypes.c_long(serial), buffer, 256)
+            found.append("read " + buffer.raw[: max(size, 0)].decode(errors="replace"))
+        return "; ".join(found)
+    if channel == "sysv_shm":
+        shm = libc.shmget(_key(name), 0, 0)
+        if shm < 0:
+            return _errno("shmget")
+        address = libc.shmat(shm, None, 0o10000)  # SHM_RDONLY
+        if address in (None, ctypes.c_void_p(-1).value):
+            return _errno("shmat")
+        return "read " + ctypes.string_at(address).decode(errors="replace")
+    if channel == "sysv_msg":
+        queue = libc.msgget(_key(name), 0)
+        if queue < 0:
+            return _errno("msgget")
+        message = ctypes.create_string_buffer(8 + 256)
+        size = libc.msgrcv(queue, message, 256, 0, 0o4000)
+        if size < 0:
+            return _errno("msgrcv")
+        return "read " + message.raw[8 : 8 + size].decode(errors="replace")
+    if channel == "posix_mq":
+        queue = libc.mq_open(("/" + name).encode(), os.O_RDONLY | os.O_NONBLOCK, 0, None)
+        if queue < 0:
+            return _errno("mq_open")
+        buffer = ctypes.create_string_buffer(16384)
+        size = libc.mq_receive(queue, buffer, 16384, None)
+        if size < 0:
+            return _errno("mq_receive")
+        return "read " + buffer.raw[:size].decode(errors="replace")
+    if channel == "abstract_socket":
+        try:
+            import _socket
+            client = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            client.settimeout(5)
+            client.connect("\0" + name)
+            return "read " + client.recv(256).decode(errors="replace")
+        except OSError as exc:
+            return f"socket {exc}"
+    if channel in ("dev_shm", "tmp"):
+        folder = "/dev/shm" if channel == "dev_shm" else "/tmp"
+        try:
+            with open(f"{folder}/{name}") as handle:
+                return "read " + handle.read()
+        except OSError as exc:
+            return f"open {exc}"
+    raise ValueError(channel)
+
+
+def act(arguments):
+    if arguments["mode"] == "write":
+        return write(arguments["channel"], arguments["name"], arguments["token"])
+    return read(arguments["channel"], arguments["name"])
+
+
+def tool(args, ctx):
+    try:
+        return act(args)
+    except Exception as exc:
+        return f"error {type(exc).__name__}: {exc}"
+
+
+def policy(messages, tools, ctx):
+    if messages[-1]["role"] != "tool":
+        call = {"name": "channel", "arguments": messages[-1]["content"]}
+        return {"tool_calls": [{"id": "c", "function": call}]}
+    return messages[-1]["content"]
+
+
+if __name__ == "__main__":
+    import json
+    print(act(json.loads(sys.argv[1])))
+"""
+
+CHANNELS = ("keyring", "sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "dev_shm", "tmp")
+
+WORLD_NOT_PROMISED = {"dev_shm", "tmp"}
+"""Channels a local worker does not close (README): it runs as root on the host's file system
+(its rollouts' workdirs live in /tmp, or /dev/shm under `verify --perturb`), so a file it
+writes outside its workdir stays for the next rollout. Only the sandbox keeps these apart."""
+
+
+@dataclass
+class Crossing:
+    """One channel tried once: what the writer said and what the reader saw."""
+
+    channel: str
+    wrote: str
+    read: str
+    token: str
+
+    @property
+    def held(self) -> bool:
+        return self.token not in self.read
+
+
+def new_names(channels: tuple[str, ...] = CHANNELS) -> dict[str, tuple[str, str]]:
+    """A fresh (name, token) per channel: nothing an earlier test left can match."""
+    tag = secrets.token_hex(5)
+    return {c: (f"rlenv-chan-{c}-{tag}", f"TOKEN-{c}-{tag}") for c in channels}
+
+
+def _requests(names: dict[str, tuple[str, str]], mode: str) -> list[dict[str, Any]]:
+    return [
+        {"mode": mode, "channel": channel, "name": name, "token": token}
+        for channel, (name, token) in names.items()
+    ]
+
+
+def write_channel_env(root: Path, names: dict[str, tuple[str, str]], order: str) -> Path:
+    """A tiny env with one input per (channel, mode); `order` "write-first" lists every write
+    before every read, "read-first" the reads first."""
+    import yaml
+
+    from rlenv.canonical import sha256_file
+
+    root.mkdir(parents=True, exist_ok=True)
+    module = "channels_" + secrets.token_hex(4)
+    (root / f"{module}.py").write_text(CHANNEL_CODE)
+    writes, reads = _requests(names, "write"), _requests(names, "read")
+    ordered = writes + reads if order == "write-first" else reads + writes
+    inputs = [
+        {"id": f"{r['mode']}-{r['channel']}", "prompt": json.dumps(r), "answer": ""}
+        for r in ordered
+    ]
+    inputs_path = root / "inputs.jsonl"
+    inputs_path.write_text("".join(json.dumps(record) + "\n" for record in inputs))
+    document = {
+        "name": "channels",
+        "seed": 1,
+        "time": "2024-03-01T12:00:00+00:00",
+        "model": f"python:{module}:policy",
+        "inputs": {"path": "inputs.jsonl", "sha256": sha256_file(inputs_path)},
+        "tools": [
+            {
+                "name": "channel",
+                "function": f"{module}:tool",
+                "description": "write or read a channel",
+                "parameters": {"type": "object"},
+            }
+        ],
+        "verifiers": [{"type": "regex", "pattern": "TOKEN"}],
+        "rollouts": 1,
+        "limits": {"timeout_s": 60, "max_turns": 3},
+    }
+    spec = root / "env.yaml"
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    return spec
+
+
+def run_world(spec: Path, out: Path, rlenv: Path, cwd: Path) -> dict[str, str]:
+    """`rlenv run` the channel env (one rollout at a time); input id -> the tool's answer."""
+    command = [str(rlenv), "run", str(spec), "--out", str(out), "--json", "--concurrency", "1"]
+    result = subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"rlenv run failed ({result.returncode}): {result.stderr[-2000:]}")
+    answers = {}
+    for line in (out / "results.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        tools = [m for m in record["messages"] if m.get("role") == "tool"]
+        answers[record["input_id"]] = str(tools[-1]["content"]) if tools else str(record["error"])
+    return answers
+
+
+def world_crossings(tmp: Path, rlenv: Path, cwd: Path) -> list[Crossing]:
+    """Two real runs of the channel env: the first writes every channel, then reads it in later
+    rollouts (in-run); the second reads first (what the first run left), then writes again."""
+    names = new_names()
+    first = run_world(write_channel_env(tmp / "env1", names, "write-first"), tmp / "r1", rlenv, cwd)
+    second = run_world(write_channel_env(tmp / "env2", names, "read-first"), tmp / "r2", rlenv, cwd)
+    crossings = []
+    for channel, (_, token) in names.items():
+        wrote = first[f"write-{channel}"]
+        crossings.append(Crossing(channel, wrote, first[f"read-{channel}"], token))
+        crossings.append(Crossing(channel + " (next run)", wrote, second[f"read-{channel}"], token))
+    return crossings
+
+
+def sandbox_crossings(tmp: Path, mechanism: str) -> list[Crossing]:
+    """Each channel written in one sandboxed program and read in the next; then the other
+    way round (the second program writes, a third reads)."""
+    from rlenv.sandbox import SandboxLimits, run_sandboxed, sandbox_python
+
+    limits = SandboxLimits(cpu_seconds=10, wall_seconds=30, memory_mb=512)
+    names = new_names()
+
+    def run(request: dict[str, Any], label: str) -> str:
+        workdir = tmp / f"{mechanism}-{label}-{request['channel']}"
+        workdir.mkdir(parents=True)
+        (workdir / "channel.py").write_text(CHANNEL_CODE)
+        argv = [sandbox_python(), "-S", "channel.py", json.dumps(request)]
+        result = run_sandboxed(argv, workdir, limits=limits, mechanism=mechanism)
+        return (result.stdout + result.stderr).decode("utf-8", "replace").strip()[-300:]
+
+    crossings = []
+    for channel, (name, token) in names.items():
+        request = {"channel": channel, "name": name, "token": token}
+        wrote = run({**request, "mode": "write"}, "w1")
+        seen = run({**request, "mode": "read"}, "r1")
+        crossings.append(Crossing(channel, wrote, seen, token))
+        again = {**request, "token": token + "-again"}
+        wrote = run({**again, "mode": "write"}, "w2")
+        seen = run({**again, "mode": "read"}, "r2")
+        crossings.append(Crossing(channel + " (again)", wrote, seen, again["token"]))
+    return crossings
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look by hand
+    import tempfile
+
+    here = Path(tempfile.mkdtemp(prefix="rlenv-channels-"))
+    for crossing in sandbox_crossings(here, sys.argv[1] if len(sys.argv) > 1 else "bwrap"):
+        print(crossing.held, crossing.channel, "|", crossing.wrote, "|", crossing.read)
