@@ -10,7 +10,7 @@ pair this large can be trusted to see, but it is not the test.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from statistics import NormalDist
 from typing import Any
 
@@ -105,15 +105,23 @@ def _input_means(records: Iterable[Record], field_name: str) -> dict[str, float]
     return dict(zip(ids, _per_input_means(records, field_name), strict=True))
 
 
-def _human_means(
-    records: Iterable[Record], scores: Mapping[tuple[str, int], float]
+def per_input_mean(
+    records: Iterable[Record], value: Callable[[Record], float | None]
 ) -> dict[str, float]:
+    """Per-input mean of ``value(record)`` over scored records, inputs in sorted order (those
+    without a value left out)."""
     out: dict[str, float] = {}
     for input_id, group in _group(records):
-        values = [scores[_key(r)] for r in group if _key(r) in scores]
+        values = [v for v in (value(r) for r in group) if v is not None]
         if values:
             out[input_id] = math.fsum(values) / len(values)
     return out
+
+
+def _human_means(
+    records: Iterable[Record], scores: Mapping[tuple[str, int], float]
+) -> dict[str, float]:
+    return per_input_mean(records, lambda r: scores.get(_key(r)))
 
 
 def delta_ci(
@@ -406,12 +414,7 @@ def _record_kl(record: Record) -> float | None:
 
 def _input_kl(records: Iterable[Record]) -> dict[str, float]:
     """Per-input mean sequence KL (inputs without one left out)."""
-    out: dict[str, float] = {}
-    for input_id, group in _group(records):
-        values = [v for v in (_record_kl(r) for r in group) if v is not None]
-        if values:
-            out[input_id] = math.fsum(values) / len(values)
-    return out
+    return per_input_mean(records, _record_kl)
 
 
 def _reference_notes(

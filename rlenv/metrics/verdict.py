@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from rlenv.metrics._records import Record, _group, _jsonable, _mean, _passed, _reward, _scored
+from rlenv.metrics._records import Record, _group, _jsonable, _mean, _passed, _reward
+from rlenv.metrics.compare import _human_means
 from rlenv.metrics.length import length_explained_gain
 from rlenv.metrics.run import disagreements
 from rlenv.metrics.stats import auc, bootstrap_ci
@@ -447,15 +448,7 @@ def _human_change(
     if human is None or human[0] is None or human[1] is None:
         return None
 
-    def means(run: Sequence[Record], scores: Scores) -> dict[str, float]:
-        out: dict[str, list[float]] = {}
-        for record in _scored(run):
-            key = (str(record.get("input_id")), int(record.get("rollout", 0)))
-            if key in scores:
-                out.setdefault(key[0], []).append(float(scores[key]))
-        return {i: math.fsum(v) / len(v) for i, v in out.items()}
-
-    before, after = means(reference, human[0]), means(records, human[1])
+    before, after = _human_means(reference, human[0]), _human_means(records, human[1])
     diffs = [after[i] - before[i] for i in shared if i in before and i in after]
     effect, ci = _ci(diffs, alpha)
     if effect is None:
