@@ -234,9 +234,7 @@ def _requests(names: dict[str, tuple[str, str]], mode: str) -> list[dict[str, An
 def write_channel_env(root: Path, names: dict[str, tuple[str, str]], order: str) -> Path:
     """A tiny env with one input per (channel, mode); `order` "write-first" lists every write
     before every read, "read-first" the reads first."""
-    import yaml
-
-    from rlenv.canonical import sha256_file
+    from tests.isolation_catalog import world_spec
 
     root.mkdir(parents=True, exist_ok=True)
     module = "channels_" + secrets.token_hex(4)
@@ -247,29 +245,9 @@ def write_channel_env(root: Path, names: dict[str, tuple[str, str]], order: str)
         {"id": f"{r['mode']}-{r['channel']}", "prompt": json.dumps(r), "answer": ""}
         for r in ordered
     ]
-    inputs_path = root / "inputs.jsonl"
-    inputs_path.write_text("".join(json.dumps(record) + "\n" for record in inputs))
-    document = {
-        "name": "channels",
-        "seed": 1,
-        "time": "2024-03-01T12:00:00+00:00",
-        "model": f"python:{module}:policy",
-        "inputs": {"path": "inputs.jsonl", "sha256": sha256_file(inputs_path)},
-        "tools": [
-            {
-                "name": "channel",
-                "function": f"{module}:tool",
-                "description": "write or read a channel",
-                "parameters": {"type": "object"},
-            }
-        ],
-        "verifiers": [{"type": "regex", "pattern": "TOKEN"}],
-        "rollouts": 1,
-        "limits": {"timeout_s": 60, "max_turns": 3},
-    }
-    spec = root / "env.yaml"
-    spec.write_text(yaml.safe_dump(document, sort_keys=False))
-    return spec
+    return world_spec(
+        root, "channels", module, inputs, ("tool", "write or read a channel"), "TOKEN"
+    )
 
 
 def run_world(spec: Path, out: Path, rlenv: Path, cwd: Path) -> dict[str, str]:

@@ -297,10 +297,6 @@ def _drain(servers: dict[str, socket.socket]) -> dict[str, list[str]]:
 
 def write_attack_env(root: Path, listeners: dict[str, Any], attacks: list[Attack]) -> Path:
     """A tiny env: one input per attack, a python policy that calls the `attack` tool."""
-    import yaml
-
-    from rlenv.canonical import sha256_file
-
     root.mkdir(parents=True, exist_ok=True)
     module = "isolation_attacks_" + secrets.token_hex(4)
     (root / f"{module}.py").write_text(ATTACKS_CODE)
@@ -316,29 +312,7 @@ def write_attack_env(root: Path, listeners: dict[str, Any], attacks: list[Attack
         {"id": a.name, "prompt": json.dumps({"attack": a.name, **arguments}), "answer": ""}
         for a in attacks
     ]
-    inputs_path = root / "inputs.jsonl"
-    inputs_path.write_text("".join(json.dumps(record) + "\n" for record in inputs))
-    document = {
-        "name": "isolation",
-        "seed": 1,
-        "time": "2024-03-01T12:00:00+00:00",
-        "model": f"python:{module}:policy",
-        "inputs": {"path": "inputs.jsonl", "sha256": sha256_file(inputs_path)},
-        "tools": [
-            {
-                "name": "attack",
-                "function": f"{module}:attack",
-                "description": "run one attack",
-                "parameters": {"type": "object"},
-            }
-        ],
-        "verifiers": [{"type": "regex", "pattern": "ESCAPED"}],
-        "rollouts": 1,
-        "limits": {"timeout_s": 60, "max_turns": 3},
-    }
-    spec = root / "env.yaml"
-    spec.write_text(yaml.safe_dump(document, sort_keys=False))
-    return spec
+    return world_spec(root, "isolation", module, inputs, ("attack", "run one attack"), "ESCAPED")
 
 
 def orchestrator_environment() -> dict[str, str]:
@@ -716,3 +690,43 @@ def _judge_sandbox(
         leaked = [host for host in hosts if host in out]
         return "SEEN" in out and not leaked, f"host paths seen: {leaked or 'none'}"
     raise ValueError(name)
+
+
+def world_spec(
+    root: Path,
+    name: str,
+    module: str,
+    inputs: list[dict[str, Any]],
+    tool: tuple[str, str],
+    pattern: str,
+) -> Path:
+    """An env whose python policy (``module:policy``) calls one tool (``module:<tool name>``)
+    per input and passes when its answer matches ``pattern``: the shape of every in-world
+    attack catalog (isolation, channels)."""
+    import yaml
+
+    from rlenv.canonical import sha256_file
+
+    inputs_path = root / "inputs.jsonl"
+    inputs_path.write_text("".join(json.dumps(record) + "\n" for record in inputs))
+    document = {
+        "name": name,
+        "seed": 1,
+        "time": "2024-03-01T12:00:00+00:00",
+        "model": f"python:{module}:policy",
+        "inputs": {"path": "inputs.jsonl", "sha256": sha256_file(inputs_path)},
+        "tools": [
+            {
+                "name": tool[0],
+                "function": f"{module}:{tool[0]}",
+                "description": tool[1],
+                "parameters": {"type": "object"},
+            }
+        ],
+        "verifiers": [{"type": "regex", "pattern": pattern}],
+        "rollouts": 1,
+        "limits": {"timeout_s": 60, "max_turns": 3},
+    }
+    spec = root / "env.yaml"
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    return spec
