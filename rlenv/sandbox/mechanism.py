@@ -99,12 +99,23 @@ FORCE_VARIABLE = "RLENV_SANDBOX"
 mechanisms); "rlimits" still needs --allow-weak-sandbox for code verifiers."""
 
 
+def forced_mechanism() -> str | None:
+    """The mechanism RLENV_SANDBOX names, None when unset; UserError (exit 2) for any other
+    value: a typo must not silently become the best mechanism that works."""
+    forced = os.environ.get(FORCE_VARIABLE, "")
+    if not forced or forced in ("bwrap", "unshare", "rlimits"):
+        return forced or None
+    from rlenv.errors import UserError
+
+    raise UserError(f"{FORCE_VARIABLE}={forced[:40]!r}: choose bwrap, unshare or rlimits")
+
+
 @functools.lru_cache(maxsize=1)
 def probe_mechanism() -> str:
     """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (cached);
     RLENV_SANDBOX=NAME forces one."""
-    forced = os.environ.get(FORCE_VARIABLE, "")
-    if forced in ("bwrap", "unshare", "rlimits"):
+    forced = forced_mechanism()
+    if forced is not None:
         return forced
     for mechanism in ("bwrap", "unshare"):
         if _mechanism_works(mechanism):
