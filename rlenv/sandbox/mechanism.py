@@ -110,13 +110,14 @@ def forced_mechanism() -> str | None:
     raise UserError(f"{FORCE_VARIABLE}={forced[:40]!r}: choose bwrap, unshare or rlimits")
 
 
-@functools.lru_cache(maxsize=1)
 def probe_mechanism() -> str:
-    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (cached);
-    RLENV_SANDBOX=NAME forces one."""
-    forced = forced_mechanism()
-    if forced is not None:
-        return forced
+    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (probed once);
+    RLENV_SANDBOX=NAME forces one (read at every call: a bad name is always refused)."""
+    return forced_mechanism() or _best_mechanism()
+
+
+@functools.lru_cache(maxsize=1)
+def _best_mechanism() -> str:
     for mechanism in ("bwrap", "unshare"):
         if _mechanism_works(mechanism):
             return mechanism
