@@ -83,7 +83,7 @@ def parse_arguments(raw: str) -> dict[str, Any]:
         raise ValueError(f"arguments are not valid JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(value, dict):
         raise ValueError("arguments must be a JSON object")
-    problem = bounds_problem(value)
+    problem = bounds_problem(value, finite=True)  # a NaN the tool saw would be null in the record
     if problem is not None:
         raise ValueError(f"arguments {problem}")
     return value

@@ -44,6 +44,8 @@ def numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if number == len(lines):
                 return
             raise TamperedRun("not a JSON record", where=f"{path}:{number}") from None
+        except RecursionError:  # no torn write: rlenv never writes a line so deep
+            raise TamperedRun("a line nested too deeply", where=f"{path}:{number}") from None
         if not isinstance(record, dict):
             raise TamperedRun("not a JSON object", where=f"{path}:{number}")
         yield number, record

@@ -557,7 +557,7 @@ def _open_run_dir(
             raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
         try:
             earlier = json.loads(meta_path.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise UserError(f"--resume: {meta_path} is not readable JSON: {exc}") from None
         now = {  # as JSON, in the order the settings are listed
             key: json.loads(canonical_bytes(value))

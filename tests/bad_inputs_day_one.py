@@ -33,6 +33,31 @@ def _run_dir(run_json: str, summary: str) -> Callable[[Env, Path], list[str]]:
     return build
 
 
+def _results_line(line: str, command: str = "check") -> Callable[[Env, Path], list[str]]:
+    def build(env: Env, tmp: Path) -> list[str]:
+        run = tmp / "rundir"
+        _run_dir("{}", "{}")(env, tmp)
+        (run / "results.jsonl").write_text(line + "\n")
+        return [command, str(run)]
+
+    return build
+
+
+def resume_deep(env: Env, tmp: Path) -> list[str]:
+    """--resume of a run whose run.json is nested 200,000 deep (adds the run lock file, so
+    tests/test_day_one_inputs.py checks it apart: run.json and results.jsonl kept)."""
+    out = tmp / "out"
+    out.mkdir()
+    (out / "run.json").write_text(DEEP)
+    (out / "results.jsonl").write_text("")
+    return ["run", str(env.write()), "--out", str(out), "--resume"]
+
+
+def _report_deep(env: Env, tmp: Path) -> list[str]:
+    _run_dir("{}", DEEP)(env, tmp)
+    return ["report", str(tmp / "rundir")]
+
+
 def _validate_verifier(text: str) -> Callable[[Env, Path], list[str]]:
     return lambda env, tmp: ["validate", str(env.write(verifiers=f"verifiers:\n{text}"))]
 
@@ -103,6 +128,8 @@ def day_one_cases() -> list[Case]:
     add(c, "check-summary-200k-deep", _run_dir("{}", DEEP), 2, "summary.json: not readable JSON")
     add(c, "check-run-json-array", _run_dir("[1]", "{}"), 2, "run.json: not a JSON object")
     add(c, "check-run-json-nan", _run_dir('{"a": NaN}', "{}"), 2, "NaN is not strict JSON")
+    add(c, "check-results-line-200k-deep", _results_line(DEEP), 1, "a line nested too deeply")
+    add(c, "report-summary-200k-deep", _report_deep, 2, "summary.json: not readable JSON")
     c = "arguments"
     long = "a" * 300
     add(
