@@ -14,8 +14,10 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tests.bad_inputs import Case, Env
+if TYPE_CHECKING:  # tests/bad_inputs.py imports this module at its end: no import cycle
+    from tests.bad_inputs import Case, Env
 
 DEEP = "[" * 200_000 + "]" * 200_000
 SHIM = "import sys\nsys.modules[{module!r}] = None\n"  # the module is not installed here
@@ -118,6 +120,8 @@ def _search(env: Env, tmp: Path) -> list[str]:
 
 
 def day_one_cases() -> list[Case]:
+    from tests.bad_inputs import Case
+
     cases: list[Case] = []
 
     def add(category: str, name: str, build, code: int, fragment: str, **kw) -> None:  # type: ignore[no-untyped-def]

@@ -84,6 +84,8 @@ def policy(messages, tools, ctx):
         deep = b"]" * DEEP + b"a" * (DEEP - 1)
         _forge(data.replace(pickle.dumps(123456789, protocol=2)[2:-1], deep), raw=True)
         return "x"
+    if kind == "raise_surrogate":
+        raise ValueError("bad \\udc80 text")
     if kind == "forge_raise":
         _forge(("raise", RecursionError("forged")))
         return "x"
@@ -125,6 +127,7 @@ ATTACKS: dict[str, tuple[str, str]] = {
     "print_bytes": ("ok", ""),
     "forge_deep_record": ("policy_error", "not a reply"),
     "forge_raise": ("policy_error", "not a reply"),
+    "raise_surrogate": ("policy_error", ""),
 }
 
 
