@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from rlenv.bounds import bounds_problem, reply_problem
+from rlenv.canonical import MAX_DEPTH
 from rlenv.errors import FixtureMiss, InfraError, ModelOutputError, PolicyCrash
 from rlenv.providers.base import ModelReply
 
@@ -69,12 +71,21 @@ ToolCall = Callable[[dict[str, Any], int], Awaitable[ToolOutcome]]
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
+    """A tool call's arguments: a JSON object of bounded data (`rlenv.bounds`), or ValueError
+    saying what is wrong (the model is answered with it as the tool's error)."""
     try:
         value = json.loads(raw) if raw else {}
     except json.JSONDecodeError as exc:
         raise ValueError(f"arguments are not valid JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ValueError(f"arguments are nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:  # an integer of more digits than int() converts
+        raise ValueError(f"arguments are not valid JSON ({str(exc).split(';')[0]})") from None
     if not isinstance(value, dict):
         raise ValueError("arguments must be a JSON object")
+    problem = bounds_problem(value, finite=True)  # a NaN the tool saw would be null in the record
+    if problem is not None:
+        raise ValueError(f"arguments {problem}")
     return value
 
 
@@ -89,6 +100,11 @@ async def rollout_loop(
     try:
         for turn in range(max_turns):
             reply = await call_model(trajectory.messages, turn)
+            problem = reply_problem(reply.message) or bounds_problem(
+                {"usage": reply.usage, "logprobs": reply.logprobs, "extra": reply.extra}
+            )
+            if problem is not None:  # any provider's: nothing unbounded reaches the record
+                raise ModelOutputError(f"the model's reply {problem}")
             for key, value in reply.usage.items():
                 if isinstance(value, int):
                     trajectory.usage[key] = trajectory.usage.get(key, 0) + value

@@ -19,6 +19,7 @@ from typing import Any
 
 from rlenv.canonical import canonical_bytes
 from rlenv.errors import UserError
+from rlenv.jsonl import parse_json_line
 from rlenv.results import CompactRecord, RunDigest, order_key, record_digest
 
 
@@ -43,6 +44,8 @@ def numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             if number == len(lines):
                 return
             raise TamperedRun("not a JSON record", where=f"{path}:{number}") from None
+        except RecursionError:  # no torn write: rlenv never writes a line so deep
+            raise TamperedRun("a line nested too deeply", where=f"{path}:{number}") from None
         if not isinstance(record, dict):
             raise TamperedRun("not a JSON object", where=f"{path}:{number}")
         yield number, record
@@ -355,12 +358,10 @@ def _json_object(path: Path, result: CheckResult) -> dict[str, Any] | None:
     if not path.is_file():
         result.problems.append(f"{path}: missing")
         return None
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
+    try:  # bounded: a file nested 200,000 deep is a bad input, not a RecursionError
+        value = parse_json_line(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        result.problems.append(f"{path}: not readable JSON: {exc}")
-        return None
+        raise UserError(f"not readable JSON: {exc}", where=str(path)) from None
     if not isinstance(value, dict):
-        result.problems.append(f"{path}: not a JSON object")
-        return None
+        raise UserError("not a JSON object", where=str(path))
     return value

@@ -33,6 +33,7 @@ from rlenv.canonical import (
     unsafe_entries,
 )
 from rlenv.errors import Problems, SpecError, UserError
+from rlenv.extras import check_extras
 from rlenv.files import atomic_write, sys_path
 from rlenv.inputs import InputRecord, check_templates, dataset_rows, load_inputs
 from rlenv.seeding import derive_seed, seed_everything
@@ -160,6 +161,8 @@ def check_snapshot(env: Environment) -> None:
 def check_cassette_files(env: Environment) -> None:
     """Every tool cassette and judge cassette exists and matches its pinned sha256 (not when
     recording them)."""
+    from rlenv.verifiers.judge import load_cassette
+
     loaded = env.loaded
     problems: list[UserError] = []
     for index, tool in enumerate(loaded.spec.tools):
@@ -189,6 +192,7 @@ def check_cassette_files(env: Environment) -> None:
                 where_hash=env.where("verifiers", index, "judge", "cassette", "sha256"),
                 missing="judge cassette (record it with `rlenv record`)",
             )
+            load_cassette(loaded.resolve(verifier.judge.cassette.path))  # now, not after the run
         except UserError as exc:
             problems.append(exc)
     if problems:
@@ -568,6 +572,7 @@ WITH_CASSETTES: frozenset[Purpose] = frozenset({"validate", "run", "grade"})
 WITH_POLICY: frozenset[Purpose] = frozenset({"validate", "run", "record"})
 
 CHECKS: tuple[Check, ...] = (
+    Check("extras", check_extras, ALL),
     Check("inputs_file", check_inputs_file, ALL),
     Check("snapshot", check_snapshot, ALL),
     Check("cassette_files", check_cassette_files, WITH_CASSETTES),

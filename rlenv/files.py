@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from rlenv.errors import UserError
+
 
 def atomic_write(path: str | Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never half.
@@ -70,3 +72,18 @@ def sys_path(entries: Iterable[str | Path]) -> Iterator[list[str]]:
 def default_cache_dir() -> Path:
     """Where rlenv caches grades and cassette indexes: $RLENV_CACHE_DIR or ~/.cache/rlenv/grades."""
     return Path(os.environ.get("RLENV_CACHE_DIR") or Path.home() / ".cache" / "rlenv" / "grades")
+
+
+def usable_out(run_dir: Path) -> Path:
+    """`run_dir`, or UserError when the system cannot even look it up (a name longer than
+    the file system takes, a loop of links): one line before any work, not a traceback."""
+    try:
+        os.lstat(run_dir)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise UserError(f"--out {str(run_dir)[:120]}: {exc.strerror}") from None
+    for part in run_dir.parts:
+        if len(os.fsencode(part)) > 255:
+            raise UserError(f"--out: a path component is {len(part)} characters (at most 255)")
+    return run_dir

@@ -20,7 +20,7 @@ from rlenv.results import HumanLabels
 def json_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line) of a JSONL file, split on newlines only: U+2028, U+0085 and the
     other characters `str.splitlines` breaks on are valid inside a JSON string."""
-    text = path.read_text(encoding="utf-8")
+    text = path.read_bytes().decode("utf-8")  # no newline translation: a bare \r splits nothing
     for number, line in enumerate(text.split("\n"), start=1):
         yield number, line.removesuffix("\r")
 
@@ -84,7 +84,10 @@ def read_objects(
         try:
             data = parse_json_line(line)
         except ValueError as exc:
-            raise error(f"invalid JSON: {exc}", where=where) from None
+            hint = " (lines split by a bare carriage return? JSONL ends lines in \\n)"
+            raise error(
+                f"invalid JSON: {exc}{hint if chr(13) in line else ''}", where=where
+            ) from None
         if not isinstance(data, dict):
             raise error("expected a JSON object per line", where=where)
         yield where, data

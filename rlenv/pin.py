@@ -131,6 +131,11 @@ def plan(spec_path: str | Path) -> tuple[str, list[tuple[Pin, yaml.MappingNode]]
             what = "directory" if kind == "directory" else "file"
             problems.append(SpecError(f"{name}.path: {what} not found: {target}", where=where))
             continue
+        if kind == "directory" and target.resolve() in spec.resolve().parents:
+            problems.append(  # pinning would change the hash it pins: never settled
+                SpecError(f"{name}.path: {target} holds the spec itself; move it out", where=where)
+            )
+            continue
         old_node = _value(node, "sha256")
         old = old_node.value if isinstance(old_node, yaml.ScalarNode) else None
         found.append((Pin(name, path_node.value, old or None, HASHERS[kind](target)), node))
@@ -176,10 +181,14 @@ def _edit(text: str, node: yaml.MappingNode, digest: str) -> str:
         body = text[node.start_mark.index + 1 : close].strip()
         sep = ", " if body else ""
         return text[:close].rstrip() + f"{sep}sha256: {digest}" + text[close:]
-    # block mapping: a new line after the `path:` entry, at the same indentation
-    path_key = _key(node, "path")
-    path_value = _value(node, "path")
-    assert path_key is not None and path_value is not None  # plan() checked both
+    # block mapping: a new line after the `path:` entry (a datasets split: after the mapping's
+    # last line), at the same indentation
+    path_key, path_value = _key(node, "path"), _value(node, "path")
+    if path_key is None or path_value is None:
+        path_key, path_value = node.value[0][0], node.value[-1][1]
+        while isinstance(path_value, yaml.MappingNode | yaml.SequenceNode) and path_value.value:
+            last = path_value.value[-1]
+            path_value = last[1] if isinstance(path_value, yaml.MappingNode) else last
     line_end = text.find("\n", path_value.end_mark.index)
     indent = " " * path_key.start_mark.column
     if line_end < 0:

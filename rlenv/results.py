@@ -239,7 +239,10 @@ def decode_line(line: bytes | str) -> Any:
             return orjson.loads(line)
         except orjson.JSONDecodeError:
             pass
-    return json.loads(line)
+    try:
+        return json.loads(line)
+    except RecursionError:  # as a line that is not JSON: callers say which line
+        raise ValueError("nested too deeply") from None
 
 
 _LONG_DIGITS = re.compile(rb"[0-9]{19}")

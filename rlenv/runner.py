@@ -26,7 +26,7 @@ from rlenv.clock import monotonic, wall_now
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
 from rlenv.errors import InfraError, RunFailed, UserError, WorkerLost
 from rlenv.executors import Executor, check_executor, make_executor
-from rlenv.files import atomic_write, default_cache_dir
+from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import InputRecord, select
 from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
@@ -188,6 +188,8 @@ def run(
     )
     base = read_baseline(baseline, prepared.fingerprint) if baseline is not None else None
     rollouts_per_input = rollouts or spec.rollouts
+    if check_inputs := getattr(provider, "check_inputs", None):  # replay: lines for no rollout
+        check_inputs(prepared.inputs, rollouts_per_input)
     inputs = select(prepared.inputs, ids=ids, where=where, limit=limit)
     run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
     world = world_modes(executor)  # probed now, while this process is small (the probes fork it)
@@ -216,7 +218,7 @@ def run(
     }
     if group_by:
         meta["group_by"] = group_by
-    created = not run_dir.exists()
+    created = not usable_out(run_dir).exists()
     weak = allow_weak_sandbox or weak_sandbox_allowed()
     if weak and world["sandbox"] == "rlimits":
         meta["allow_weak_sandbox"] = True
@@ -555,7 +557,7 @@ def _open_run_dir(
             raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
         try:
             earlier = json.loads(meta_path.read_text())
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise UserError(f"--resume: {meta_path} is not readable JSON: {exc}") from None
         now = {  # as JSON, in the order the settings are listed
             key: json.loads(canonical_bytes(value))

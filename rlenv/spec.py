@@ -236,6 +236,12 @@ class Verifier(Strict):
             raise ValueError("a verifier of type 'judge' needs 'judge' (and only it may have one)")
         if self.type == "file_state" and self.path is None and self.path_field is None:
             raise ValueError("verifier of type 'file_state' needs 'path' or 'path_field'")
+        if self.path is not None and (
+            Path(self.path).is_absolute() or ".." in Path(self.path).parts
+        ):
+            raise ValueError(
+                f"'path' {self.path!r} leaves the rollout's workdir: give one inside it"
+            )
         if self.type in ("exact_match", "numeric") and (
             self.expected is None and self.expected_field is None
         ):

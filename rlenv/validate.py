@@ -21,6 +21,9 @@ class Validation:
 
 def validate(spec_path: str | Path) -> Validation:
     """Check a spec end to end; raise a UserError (exit 2) on the first problem."""
+    from rlenv.sandbox.mechanism import forced_mechanism
+
+    forced_mechanism()  # RLENV_SANDBOX, as a run would read it
     prepared = load_environment(spec_path, purpose="validate")
     spec = prepared.loaded.spec
     return Validation(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import fcntl
+import json
 import os
 import shutil
 import signal
@@ -41,7 +42,8 @@ from rlenv.agent import (
     rollout_loop,
     run_sync,
 )
-from rlenv.canonical import canonical_bytes, directory_manifest
+from rlenv.bounds import OutOfBounds, tool_content
+from rlenv.canonical import directory_manifest
 from rlenv.errors import (
     FixtureMiss,
     ModelOutputError,
@@ -467,10 +469,11 @@ class WorldRuntime:
             try:
                 with self._recording(name):
                     result = self.tool_functions[name](arguments, context)
-                content = result if isinstance(result, str) else canonical_bytes(result).decode()
-                outcome = ToolOutcome(content, "none", True)
+                outcome = ToolOutcome(tool_content(name, result), "none", True)
             except RolloutTimeout:
                 raise
+            except OutOfBounds as exc:  # not data the rollout can keep: the tool's failure
+                raise ToolCrash(str(exc)) from None
             except Exception as exc:  # a fixture miss is judged from the events
                 error = self.sanitise(_describe(exc))
                 outcome = ToolOutcome(
@@ -775,7 +778,7 @@ class WorldRuntime:
                 set_phase("policy")
                 try:
                     return self.policy.complete_sync(request)  # type: ignore[no-any-return]
-                except (ModelOutputError, RolloutTimeout, FixtureMiss, ToolCrash):
+                except (ModelOutputError, RolloutTimeout, FixtureMiss, ToolCrash, PolicyCrash):
                     raise
                 except BaseException as exc:  # SystemExit, KeyboardInterrupt too
                     raise PolicyCrash(self.sanitise(_describe(exc)), env_frames(exc)) from None
@@ -1141,16 +1144,12 @@ def _output_path(task: RolloutTask) -> Path:
 def _keep_output(task: RolloutTask, output: dict[str, Any] | None) -> None:
     if output is None:
         return
-    import json
-
     path = _output_path(task)
     earlier = json.loads(path.read_text()) if path.exists() else None
     path.write_text(json.dumps(merge_output(earlier, output)))
 
 
 def _take_output(task: RolloutTask) -> dict[str, Any] | None:
-    import json
-
     path = _output_path(task)
     if not path.exists():
         return None

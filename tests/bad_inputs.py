@@ -82,6 +82,8 @@ class Case:
     code: int
     fragment: str
     records: bool = False  # exit 0: check every results line is strict JSON and its status
+    environ: dict[str, str] | None = None  # environment variables set while it runs
+    fresh: bool = False  # needs an interpreter of its own (only through the entry point)
 
 
 @dataclass
@@ -886,13 +888,26 @@ CATALOG: list[Case] = _catalog()
 
 
 def attempt(case: Case, scratch: Path, run: Callable[[list[str]], Outcome] = invoke) -> str | None:
-    """Build the case under `scratch` (a fresh directory), run it, judge it."""
+    """Build the case under `scratch` (a fresh directory), run it (with its environment
+    variables), judge it."""
     env = Env(scratch / "env")
     sys.path.insert(0, str(env.root))
+    saved = {name: os.environ.get(name) for name in case.environ or {}}
     try:
         args = case.build(env, scratch)
         before = _state(scratch / "out")
+        os.environ.update(case.environ or {})
         outcome = run(args)
     finally:
         sys.path.remove(str(env.root))
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return judge(case, outcome, scratch / "out", before)
+
+
+from tests.bad_inputs_day_one import day_one_cases  # noqa: E402  (it builds on the above)
+
+CATALOG += day_one_cases()

@@ -168,6 +168,7 @@ def _load(spec: Path, name: str) -> Environment:
 
 def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
     assert [check.name for check in CHECKS] == [
+        "extras",
         "inputs_file",
         "snapshot",
         "cassette_files",

@@ -35,7 +35,7 @@ from typing import Any
 from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, WorkerLost
-from rlenv.executors import wire
+from rlenv.executors import replies, wire
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
 from rlenv.worker import RolloutTask, WorkerConfig
 from rlenv.world.environment import world_environment
@@ -97,6 +97,18 @@ def _with_frozen_clock(variables: dict[str, str], config: WorkerConfig) -> dict[
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
+
+
+def _checked(
+    name: str, message: tuple[str, Any] | None, task: RolloutTask | None
+) -> tuple[str, Any] | None:
+    """A reply ("ok" or "raise") as it came when it is the reply call `name` expects (bounded
+    data of the right shape); else ("unsafe", what it was): the rollout's error, never the
+    run's end (`rlenv.executors.replies`)."""
+    if message is None or message[0] not in ("ok", "raise"):
+        return message
+    problem = replies.reply_problem(name, message, task)
+    return message if problem is None else ("unsafe", problem)
 
 
 class LocalExecutor:
@@ -335,6 +347,8 @@ class LocalExecutor:
             else:  # alive, but what it sent is not a reply: in-world code wrote to the pipe
                 # (the call's own status: the worker has moved on, its phase says nothing)
                 error = f"the worker process sent something that is not a reply in the {where}"
+                if isinstance(message[1], str):  # what it was (`rlenv.executors.replies`)
+                    error += f": {message[1]}"
         loop = asyncio.get_running_loop()
         self._unwatch(slot)
         await loop.run_in_executor(self.threads, self._stop, slot)
@@ -353,7 +367,7 @@ class LocalExecutor:
             with contextlib.suppress(OSError):  # a dead worker: found below
                 slot.connection.send((name, args))
             limit = backstop(timeout) if timeout is not None else None
-            message = await self._answer(slot, limit)
+            message = _checked(name, await self._answer(slot, limit), task)
             if message is not None and message[0] == "ok":
                 return message[1]
             if message is not None and message[0] == "raise":
@@ -377,7 +391,9 @@ class LocalExecutor:
             with contextlib.suppress(OSError):  # a dead worker: found below
                 slot.connection.send(("run_batch", (tasks,)))
             while answered < len(tasks):
-                message = await self._answer(slot, backstop(timeout))
+                message = _checked(
+                    "run_rollout", await self._answer(slot, backstop(timeout)), tasks[answered]
+                )
                 if message is not None and message[0] in ("ok", "raise"):
                     task = tasks[answered]
                     answered += 1

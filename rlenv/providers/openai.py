@@ -25,6 +25,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from rlenv.bounds import bounds_problem, nesting_problem
 from rlenv.errors import InfraError, ModelOutputError, UserError
 from rlenv.providers.base import ModelReply, ModelRequest
 
@@ -33,6 +34,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_BACKOFF_BASE = 0.5
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 _RETRIED_STATUS = {408, 429}
+MAX_TOKENS = 2**40
+"""The largest token count a reply's usage may state (summed over turns, it stays an integer
+canonical JSON holds)."""
 
 
 class _Transient(Exception):
@@ -369,6 +373,8 @@ class OpenAIProvider:
             )
         try:
             data = json.loads(content)
+        except RecursionError:
+            raise _Transient("broken JSON body", "body is JSON nested too deeply") from None
         except ValueError:
             snippet = content[:80].decode("utf-8", "replace")
             raise _Transient("broken JSON body", f"body is not JSON: {snippet!r}") from None
@@ -407,6 +413,8 @@ class OpenAIProvider:
             for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
                 value = raw_usage.get(key)
                 if isinstance(value, int | float) and not isinstance(value, bool):
+                    if not 0 <= value <= MAX_TOKENS:  # NaN too: int() of it raised
+                        raise ModelOutputError(f"usage.{key} is not a token count: {value!r:.40}")
                     usage[key] = int(value)
             if "total_tokens" not in usage and {"prompt_tokens", "completion_tokens"} <= set(usage):
                 usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
@@ -441,8 +449,14 @@ class OpenAIProvider:
             if isinstance(arguments, dict):
                 from rlenv.canonical import canonical_bytes
 
+                nested = bounds_problem(arguments)
+                if nested is not None:
+                    raise ModelOutputError(f"tool_calls[{number}] ({name}): arguments {nested}")
                 arguments = canonical_bytes(arguments).decode()
             elif isinstance(arguments, str):
+                nested = nesting_problem(arguments)
+                if nested is not None:
+                    raise ModelOutputError(f"tool_calls[{number}] ({name}): arguments {nested}")
                 if arguments.strip():
                     try:
                         decoded = json.loads(arguments)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlenv.errors import ModelOutputError
+from rlenv.bounds import reply_problem
+from rlenv.errors import ModelOutputError, PolicyCrash
 from rlenv.providers.base import ModelReply, ModelRequest, PolicyContext, import_ref
 from rlenv.seeding import derive_seed, seed_everything
 
@@ -28,7 +29,12 @@ class InWorldProvider:
 
 
 def normalise_reply(value: Any) -> dict[str, Any]:
-    """Accept a str or an assistant message dict from a policy; check its shape."""
+    """Accept a str or an assistant message dict from a policy; check its shape. A reply that
+    is not bounded data (`rlenv.bounds`: too deep, too large, a lone surrogate, too many tool
+    calls) is the policy's failure: `PolicyCrash` (the rollout's ``policy_error``)."""
+    problem = reply_problem(value)
+    if problem is not None:
+        raise PolicyCrash(f"the policy's reply {problem}")
     if isinstance(value, str):
         return {"role": "assistant", "content": value}
     if not isinstance(value, dict):

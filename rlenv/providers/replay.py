@@ -28,6 +28,21 @@ class ReplayProvider(InWorldProvider):
 
     display: str = ""
 
+    def check_inputs(self, inputs: list[Any], rollouts: int) -> None:
+        """Every line is for an input of the env and a rollout of the run (else UserError
+        naming its line: a replay made for another env or K would be ignored silently)."""
+        ids = {record.id for record in inputs}
+        path = Path(self.uri[len("replay:") :])
+        for where, data in read_objects(path, what="replay file"):
+            if str(data["input_id"]) not in ids:
+                raise UserError(f"no input {str(data['input_id'])[:60]!r} in the env", where=where)
+            if data.get("rollout", 0) >= rollouts:
+                raise UserError(
+                    f"rollout {data.get('rollout', 0)}, but the run makes {rollouts} per input"
+                    " (--rollouts)",
+                    where=where,
+                )
+
     def identity(self) -> dict[str, Any]:
         from rlenv.canonical import sha256_file
 
@@ -44,7 +59,10 @@ def load_replay(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
             raise UserError(
                 "each replay line needs 'answer', 'completion' or 'messages'", where=where
             )
-        key = (str(data["input_id"]), int(data.get("rollout", 0)))
+        rollout = data.get("rollout", 0)
+        if type(rollout) is not int or rollout < 0:
+            raise UserError(f"'rollout' is {rollout!r:.40}, not a rollout number", where=where)
+        key = (str(data["input_id"]), rollout)
         if key in table:
             raise UserError(
                 f"duplicate replay entry for input {key[0]!r} rollout {key[1]}", where=where

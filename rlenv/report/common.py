@@ -75,7 +75,7 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise UserError(f"{path}: not readable JSON: {exc}") from None
     return value if isinstance(value, dict) else {}
 

@@ -99,13 +99,25 @@ FORCE_VARIABLE = "RLENV_SANDBOX"
 mechanisms); "rlimits" still needs --allow-weak-sandbox for code verifiers."""
 
 
-@functools.lru_cache(maxsize=1)
-def probe_mechanism() -> str:
-    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (cached);
-    RLENV_SANDBOX=NAME forces one."""
+def forced_mechanism() -> str | None:
+    """The mechanism RLENV_SANDBOX names, None when unset; UserError (exit 2) for any other
+    value: a typo must not silently become the best mechanism that works."""
     forced = os.environ.get(FORCE_VARIABLE, "")
-    if forced in ("bwrap", "unshare", "rlimits"):
-        return forced
+    if not forced or forced in ("bwrap", "unshare", "rlimits"):
+        return forced or None
+    from rlenv.errors import UserError
+
+    raise UserError(f"{FORCE_VARIABLE}={forced[:40]!r}: choose bwrap, unshare or rlimits")
+
+
+def probe_mechanism() -> str:
+    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (probed once);
+    RLENV_SANDBOX=NAME forces one (read at every call: a bad name is always refused)."""
+    return forced_mechanism() or _best_mechanism()
+
+
+@functools.lru_cache(maxsize=1)
+def _best_mechanism() -> str:
     for mechanism in ("bwrap", "unshare"):
         if _mechanism_works(mechanism):
             return mechanism

@@ -77,6 +77,11 @@ def sandboxed_check(config: Verifier) -> Check:
     unknown = sorted(set(config.options) - _LIMIT_NAMES)
     if unknown:
         raise UserError(f"verifier {config.label!r}: unknown sandbox option(s) {unknown}")
+    for name, value in sorted(config.options.items()):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise UserError(
+                f"verifier {config.label!r}: option {name} is {value!r:.40}, not a positive number"
+            )
 
     def check(context: VerifierContext) -> tuple[bool, float, str | None]:
         mechanism = probe_mechanism()

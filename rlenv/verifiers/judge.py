@@ -23,6 +23,7 @@ from typing import Any
 
 from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import FixtureMiss, UserError
+from rlenv.jsonl import json_lines, parse_json_line
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Check, VerifierContext
 
@@ -82,11 +83,15 @@ def load_cassette(path: Path) -> dict[str, str]:
     replies: dict[str, str] = {}
     if not path.is_file():
         return replies
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    try:  # split on newlines only (a reply may hold U+2028), each line bounded JSON
+        lines = list(json_lines(path))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read the judge cassette: {exc}", where=str(path)) from None
+    for number, line in lines:
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            entry = parse_json_line(line)
             replies[str(entry["key"])] = str(entry["reply"])
         except (ValueError, KeyError, TypeError) as exc:
             raise UserError(f"bad judge cassette line: {exc}", where=f"{path}:{number}") from None

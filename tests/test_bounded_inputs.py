@@ -1,0 +1,276 @@
+"""Issue 26 item 1: what the model, a tool or in-world code sends is data, bounded.
+
+Each attack is one rollout of three (`ok0`, `bad`, `ok1`) through the real `rlenv run`: the
+run ends (exit 0, summary.json written), the attacked rollout's status says what was wrong,
+the others pass, and every results line is strict JSON. Before this was built, the first
+attack (arguments nested 200,000 deep) ended the run with a RecursionError traceback, exit 1,
+no summary.json; `bench/attacks` lists what each attack did then.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import EnvBuilder, cli
+
+DEEP = 200_000
+
+IN_WORLD = """
+import gc, json, os, pickle, multiprocessing.connection
+
+DEEP = {deep}
+
+def _nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+def _call(arguments):
+    return {{"tool_calls": [{{"function": {{"name": "t", "arguments": arguments}}}}]}}
+
+def _forge(message, raw=False):
+    for pipe in gc.get_objects():
+        if isinstance(pipe, multiprocessing.connection.Connection):
+            try:
+                pipe.send_bytes(message) if raw else pipe.send(message)
+            except Exception:
+                pass
+
+def policy(messages, tools, ctx):
+    last = messages[-1]["content"]
+    if messages[-1]["role"] == "tool":
+        return "done"
+    if not last.startswith("attack "):
+        return last.split()[-1]
+    kind = last.split()[1]
+    if kind == "deep_arguments":
+        return _call("[" * DEEP + "]" * DEEP)
+    if kind == "deep_argument_object":
+        return _call({{"x": _nested(DEEP)}})
+    if kind == "long_integer_argument":
+        return _call('{{"x": ' + "9" * 5000 + "}}")
+    if kind == "big_integer_argument":
+        return _call('{{"x": 1' + "0" * 30 + "}}")
+    if kind == "nan_argument":
+        return _call('{{"x": NaN}}')
+    if kind == "surrogate_argument":
+        return _call('{{"x": "\\\\ud800"}}')
+    if kind == "surrogate_answer":
+        return "a\\udc80"
+    if kind == "control_answer":
+        return "\\x00\\x1b[2J\\r\\u2028\\x7f"
+    if kind == "huge_answer":
+        return "x" * (9 << 20)
+    if kind == "many_tool_calls":
+        return {{"tool_calls": [{{"function": {{"name": "t", "arguments": "{{}}"}}}}] * 5000}}
+    if kind.startswith("tool_"):
+        return _call(json.dumps({{"mode": kind}}))
+    if kind == "print_bytes":
+        os.write(1, b"\\xff\\xfe\\xed\\xa0\\x80\\x00\\x1b[31m")
+        os.write(2, "\\udc80".encode("utf-8", "surrogateescape"))
+        return "print_bytes"
+    if kind == "forge_deep_record":  # pickled by hand: pickle.dumps cannot nest so deep
+        record = {{"input_index": 1, "rollout": 0, "status": "ok", "deep": 123456789}}
+        data = pickle.dumps(("ok", record), protocol=2)
+        deep = b"]" * DEEP + b"a" * (DEEP - 1)
+        _forge(data.replace(pickle.dumps(123456789, protocol=2)[2:-1], deep), raw=True)
+        return "x"
+    if kind == "raise_surrogate":
+        raise ValueError("bad \\udc80 text")
+    if kind == "forge_raise":
+        _forge(("raise", RecursionError("forged")))
+        return "x"
+    raise AssertionError(kind)
+
+def tool(args, ctx):
+    mode = args.get("mode")
+    if mode == "tool_deep":
+        return {{"x": _nested(DEEP)}}
+    if mode == "tool_surrogate":
+        return "b\\udc80"
+    if mode == "tool_huge":
+        return "y" * (9 << 20)
+    if mode == "tool_big_integer":
+        return {{"x": 10 ** 30}}
+    if mode == "tool_nan":
+        return {{"x": float("nan")}}
+    return "ok"
+"""
+
+# attack -> (status of the attacked rollout, a fragment of its error); status "ok": the
+# rollout goes on (the value is within bounds, or the model is told its call was refused)
+ATTACKS: dict[str, tuple[str, str]] = {
+    "deep_arguments": ("policy_error", "nested more than"),
+    "deep_argument_object": ("policy_error", "nested more than"),
+    "long_integer_argument": ("ok", ""),
+    "big_integer_argument": ("ok", ""),
+    "nan_argument": ("ok", ""),
+    "surrogate_argument": ("ok", ""),  # escaped: the model is told its arguments are refused
+    "surrogate_answer": ("policy_error", "surrogate"),
+    "control_answer": ("ok", ""),
+    "huge_answer": ("policy_error", "larger than"),
+    "many_tool_calls": ("policy_error", "tool calls"),
+    "tool_deep": ("tool_error", "nested more than"),
+    "tool_surrogate": ("tool_error", "surrogate"),
+    "tool_huge": ("tool_error", "larger than"),
+    "tool_big_integer": ("tool_error", "integer"),
+    "tool_nan": ("ok", ""),
+    "print_bytes": ("ok", ""),
+    "forge_deep_record": ("policy_error", "not a reply"),
+    "forge_raise": ("policy_error", "not a reply"),
+    "raise_surrogate": ("policy_error", ""),
+}
+
+
+def _strict(text: str) -> list[dict[str, Any]]:
+    def refuse(name: str) -> Any:
+        raise AssertionError(f"results line holds {name}")
+
+    return [json.loads(line, parse_constant=refuse) for line in text.split("\n") if line]
+
+
+def _three(kind: str) -> list[dict[str, Any]]:
+    return [
+        {"id": "ok0", "prompt": "say ok0", "answer": "ok0"},
+        {"id": "bad", "prompt": f"attack {kind}", "answer": "never"},
+        {"id": "ok1", "prompt": "say ok1", "answer": "ok1"},
+    ]
+
+
+def _run_survives(spec: Path, out: Path, kind: str, *extra: str) -> dict[str, dict[str, Any]]:
+    result = cli("run", str(spec), "--out", str(out), "--json", "--concurrency", "1", *extra)
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (out / "summary.json").is_file(), f"{kind}: no summary.json"
+    records = {r["input_id"]: r for r in _strict((out / "results.jsonl").read_text())}
+    assert sorted(records) == ["bad", "ok0", "ok1"], records.keys()
+    assert records["ok0"]["passed"] and records["ok1"]["passed"], kind
+    check = cli("check", str(out))
+    assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
+    return records
+
+
+@pytest.mark.parametrize("kind", sorted(ATTACKS))
+def test_an_attack_from_the_world_is_one_rollout_status(
+    env_builder: EnvBuilder, tmp_path: Path, kind: str
+) -> None:
+    spec = env_builder.write(
+        IN_WORLD.format(deep=DEEP),
+        inputs=_three(kind),
+        rollouts=1,
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
+    )
+    records = _run_survives(spec, tmp_path / "run", kind)
+    status, fragment = ATTACKS[kind]
+    bad = records["bad"]
+    assert bad["status"] == status, (bad["status"], bad["error"])
+    assert fragment in (bad["error"] or ""), bad["error"]
+    assert len(json.dumps(bad)) < 2 << 20, "the refused value reached the record"
+
+
+# -- an API model over real HTTP ---------------------------------------------------------
+
+
+def _reply(content: str | None = None, calls: str | None = None, extra: str = "") -> bytes:
+    message = '{"role":"assistant","content":' + (content or "null")
+    if calls is not None:
+        message += ',"tool_calls":[{"id":"c1","type":"function","function":{"name":"t",'
+        message += '"arguments":' + calls + "}}]"
+    return ('{"choices":[{"message":' + message + "}" + extra + "}]}").encode()
+
+
+HTTP_ATTACKS: dict[str, tuple[bytes, str, str]] = {
+    # first user message -> (raw body, status, error fragment)
+    "deep_arguments": (
+        _reply(calls=json.dumps("[" * DEEP + "]" * DEEP)),
+        "model_error",
+        "nested more than",
+    ),
+    "deep_body": (b'{"choices":' + b"[" * DEEP + b"]" * DEEP + b"}", "infra_error", "nested"),
+    "surrogate_content": (_reply(content='"a\\ud800"'), "model_error", "surrogate"),
+    "infinite_usage": (
+        _reply(content='"x"').replace(b"]}", b'],"usage":{"prompt_tokens":1e999}}'),
+        "model_error",
+        "usage",
+    ),
+    "huge_usage": (
+        _reply(content='"x"').replace(b"]}", b'],"usage":{"prompt_tokens":1' + b"0" * 40 + b"}}"),
+        "model_error",
+        "usage",
+    ),
+    "deep_logprobs": (
+        _reply(
+            content='"x"',
+            extra=',"logprobs":{"content":[{"token":' + "[" * 99 + "]" * 99 + "}]}",
+        ),
+        "model_error",
+        "nested more than",
+    ),
+    "control_content": (_reply(content='"\\u0000\\u001b[2J"'), "ok", ""),
+}
+
+
+@contextlib.contextmanager
+def _raw_server(bodies: dict[str, bytes]) -> Iterator[str]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            users = [m for m in request["messages"] if m["role"] == "user"]
+            prompt = users[0]["content"]
+            last = request["messages"][-1]
+            if last["role"] == "tool":
+                body = _reply(content='"done"')
+            elif prompt in bodies:
+                body = bodies[prompt]
+            else:
+                body = _reply(content=json.dumps(prompt.split()[-1]))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("kind", sorted(HTTP_ATTACKS))
+def test_an_attack_from_an_api_model_is_one_rollout_status(
+    env_builder: EnvBuilder, tmp_path: Path, kind: str
+) -> None:
+    body, status, fragment = HTTP_ATTACKS[kind]
+    spec = env_builder.write(
+        "def tool(args, ctx):\n    return 'ok'\n",
+        inputs=_three(kind),
+        rollouts=1,
+        model="openai:m",
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
+    )
+    with _raw_server({f"attack {kind}": body}) as base_url:
+        records = _run_survives(
+            spec, tmp_path / "run", kind, "--base-url", base_url, "--retries", "0"
+        )
+    bad = records["bad"]
+    assert bad["status"] == status, (bad["status"], bad["error"])
+    assert fragment in (bad["error"] or ""), bad["error"]
