@@ -70,9 +70,9 @@ def build_base(directory: Path, *, seed: int, pairs: list[tuple[str, str]], step
         schedule.step()
         loss_value = float(loss)
     model.eval()
-    directory.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(directory)
-    tokenizer.save_pretrained(directory)
+    from tests.tiny_models import save_checkpoint
+
+    save_checkpoint(model, tokenizer, directory)
     return loss_value
 
 
