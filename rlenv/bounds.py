@@ -35,8 +35,15 @@ class OutOfBounds(ValueError):
 
 
 def _where(path: list[str | int]) -> str:
-    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path)
-    return text.lstrip(".")
+    """The path as ``a.b[2]``; a key that is not a plain name is quoted (``["\\n"]``), so the
+    message stays one line whatever the keys hold."""
+
+    def step(part: str | int) -> str:
+        if isinstance(part, int):
+            return f"[{part}]"
+        return f".{part}" if part.isidentifier() and part.isascii() else f"[{part!r}]"
+
+    return "".join(step(part) for part in path).lstrip(".")
 
 
 def _text_problem(text: str) -> str | None:

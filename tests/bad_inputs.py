@@ -848,7 +848,7 @@ def _catalog() -> list[Case]:
         "out-under-a-file",
         _out_under_file,
         2,
-        "cannot create the run directory: Not a directory",
+        "Not a directory",
     )
     add(c, "out-is-a-file", _out_is_file, 2, "exists and is not a directory")
     add(c, "out-under-proc", _out_fixed("/proc/rlenv-run"), 2, "cannot create the run directory")

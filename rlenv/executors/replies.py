@@ -56,6 +56,7 @@ def reply_problem(name: str, message: tuple[str, Any], task: RolloutTask | None)
 def _raised_problem(name: str, exception: Any) -> str | None:
     if not isinstance(exception, RAISED.get(name, _ANY_CALL)):
         text = str(exception)[:200] if isinstance(exception, BaseException) else ""
+        text = " ".join(text.split())  # one line, whatever the exception's text holds
         return f"it raised {type(exception).__name__}" + (f": {text}" if text else "")
     state = {"args": list(exception.args), **vars(exception)}
     problem = bounds_problem(state, max_bytes=MAX_ERROR_CHARS)

@@ -32,18 +32,20 @@ def normalise_reply(value: Any) -> dict[str, Any]:
     """Accept a str or an assistant message dict from a policy; check its shape. A reply that
     is not bounded data (`rlenv.bounds`: too deep, too large, a lone surrogate, too many tool
     calls) is the policy's failure: `PolicyCrash` (the rollout's ``policy_error``)."""
+    # the wrong type of answer is the model's outcome (model_error), checked first; what is
+    # left must be bounded data, else the policy failed (policy_error)
+    if not isinstance(value, str | dict):
+        raise ModelOutputError(f"policy returned {type(value).__name__}, expected str or dict")
+    content = value if isinstance(value, str) else value.get("content")
+    if content is not None and not isinstance(content, str):
+        raise ModelOutputError(
+            f"policy returned content of type {type(content).__name__}, expected str"
+        )
     problem = reply_problem(value)
     if problem is not None:
         raise PolicyCrash(f"the policy's reply {problem}")
     if isinstance(value, str):
         return {"role": "assistant", "content": value}
-    if not isinstance(value, dict):
-        raise ModelOutputError(f"policy returned {type(value).__name__}, expected str or dict")
-    content = value.get("content")
-    if content is not None and not isinstance(content, str):
-        raise ModelOutputError(
-            f"policy returned content of type {type(content).__name__}, expected str"
-        )
     message: dict[str, Any] = {"role": "assistant", "content": content}
     calls = value.get("tool_calls") or []
     if calls:
