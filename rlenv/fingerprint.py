@@ -151,16 +151,54 @@ def _module_file(dotted: str, roots: list[Path]) -> Path | None:
 POLICY_FIELDS = ("model", "reference")
 
 
+def package_files(loaded: LoadedSpec, modules: dict[str, str]) -> dict[str, str]:
+    """sha256 of every file under the python package directories of the env's `modules`
+    (``pkg/path/in/it`` → hash; bytecode caches left out).
+
+    The env's code can reach any of them without an import statement the syntax tree shows:
+    `importlib.import_module("pkg.helper")`, a data file opened beside the module at call time.
+    The policy's own modules are left out (they are the model's identity, `policy_sources`)
+    unless the env's modules import them too.
+    """
+    roots = loaded.python_paths()
+    policy_files = {
+        path
+        for field in POLICY_FIELDS
+        for ref in [getattr(loaded.spec, field, None)]
+        if isinstance(ref, str) and ref.startswith("python:")
+        for path in [_module_file(ref[len("python:") :].split(":", 1)[0], roots)]
+        if path is not None
+    }
+    env_files = {path for name in modules for path in [_module_file(name, roots)] if path}
+    skipped = policy_files - env_files
+    found: dict[str, str] = {}
+    for top in sorted({name.split(".", 1)[0] for name in modules}):
+        for root in roots:
+            directory = root / top
+            if not (directory / "__init__.py").is_file() and not directory.is_dir():
+                continue
+            if top in modules and not (directory / "__init__.py").is_file():
+                continue  # a module file beside a directory of its name: the file is imported
+            for path in sorted(directory.rglob("*")):
+                inside = path.relative_to(directory)
+                if "__pycache__" in inside.parts or path.suffix in (".pyc", ".pyo"):
+                    continue
+                if path.is_file() and path not in skipped:
+                    found.setdefault(f"{top}/{inside.as_posix()}", sha256_file(path))
+            break  # the first python path holding the package is the one imports use
+    return found
+
+
 def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
     """sha256 over the canonical spec (without the policy fields) plus the hash of every
-    referenced file and env module."""
+    referenced file and env module, and of every file in the env's python packages."""
     spec = {k: v for k, v in loaded.canonical().items() if k not in POLICY_FIELDS}
-    payload = {
-        "spec": spec,
-        "files": file_hashes,
-        "modules": python_sources(loaded),
-    }
+    modules = python_sources(loaded)
+    payload: dict[str, object] = {"spec": spec, "files": file_hashes, "modules": modules}
+    packages = package_files(loaded, modules)
+    if packages:  # an env without packages keeps the fingerprint it had before they counted
+        payload["packages"] = packages
     return sha256_bytes(canonical_bytes(payload))
 
 
-__all__ = ["POLICY_FIELDS", "fingerprint", "policy_sources", "python_sources"]
+__all__ = ["POLICY_FIELDS", "fingerprint", "package_files", "policy_sources", "python_sources"]
