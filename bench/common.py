@@ -645,13 +645,13 @@ def _profile_orchestrator(spec: str, limit: int, top: int) -> None:
     """cProfile of `rlenv.runner.run(..., concurrency=1)` in this process (workers not profiled)."""
     import cProfile
 
-    from rlenv.runner import run
+    from rlenv.runner import RunSettings, run
 
     out = Path(tempfile.mkdtemp(prefix="bench-prof-")) / "run"
     profile = cProfile.Profile()
     started = time.perf_counter()
     profile.enable()
-    run(spec, out=out, limit=limit, concurrency=1)
+    run(spec, RunSettings(out=out, limit=limit, concurrency=1))
     profile.disable()
     elapsed = time.perf_counter() - started
     shutil.rmtree(out.parent, ignore_errors=True)

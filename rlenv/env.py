@@ -94,7 +94,7 @@ def check_gold(env: Environment) -> None:
 
 def check_importable(env: Environment) -> None:
     """Tools, verifiers and the reward model import (in a worker-like way, without freezing)."""
-    from rlenv.providers.base import import_ref
+    from rlenv.refs import import_ref
     from rlenv.rewards import build_reward_model
     from rlenv.verifiers import build_verifiers
 
@@ -118,8 +118,8 @@ def check_importable(env: Environment) -> None:
 def check_policy_importable(env: Environment) -> None:
     """The policy the run will call has a known scheme, and a python: one imports and is
     callable (the spec's `model`, or `--model`: a worker must not be the first to find out)."""
-    from rlenv.providers.base import import_ref
     from rlenv.providers.registry import scheme_of
+    from rlenv.refs import import_ref
 
     uri = env.model or env.loaded.spec.model
     if not uri:
@@ -181,7 +181,7 @@ def check_signatures(env: Environment) -> None:
     """Every python callable of the spec can be called the way rlenv calls it: tools,
     python verifiers, a python reward model and the spec's python policy (inspect.signature
     against the documented call, nothing is run)."""
-    from rlenv.providers.base import import_ref
+    from rlenv.refs import import_ref
 
     spec = env.loaded.spec
     Loc = tuple[str | int, ...]

@@ -340,7 +340,7 @@ def _kl_block(records: Iterable[Record]) -> dict[str, Any] | None:
     """Run-level KL from the records' ``kl`` dicts; None when no record has one.
 
     Per-token data (``policy_shift()`` results: lists ``k1``, ``k3``, ... or a ``per_token``
-    dict) is aggregated by :func:`rlenv.policy_shift.kl.aggregate` (token-pooled ``mean_k1``,
+    dict) is aggregated by :func:`rlenv.metrics.kl.aggregate` (token-pooled ``mean_k1``,
     ``mean_k3``, ...). Otherwise every numeric field ``x`` is averaged over rollouts as
     ``mean_x``.
     """
@@ -348,7 +348,7 @@ def _kl_block(records: Iterable[Record]) -> dict[str, Any] | None:
     if not dicts:
         return None
     if any("per_token" in d or any(isinstance(v, list) for v in d.values()) for d in dicts):
-        from rlenv.policy_shift.kl import aggregate
+        from rlenv.metrics.kl import aggregate
 
         return aggregate([dict(d) for d in dicts])
     values: dict[str, list[float]] = {}
