@@ -255,19 +255,6 @@ def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class PlainRequest:
-    """A request as the index reads it (what vcrpy's Request gives `ToolIndex.key_for`): the
-    method, the absolute URI, the body (bytes, or None) and the content type, if any."""
-
-    __slots__ = ("body", "headers", "method", "uri")
-
-    def __init__(self, method: str, uri: str, body: bytes | None, content_type: Any) -> None:
-        self.method = method
-        self.uri = uri
-        self.body = body
-        self.headers = {} if content_type is None else {"content-type": content_type}
-
-
 def lookup(state: Any, request: Any) -> tuple[str, dict[str, Any] | None]:
     """The outcome ("hit", "fallback" or "miss") and response for `request`, from the index of
     the tool `state.current` names (`state`: the replay cassette class)."""
@@ -390,5 +377,5 @@ def replay_cassette(
             return
         from rlenv.world.replay_http import light_replay
 
-        with light_replay(cassette_class):
+        with light_replay(cassette_class, serve):
             yield cassette
