@@ -10,6 +10,7 @@ takes the first answer, else `lm_eval_scorers:exact_match` (written beside the s
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 import re
@@ -228,7 +229,9 @@ def _verifiers(config: dict[str, Any], imported: Imported, target_field: str, wh
                     "name": label,
                     "type": "python",
                     "function": "lm_eval_scorers:exact_match",
-                    "options": {"target_field": target_field, "filters": steps, **options},
+                    "options": copy.deepcopy(
+                        {"target_field": target_field, "filters": steps, **options}
+                    ),
                 }
             )
     if not verifiers:
