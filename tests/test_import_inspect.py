@@ -54,39 +54,52 @@ def _rlenv_rates(
     return {name: sum(values) / len(values) for name, values in counts.items()}
 
 
-def _inspect_rates(target: str, answers: dict[str, str], tmp: Path) -> dict[str, float]:
-    """Inspect's own accuracy per scorer for the same answers (mockllm model)."""
-    answers_path = tmp / "answers.json"
-    answers_path.write_text(json.dumps(answers))
+COMPARED = ("arithmetic.py@arithmetic", "capitals.py@capitals", "own_task.py@own")
+IMPORTED = (*COMPARED, "capitals.py@capitals_graded")
+
+
+@pytest.fixture(scope="module")
+def envs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Each test task imported once for the module: target -> output directory."""
+    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
+    root = tmp_path_factory.mktemp("imported")
+    found = {}
+    for target in IMPORTED:
+        out = root / target.replace(".py@", "-")
+        done = _import(target, out)
+        assert done.returncode == 0, done.stderr
+        found[target] = out
+    return found
+
+
+@pytest.fixture(scope="module")
+def inspect_scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+    """Inspect's own accuracy per scorer for each compared task and its answers (mockllm
+    model), all in one Inspect process."""
+    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
+    root = tmp_path_factory.mktemp("inspect")
+    runs = root / "runs.json"
+    runs.write_text(json.dumps({str(TASKS / t): ANSWERS[t] for t in COMPARED}))
     done = subprocess.run(
-        [
-            str(INSPECT_PYTHON),
-            str(DATA / "inspect_score.py"),
-            str(TASKS / target),
-            str(answers_path),
-        ],
+        [str(INSPECT_PYTHON), str(DATA / "inspect_score.py"), str(runs)],
         capture_output=True,
         text=True,
-        timeout=300,
-        cwd=tmp,
+        timeout=600,
+        cwd=root,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    scores = json.loads(done.stdout.strip().splitlines()[-1])
+    return {target: scores[str(TASKS / target)] for target in COMPARED}
 
 
-def _compare(target: str, answers: dict[str, str], tmp_path: Path) -> dict[str, float]:
-    out = tmp_path / "env"
-    done = _import(target, out)
-    assert done.returncode == 0, done.stderr
+def _compare(
+    target: str, envs: dict[str, Path], theirs: dict[str, dict[str, float]], tmp_path: Path
+) -> dict[str, float]:
+    out = envs[target]
     spec = next(out.glob("*.yaml"))
-    records = read_jsonl(out / "inputs.jsonl")
-    assert cli("validate", str(spec)).returncode == 0
-    ours = _rlenv_rates(spec, records, answers, tmp_path)
-    theirs = _inspect_rates(target, answers, tmp_path)
-    assert len(ours) == len(theirs)
-    for (name, rate), (their_name, their_rate) in zip(ours.items(), theirs.items(), strict=True):
-        assert name == their_name
-        assert rate == pytest.approx(their_rate), (name, ours, theirs)
+    ours = _rlenv_rates(spec, read_jsonl(out / "inputs.jsonl"), ANSWERS[target], tmp_path)
+    assert list(ours) == list(theirs[target])  # the same scorers, named as Inspect names them
+    assert ours == pytest.approx(theirs[target]), (ours, theirs[target])
     return ours
 
 
@@ -121,25 +134,37 @@ OWN = {
 }
 
 
-def test_arithmetic_pass_rate_equals_inspects(tmp_path: Path) -> None:
-    rates = _compare("arithmetic.py@arithmetic", ARITHMETIC, tmp_path)
+ANSWERS = {
+    "arithmetic.py@arithmetic": ARITHMETIC,
+    "capitals.py@capitals": CAPITALS,
+    "own_task.py@own": OWN,
+}
+
+
+def test_arithmetic_pass_rate_equals_inspects(
+    tmp_path: Path, envs: dict[str, Path], inspect_scores: dict[str, dict[str, float]]
+) -> None:
+    rates = _compare("arithmetic.py@arithmetic", envs, inspect_scores, tmp_path)
     assert rates == {"match": 0.625}  # 5 of 8, as chosen
 
 
-def test_capitals_every_scorer_equals_inspects(tmp_path: Path) -> None:
-    rates = _compare("capitals.py@capitals", CAPITALS, tmp_path)
+def test_capitals_every_scorer_equals_inspects(
+    tmp_path: Path, envs: dict[str, Path], inspect_scores: dict[str, dict[str, float]]
+) -> None:
+    rates = _compare("capitals.py@capitals", envs, inspect_scores, tmp_path)
     assert len(set(rates.values())) > 1, rates  # the scorers disagree on these answers
 
 
-def test_own_task_with_epochs_and_multi_targets_equals_inspects(tmp_path: Path) -> None:
-    _compare("own_task.py@own", OWN, tmp_path)
+def test_own_task_with_epochs_and_multi_targets_equals_inspects(
+    tmp_path: Path, envs: dict[str, Path], inspect_scores: dict[str, dict[str, float]]
+) -> None:
+    _compare("own_task.py@own", envs, inspect_scores, tmp_path)
 
 
-def test_spec_carries_prompt_system_message_decoding_and_lists_tools(tmp_path: Path) -> None:
-    out = tmp_path / "env"
-    done = _import("own_task.py@own", out)
-    assert done.returncode == 0, done.stderr
-    assert "left out: tool lookup" in done.stdout
+def test_spec_carries_prompt_system_message_decoding_and_lists_tools(
+    envs: dict[str, Path],
+) -> None:
+    out = envs["own_task.py@own"]
     spec_text = (out / "own.yaml").read_text()
     spec = yaml.safe_load(spec_text)
     assert spec["system_prompt"] == "Answer in a few words. Hints are given in {braces}."
@@ -152,8 +177,8 @@ def test_spec_carries_prompt_system_message_decoding_and_lists_tools(tmp_path: P
 
     assert spec["inputs"]["sha256"] == sha256_file(out / "inputs.jsonl")
 
-    arithmetic = tmp_path / "arith"
-    assert _import("arithmetic.py@arithmetic", arithmetic).returncode == 0
+    assert "# Not carried over (left out):\n#   - tool lookup: runs inside Inspect" in spec_text
+    arithmetic = envs["arithmetic.py@arithmetic"]
     spec = yaml.safe_load((arithmetic / "arithmetic.yaml").read_text())
     assert spec["decoding"] == {"temperature": 0.0, "max_tokens": 512}
     assert spec["prompt"]["template"].endswith(
@@ -165,17 +190,19 @@ def test_spec_carries_prompt_system_message_decoding_and_lists_tools(tmp_path: P
     )
 
 
-def test_import_is_deterministic(tmp_path: Path) -> None:
-    for name in ("a", "b"):
-        assert _import("capitals.py@capitals", tmp_path / name).returncode == 0
-    for file in (tmp_path / "a").iterdir():
-        assert file.read_bytes() == (tmp_path / "b" / file.name).read_bytes(), file.name
+def test_import_is_deterministic(tmp_path: Path, envs: dict[str, Path]) -> None:
+    assert _import("capitals.py@capitals", tmp_path / "again").returncode == 0
+    first = envs["capitals.py@capitals"]
+    assert sorted(p.name for p in first.iterdir()) == sorted(
+        p.name for p in (tmp_path / "again").iterdir()
+    )
+    for file in first.iterdir():
+        assert file.read_bytes() == (tmp_path / "again" / file.name).read_bytes(), file.name
 
 
-def test_model_graded_fact_becomes_a_judge(tmp_path: Path) -> None:
-    out = tmp_path / "env"
-    done = _import("capitals.py@capitals_graded", out)
-    assert done.returncode == 0, done.stderr
+def test_model_graded_fact_becomes_a_judge(envs: dict[str, Path]) -> None:
+    out = envs["capitals.py@capitals_graded"]
+    spec_text = (out / "capitals_graded.yaml").read_text()
     (verifier,) = yaml.safe_load((out / "capitals_graded.yaml").read_text())["verifiers"]
     assert verifier["type"] == "judge"
     judge = verifier["judge"]
@@ -183,7 +210,7 @@ def test_model_graded_fact_becomes_a_judge(tmp_path: Path) -> None:
     assert "[Question]: {{ input_text }}" in judge["rubric"]
     assert "[Submission]: {{ answer }}" in judge["rubric"]
     assert "score: N" in judge["rubric"]
-    assert "GRADE: C/P/I" in done.stdout  # the changed instruction is stated
+    assert "GRADE: C/P/I" in spec_text  # the changed instruction is stated
 
 
 @pytest.mark.parametrize(

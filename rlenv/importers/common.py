@@ -92,11 +92,17 @@ def _tools_block(tools: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_out(out: Path) -> None:
+    """`--out` must not exist or be an empty directory (checked before any work, and again
+    before writing)."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not an empty directory", where="--out")
+
+
 def write_env(imported: Imported, out: Path, source: str) -> ImportResult:
     """Write the spec, the pinned inputs and the scorer modules into `out` (which must not
     exist or be empty); all or nothing."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} exists and is not an empty directory", where="--out")
+    check_out(out)
     parent = out.resolve().parent
     try:
         parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from rlenv.importers.common import (
     FROZEN_TIME,
     Imported,
     ImportResult,
+    check_out,
     spec_name,
     unique_ids,
     write_env,
@@ -383,6 +384,7 @@ def import_inspect(
     file_text, at, task = target.rpartition("@")
     if not at or not file_text or not task:
         raise UserError(f"{target!r}: give FILE.py@TASK")
+    check_out(out)
     file = Path(file_text)
     if not file.is_file():
         raise UserError(f"{file}: no such file")

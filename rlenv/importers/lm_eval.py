@@ -24,6 +24,7 @@ from rlenv.importers.common import (
     FROZEN_TIME,
     Imported,
     ImportResult,
+    check_out,
     spec_name,
     unique_ids,
     write_env,
@@ -241,6 +242,7 @@ def _verifiers(config: dict[str, Any], imported: Imported, target_field: str, wh
 
 def import_lm_eval(task_yaml: Path, out: Path) -> ImportResult:
     """Write a frozen spec (with pinned inputs) for lm-eval YAML task `task_yaml` into `out`."""
+    check_out(out)
     config = load_config(task_yaml)
     where = str(task_yaml)
     output_type = config.get("output_type", "generate_until")
