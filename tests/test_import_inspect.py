@@ -217,11 +217,12 @@ def test_model_graded_fact_becomes_a_judge(envs: dict[str, Path]) -> None:
     ("target", "extra", "message"),
     [
         ("own_task.py@unsupported", (), "scorer 'f1' has no rlenv equivalent"),
-        ("own_task.py@nope", (), "no task named 'nope' (tasks: own, unsupported)"),
+        ("own_task.py@nope", (), "no task named 'nope' (tasks: graded, own, unsupported)"),
         ("missing.py@task", (), "missing.py: no such file"),
         ("own_task.py", (), "give FILE.py@TASK"),
         ("own_task.py@own", ("--python", "/nonexistent/python"), "no such python"),
         ("own_task.py@own", ("--python", "/bin/true"), "the loader printed no JSON"),
+        ("own_task.py@graded", (), "give --judge-model openai:NAME"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
@@ -233,6 +234,19 @@ def test_bad_input_is_one_line_exit_2(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()
+
+
+def test_judge_model_given_on_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "env"
+    done = _import("own_task.py@graded", out, "--judge-model", "openai:grader-1")
+    assert done.returncode == 0, done.stderr
+    (verifier,) = yaml.safe_load((out / "graded.yaml").read_text())["verifiers"]
+    assert verifier["judge"]["model"] == "openai:grader-1"
+    assert "0.5 for a partially correct one" in verifier["judge"]["rubric"]  # partial_credit
+    assert (
+        "[Criterion]: {{ target if target is string else target | join('') }}"
+        in (verifier["judge"]["rubric"])
+    )
 
 
 def test_no_inspect_python_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

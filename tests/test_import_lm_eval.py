@@ -136,6 +136,34 @@ def test_bad_tasks_are_one_line_exit_2(tmp_path: Path, content: str, message: st
     assert not (tmp_path / "out").exists()
 
 
+def test_left_out_is_listed_and_csv_data_and_import_is_deterministic(tmp_path: Path) -> None:
+    (tmp_path / "data.csv").write_text("question,answer\nTwo plus two,4\nThree plus three,6\n")
+    task = tmp_path / "task.yaml"
+    task.write_text(
+        "task: sums\ndataset_path: csv\ndataset_kwargs: {data_files: data.csv}\n"
+        "test_split: train\ndoc_to_text: '{{question}}?'\ndoc_to_target: answer\n"
+        "num_fewshot: 5\ngeneration_kwargs: {until: ['\\n'], num_beams: 2}\n"
+        "metric_list: [{metric: exact_match}, {metric: bleu}]\n"
+    )
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        done = cli("import", "lm-eval", str(task), "--out", str(out))
+        assert done.returncode == 0, done.stderr
+    for line in (
+        "left out: csv data: every value is read as text",
+        "left out: num_fewshot 5: lm-eval joins examples into one text",
+        "left out: generation_kwargs.num_beams: not part of rlenv's decoding",
+        "left out: metric bleu: only exact_match is carried",
+    ):
+        assert line in done.stdout, done.stdout
+    spec_text = (outs[0] / "sums.yaml").read_text()
+    assert "#   - metric bleu: only exact_match is carried" in spec_text
+    records = read_jsonl(outs[0] / "inputs.jsonl")
+    assert records[0] == {"id": "0", "question": "Two plus two", "answer": "4", "target": "4"}
+    for file in outs[0].iterdir():
+        assert file.read_bytes() == (outs[1] / file.name).read_bytes(), file.name
+
+
 def test_missing_yaml_is_one_line(tmp_path: Path) -> None:
     done = cli("import", "lm-eval", str(tmp_path / "none.yaml"), "--out", str(tmp_path / "o"))
     assert done.returncode == 2 and done.stderr.strip().endswith("none.yaml: no such file")

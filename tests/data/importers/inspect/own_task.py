@@ -66,3 +66,11 @@ def own() -> Task:
 @task
 def unsupported() -> Task:
     return Task(dataset=SAMPLES, solver=[generate()], scorer=f1())
+
+
+@task
+def graded() -> Task:
+    """Graded by Inspect's default grader: the model under test (rlenv needs one named)."""
+    from inspect_ai.scorer import model_graded_qa
+
+    return Task(dataset=SAMPLES, solver=[generate()], scorer=model_graded_qa(partial_credit=True))
