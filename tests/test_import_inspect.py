@@ -178,6 +178,7 @@ def test_spec_carries_prompt_system_message_decoding_and_lists_tools(
     assert spec["inputs"]["sha256"] == sha256_file(out / "inputs.jsonl")
 
     assert "# Not carried over (left out):\n#   - tool lookup: runs inside Inspect" in spec_text
+    assert "#   - time_limit 600: not carried" in spec_text
     arithmetic = envs["arithmetic.py@arithmetic"]
     spec = yaml.safe_load((arithmetic / "arithmetic.yaml").read_text())
     assert spec["decoding"] == {"temperature": 0.0, "max_tokens": 512}

@@ -143,7 +143,7 @@ def test_left_out_is_listed_and_csv_data_and_import_is_deterministic(tmp_path: P
         "task: sums\ndataset_path: csv\ndataset_kwargs: {data_files: data.csv}\n"
         "test_split: train\ndoc_to_text: '{{question}}?'\ndoc_to_target: answer\n"
         "num_fewshot: 5\ngeneration_kwargs: {until: ['\\n'], num_beams: 2}\n"
-        "metric_list: [{metric: exact_match}, {metric: bleu}]\n"
+        "metric_list: [{metric: exact_match}, {metric: bleu}]\nuse_prompt: 'promptsource:x'\n"
     )
     outs = [tmp_path / "a", tmp_path / "b"]
     for out in outs:
@@ -154,6 +154,7 @@ def test_left_out_is_listed_and_csv_data_and_import_is_deterministic(tmp_path: P
         "left out: num_fewshot 5: lm-eval joins examples into one text",
         "left out: generation_kwargs.num_beams: not part of rlenv's decoding",
         "left out: metric bleu: only exact_match is carried",
+        "left out: use_prompt: not carried",
     ):
         assert line in done.stdout, done.stdout
     spec_text = (outs[0] / "sums.yaml").read_text()

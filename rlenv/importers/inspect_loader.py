@@ -153,6 +153,11 @@ def describe(file: Path, name: str) -> dict[str, Any]:
         "epochs": getattr(epochs, "epochs", epochs),
         "epochs_reducer": [_registry(r)[0] for r in (getattr(epochs, "reducer", None) or [])],
         "message_limit": task.message_limit,
+        "limits": {
+            key: getattr(task, key)
+            for key in ("token_limit", "time_limit", "working_limit", "cost_limit")
+            if getattr(task, key, None) is not None
+        },
         "setup": task.setup is not None,
         "sandbox": task.sandbox is not None,
     }

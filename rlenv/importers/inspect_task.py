@@ -413,6 +413,8 @@ def import_inspect(
         imported.left_out.append(
             f"message_limit {described['message_limit']}: rlenv limits turns (limits.max_turns)"
         )
+    for key, value in sorted((described.get("limits") or {}).items()):
+        imported.left_out.append(f"{key} {value}: not carried (rlenv has limits.timeout_s)")
     for key in ("setup", "sandbox"):
         if described.get(key):
             imported.left_out.append(f"task {key}: not carried")

@@ -32,6 +32,41 @@ from rlenv.importers.common import (
 from rlenv.importers.lm_eval_scorers import FILTERS
 
 MAX_INCLUDES = 8
+# keys the importer reads, and keys that change neither the prompt nor the score; any other
+# key of the task is listed as left out
+READ = {
+    "task",
+    "dataset_path",
+    "dataset_kwargs",
+    "test_split",
+    "validation_split",
+    "output_type",
+    "doc_to_text",
+    "doc_to_target",
+    "description",
+    "generation_kwargs",
+    "metric_list",
+    "filter_list",
+    "num_fewshot",
+    "repeats",
+    "process_docs",
+    "process_results",
+    "doc_to_choice",
+}
+HARMLESS = {
+    "tag",
+    "group",
+    "task_alias",
+    "group_alias",
+    "metadata",
+    "dataset_name",
+    "training_split",
+    "fewshot_split",
+    "should_decontaminate",
+    "doc_to_decontamination_query",
+    "target_delimiter",
+    "fewshot_delimiter",
+}
 
 
 class _Function:
@@ -285,6 +320,8 @@ def import_lm_eval(task_yaml: Path, out: Path) -> ImportResult:
         imported.spec["rollouts"] = int(config["repeats"])
     _decoding(config, imported)
     _verifiers(config, imported, target_field, where)
+    for key in sorted(set(config) - READ - HARMLESS):
+        imported.left_out.append(f"{key}: not carried")
     return write_env(imported, out, source=f"lm-eval task {task_yaml.name}")
 
 

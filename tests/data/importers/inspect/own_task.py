@@ -60,6 +60,7 @@ def own() -> Task:
         ],
         scorer=[match(location="end"), match(location="any", ignore_case=False)],
         epochs=2,
+        time_limit=600,
     )
 
 
