@@ -129,7 +129,7 @@ CAPITALS = {
 OWN = {
     "Name a primary color.": "Blue",
     "What is the largest planet?": "It is jupiter",
-    "How many legs does a spider have?": "8 legs",
+    "How many legs does a spider have?": "8.0",  # exact() reads numbers: 8.0 is 8
     "What is {braces} in Python?": "A set or a dict",
 }
 

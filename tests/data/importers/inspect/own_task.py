@@ -3,7 +3,7 @@ answers, a system message, a tool, and a scorer rlenv cannot carry (in `unsuppor
 
 from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
-from inspect_ai.scorer import f1, match
+from inspect_ai.scorer import exact, f1, match
 from inspect_ai.solver import generate, prompt_template, system_message, use_tools
 from inspect_ai.tool import tool
 
@@ -58,7 +58,7 @@ def own() -> Task:
             use_tools([lookup()]),
             generate(),
         ],
-        scorer=[match(location="end"), match(location="any", ignore_case=False)],
+        scorer=[match(location="end"), match(location="any", ignore_case=False), exact()],
         epochs=2,
         time_limit=600,
     )
