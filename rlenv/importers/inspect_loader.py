@@ -85,7 +85,8 @@ def _tools(solver: Any) -> list[dict[str, Any]]:
 
 def _solvers(task: Any) -> list[dict[str, Any]]:
     solver = task.solver
-    steps = list(getattr(solver, "_solvers", None) or [solver])
+    # a Chain keeps its solvers in _solvers, a Plan in steps; anything else is one solver
+    steps = list(getattr(solver, "_solvers", None) or getattr(solver, "steps", None) or [solver])
     described = []
     for step in steps:
         name, params = _registry(step)
