@@ -43,14 +43,10 @@ from rlenv.results import (
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.version import __version__
-from rlenv.worker import (
-    GC_THRESHOLD,
-    RolloutTask,
-    WorkerConfig,
-    lost_record,
-    timeout_message,
-    tool_schemas,
-)
+from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
+from rlenv.worker.lost import lost_record
+from rlenv.worker.timers import timeout_message
+from rlenv.worker.tools import tool_schemas
 
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: min(concurrency, cores))

@@ -1,32 +1,25 @@
-"""The rollout worker: one per process, entered once into the frozen world, then serving
-rollouts, tool calls and late grading.
+"""The world runtime: everything a frozen-world worker needs, built once from the spec (tools,
+verifiers, reward model, the in-world policy, the replay cassette), then the frozen world is
+entered for the worker's whole life. It runs whole rollouts (policy in the world), single tool
+calls, and grading; a finished rollout is graded (verifiers, then the reward model) and sealed
+with its digest here.
 
 In-world code (policies, tools, verifiers, the python reward model) shares the worker's
 process: it starts with the world's environment only (`rlenv.world.environment`), under the
 kernel socket filter (`rlenv.world.sockets`), and what it writes to file descriptors 1 and 2
-(print, os.write, subprocesses) is captured per call, never reaching rlenv's stdout, and kept,
-capped at `OUTPUT_LIMIT` bytes per stream, in the rollout's ``output`` field (left out of the
-digest, as wall times are: a debug print is not the policy's behaviour).
-
-The worker freezes the clock, refuses the network, replays tool HTTP and fixes TZ and locale for
-its whole life (the mechanisms are in `rlenv.world`; freezegun walks every module when it
-starts, so it starts once). Every call is stateless apart from the rollout's snapshot copy on
-disk, so any worker can serve any call and results do not depend on scheduling. A finished
-rollout is graded (verifiers, then the reward model) and sealed with its digest here.
+is captured per call (`rlenv.worker.capture`). The worker freezes the clock, refuses the
+network, replays tool HTTP and fixes TZ and locale for its whole life (the mechanisms are in
+`rlenv.world`; freezegun walks every module when it starts, so it starts once). Every call is
+stateless apart from the rollout's snapshot copy on disk, so any worker can serve any call and
+results do not depend on scheduling.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import fcntl
-import json
 import os
 import shutil
-import signal
-import sys
-import termios
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,8 +41,6 @@ from rlenv.errors import (
     FixtureMiss,
     ModelOutputError,
     PolicyCrash,
-    RunFailed,
-    UserError,
     VerifierCrash,
     env_frames,
 )
@@ -69,60 +60,24 @@ from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import seal
 from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
 from rlenv.seeding import derive_seed, seed_everything, seed_globals
-from rlenv.spec import LoadedSpec, load_spec
+from rlenv.spec import load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
+from rlenv.worker.config import RolloutTask, WorkerConfig
+from rlenv.worker.lost import lost_record
+from rlenv.worker.timers import install_alarm, rollout_timer, set_phase, timed_out, timeout_message
+from rlenv.worker.tools import (
+    ToolContext,
+    describe,
+    fixture_use,
+    record_errors,
+    tool_schemas,
+    unreachable,
+)
 from rlenv.world import netguard, snapshot
 from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
 from rlenv.world.replay import FixtureEvent, replay_cassette, spec_indexes
 from rlenv.world.scrub import spec_scrubber
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
-
-OUTPUT_LIMIT = 16 * 1024
-"""Bytes of stdout and of stderr kept per rollout; the rest is read and discarded."""
-
-
-@dataclass
-class WorkerConfig:
-    spec_path: str
-    work_root: str
-    model_uri: str | None = None  # set when the policy runs inside the world
-    allowed_endpoints: list[tuple[str, int]] = field(default_factory=list)
-    live_tools: bool = False  # recording: tools reach the network, no replay
-    record_dir: str | None = None  # where `rlenv record` writes each tool's cassette
-    # recording: each service's logical host -> the real HOST:PORT `rlenv record` started it on
-    service_routes: dict[str, str] = field(default_factory=dict)
-    expensive_fraction: float = 1.0
-    defer_expensive: bool = False
-    cache_dir: str | None = None  # grader cache for expensive verifiers; None: off
-    parent_pid: int | None = None  # the orchestrator: a worker dies with it
-    split: str = "heldout"  # "train": tasks index the spec's train_inputs (rlenv.trl)
-    allow_weak_sandbox: bool = False  # code verifiers may run with rlimits only
-    thread_filter: bool = False  # Ray: the socket filter goes on each calling thread
-    # no snapshot: a rollout's workdir starts empty, so the worker makes it at the rollout's
-    # first call and a local executor need not send `prepare` (one round trip fewer)
-    empty_workdir: bool = False
-    # `rlenv run`: the env's checks that import its python modules, which the orchestrator
-    # leaves to the world (`rlenv.env.world_problems` keyword arguments: purpose, model,
-    # defer_expensive); what they find stops the start and is the user's to fix (exit 2)
-    world_checks: dict[str, Any] | None = None
-
-
-@dataclass
-class ToolContext:
-    seed: int
-    rng: Any
-    input_id: str
-    rollout: int
-    workdir: Path
-    turn: int
-    services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
-
-
-@dataclass(slots=True)
-class RolloutTask:
-    # a run holds one per rollout still to run (100k: 12.8 MB with a __dict__ each, 8.8 without)
-    input_index: int
-    rollout: int
 
 
 @dataclass
@@ -140,113 +95,6 @@ class Verdict:
     rewards: dict[str, float | None] | None = None  # the composite reward's components + total
     traceback: list[str] = field(default_factory=list)  # the env's frames of `error`
     reward_traceback: list[str] = field(default_factory=list)  # ... of `reward_error`
-
-
-def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
-    """The spec's tools as OpenAI function tools."""
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": tool.name,
-                "description": tool.description,
-                "parameters": tool.parameters,
-            },
-        }
-        for tool in loaded.spec.tools
-    ]
-
-
-PHASES = ("idle", "policy", "tool", "verifier", "reward")
-"""What a worker is running, kept where the orchestrator can read it after the worker died."""
-PHASE_STATUS = {
-    "policy": "policy_error",
-    "tool": "tool_error",
-    "verifier": "verifier_error",
-    "reward": "reward_error",
-}
-"""The status of a rollout whose worker died in that phase; a death between phases is the
-policy's (never ``infra_error``: env code must not be able to take its rollout out of the
-scores by killing its worker)."""
-
-_phase_cell: Any = None  # a shared int (multiprocessing.RawValue) when the executor gives one
-_expired = False  # the rollout's alarm fired, even if env code swallowed the exception
-
-
-def set_phase(name: str) -> None:
-    if _phase_cell is not None:
-        _phase_cell.value = PHASES.index(name)
-
-
-def phase_of(cell: Any) -> str:
-    """The phase a (possibly dead) worker last entered, from its shared cell."""
-    value = int(cell.value)
-    return PHASES[value] if 0 <= value < len(PHASES) else "idle"
-
-
-def _alarm(signum: int, frame: Any) -> None:
-    global _expired
-    _expired = True
-    raise RolloutTimeout("rollout timed out")
-
-
-@contextlib.contextmanager
-def rollout_timer(seconds: float) -> Any:
-    """The in-worker alarm, the cheap first line of ``limits.timeout_s`` (the orchestrator
-    kills a worker that outlives it: see ``rlenv.executors``)."""
-    global _expired
-    _expired = False
-    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        set_phase("idle")
-
-
-def timed_out() -> bool:
-    """True once the current rollout's alarm has fired."""
-    return _expired
-
-
-def timeout_message(timeout_s: float) -> str:
-    """The error of every timed-out rollout, however it was stopped (deterministic)."""
-    return f"rollout exceeded limits.timeout_s ({timeout_s:g} s)"
-
-
-def lost_record(
-    loaded: LoadedSpec,
-    inputs: list[InputRecord],
-    task: RolloutTask,
-    model: str,
-    status: str,
-    error: str,
-) -> dict[str, Any]:
-    """The sealed record of a rollout that was stopped (timeout) or whose worker died: nothing
-    of what it did is kept (how far it got depends on timing), it is not graded and does not
-    pass. Made the same way in a worker (the alarm fired) and in the orchestrator (it killed the
-    worker), so the record does not depend on which one stopped it."""
-    record = inputs[task.input_index]
-    messages = record.messages(loaded.spec.system_prompt)
-    return seal(
-        {
-            "input_id": record.id,
-            "input_index": record.index,
-            "rollout": task.rollout,
-            "seed": derive_seed(loaded.spec.seed, record.id, task.rollout),
-            "model": model,
-            "status": status,
-            "error": error,
-            "messages": messages,
-            "tool_calls": [],
-            "answer": None,
-            "verifiers": [],
-            "passed": False,
-            "reward": None,
-            "usage": Trajectory(messages=[]).usage,
-            "world": {},
-        }
-    )
 
 
 class WorldRuntime:
@@ -338,7 +186,7 @@ class WorldRuntime:
                 preload()
         if freeze:
             self._freezer = freeze_python_clock(spec.time)
-        signal.signal(signal.SIGALRM, _alarm)
+        install_alarm()
 
     def _load_tools(self) -> None:
         tools = self.loaded.spec.tools
@@ -452,7 +300,7 @@ class WorldRuntime:
             seed, seed_everything(seed), record.id, task.rollout, workdir, turn, dict(self.services)
         )
         outcome, events = self._invoke_tool(name, arguments, context)
-        outcome.fixture = _fixture_use(name, events)
+        outcome.fixture = fixture_use(name, events)
         return outcome
 
     def _invoke_tool(
@@ -475,13 +323,13 @@ class WorldRuntime:
             except OutOfBounds as exc:  # not data the rollout can keep: the tool's failure
                 raise ToolCrash(str(exc)) from None
             except Exception as exc:  # a fixture miss is judged from the events
-                error = self.sanitise(_describe(exc))
+                error = self.sanitise(describe(exc))
                 outcome = ToolOutcome(
-                    f"error: {error}", "none", False, error, env_frames(exc), _unreachable(exc)
+                    f"error: {error}", "none", False, error, env_frames(exc), unreachable(exc)
                 )
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
                 raise ToolCrash(
-                    self.sanitise(f"tool {name}: {_describe(exc)}"), env_frames(exc)
+                    self.sanitise(f"tool {name}: {describe(exc)}"), env_frames(exc)
                 ) from None
             finally:
                 if cassette is not None:
@@ -623,8 +471,8 @@ class WorldRuntime:
                 verdict.reward_error = self.sanitise(f"{type(exc).__name__}: {exc}")
                 verdict.reward_traceback = env_frames(exc)
             except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
-                verdict.reward_error = self.sanitise(_describe(exc))
-                verdict.status, verdict.error = "reward_error", f"reward model: {_describe(exc)}"
+                verdict.reward_error = self.sanitise(describe(exc))
+                verdict.status, verdict.error = "reward_error", f"reward model: {describe(exc)}"
                 verdict.reward_traceback = verdict.traceback = env_frames(exc)
         if self.loaded.spec.reward is not None:
             seed_globals(derive_seed(seed, "reward", "components"))
@@ -781,7 +629,7 @@ class WorldRuntime:
                 except (ModelOutputError, RolloutTimeout, FixtureMiss, ToolCrash, PolicyCrash):
                     raise
                 except BaseException as exc:  # SystemExit, KeyboardInterrupt too
-                    raise PolicyCrash(self.sanitise(_describe(exc)), env_frames(exc)) from None
+                    raise PolicyCrash(self.sanitise(describe(exc)), env_frames(exc)) from None
 
         return call_model
 
@@ -828,211 +676,8 @@ def _discard(path: Path) -> None:
         pass
 
 
-def _describe(exc: BaseException) -> str:
-    """``SystemExit: 0``: the exception's type and message, for a record's error."""
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """Whether an error (or one it was raised from) is a connection that could not be made:
-    refused, unknown host, or a client library's connect error (httpx, requests, urllib3,
-    aiohttp, urllib). `rlenv record` refuses a recording where a service was not there."""
-    import socket
-
-    names = {"ConnectError", "ConnectTimeout", "ConnectionError", "NewConnectionError"}
-    names |= {"ClientConnectorError", "NetworkRefused"}
-    seen: set[int] = set()
-    queue: list[BaseException | None] = [exc]
-    while queue:
-        current = queue.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, ConnectionError | socket.gaierror):
-            return True
-        if any(kind.__name__ in names for kind in type(current).__mro__):
-            return True
-        reason = getattr(current, "reason", None)  # urllib's URLError(reason=OSError)
-        queue += [current.__cause__, current.__context__]
-        if isinstance(reason, BaseException):
-            queue.append(reason)
-    return False
-
-
-def record_errors(loaded: LoadedSpec) -> bool:
-    """Whether `rlenv record` keeps error responses (HTTP >= 400, empty bodies): yes unless
-    the spec says ``scrub: {record_errors: false}``."""
-    scrub = loaded.spec.scrub
-    return scrub is None or scrub.record_errors
-
-
-def _fixture_use(name: str, events: list[FixtureEvent]) -> str:
-    """How a tool call used its fixtures: hit, fallback or none; a miss ends the rollout even
-    if the tool caught the exception."""
-    misses = [event for event in events if event.outcome == "miss"]
-    if misses:
-        first = misses[0]
-        raise FixtureMiss(
-            f"unrecorded request for tool {name!r}: {first.method} {first.url}"
-            + (f" body sha256:{first.body_sha256[:16]}" if first.body_sha256 else "")
-            + " (record it with `rlenv record`, or declare an on_miss fallback)"
-        )
-    outcomes = {event.outcome for event in events}
-    return "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
-
-
 def _ungraded(config: Any, why: str) -> dict[str, Any]:
     return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
-
-
-# -- what in-world code prints ---------------------------------------------------------------
-
-
-class _Drain:
-    """One pipe and the thread that reads it for the worker's whole life (a thread started and
-    joined per call cost more than a python policy's whole rollout). What arrives between a
-    call's start and its end marker is that call's output: the first `OUTPUT_LIMIT` bytes kept,
-    the rest read and discarded, so a writer never blocks on a full pipe."""
-
-    def __init__(self) -> None:
-        import threading
-
-        self.read_fd, self.write_fd = os.pipe()
-        os.set_inheritable(self.write_fd, False)
-        self.head = bytearray()
-        self.tail = b""
-        self.total = 0
-        self.marker: bytes | None = None
-        self.busy = False  # the drain thread holds bytes it has not yet kept
-        self.ended = threading.Event()
-        self.lock = threading.Lock()
-        threading.Thread(target=self._run, daemon=True, name="rlenv-drain").start()
-
-    def _run(self) -> None:
-        import select
-
-        from rlenv.world.reaper import QUIET_THREADS
-
-        QUIET_THREADS.add(str(threading_native_id()))
-        poller = select.poll()
-        poller.register(self.read_fd, select.POLLIN)
-        with open(self.read_fd, "rb", buffering=0, closefd=True) as pipe:
-            while True:
-                poller.poll()
-                self.busy = True  # before the read: `finish` sees it until the bytes are kept
-                chunk = pipe.read(65536)
-                if not chunk:
-                    return
-                with self.lock:
-                    self.busy = False
-                    room = OUTPUT_LIMIT + 64 - len(self.head)  # room for the marker too
-                    if room > 0:
-                        self.head += chunk[:room]
-                    self.total += len(chunk)
-                    self.tail = (self.tail + chunk)[-64:]
-                    if self.marker is not None and self.tail.endswith(self.marker):
-                        self.ended.set()
-
-    def start(self) -> None:
-        with self.lock:
-            self.head, self.tail, self.total, self.marker = bytearray(), b"", 0, None
-            self.ended.clear()
-
-    def finish(self) -> tuple[bytes, bool]:
-        """After the call (its writers restored or killed): this call's kept bytes, and
-        whether more were written. Waits (at most 5 s, as long as anything still holding the
-        pipe may keep writing) for the drain to reach the marker written now."""
-        # Nothing waits in the pipe and the drain holds nothing unkept (checked under the lock,
-        # after the pipe: the drain marks itself busy before it reads): all was kept, no marker
-        # round trip (the common case: nothing written at all).
-        if not self.busy and _unread(self.read_fd) == 0:
-            with self.lock:
-                if not self.busy:
-                    total = self.total
-                    return bytes(self.head[: min(total, OUTPUT_LIMIT)]), total > OUTPUT_LIMIT
-        marker = os.urandom(16)
-        with self.lock:
-            self.marker = marker
-        os.write(self.write_fd, marker)
-        self.ended.wait(timeout=5)
-        with self.lock:
-            total = self.total - len(marker) if self.ended.is_set() else self.total
-            kept = bytes(self.head[: min(total, OUTPUT_LIMIT)])
-            self.marker = None
-        return kept, total > OUTPUT_LIMIT
-
-
-_drains: list[_Drain] = []
-
-
-def threading_native_id() -> int:
-    import threading
-
-    return threading.get_native_id()
-
-
-def _unread(fd: int) -> int:
-    """Bytes waiting in a pipe (FIONREAD)."""
-    return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"), sys.byteorder)
-
-
-class CapturedOutput:
-    """fd 1 and fd 2 of this process, pointed at the two drain pipes for one worker call; of
-    each stream, the first `OUTPUT_LIMIT` bytes are kept."""
-
-    def __init__(self) -> None:
-        self.streams = [b"", b""]
-        self.truncated = False
-        self._saved: list[int] = []
-
-    def __enter__(self) -> CapturedOutput:
-        if not _drains:
-            _drains.extend([_Drain(), _Drain()])
-        _flush_python_streams()
-        self._saved = [os.dup(1), os.dup(2)]
-        for fd, drain in zip((1, 2), _drains, strict=True):
-            drain.start()
-            os.dup2(drain.write_fd, fd)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        _flush_python_streams()
-        for fd, saved in zip((1, 2), self._saved, strict=True):
-            os.dup2(saved, fd)
-            os.close(saved)
-        for index, drain in enumerate(_drains):
-            self.streams[index], truncated = drain.finish()
-            self.truncated |= truncated
-
-    def as_record(self, sanitise: Any) -> dict[str, Any] | None:
-        """The record's ``output`` field, or None when nothing was written."""
-        if not any(self.streams):
-            return None
-        stdout, stderr = (sanitise(s.decode("utf-8", "replace")) for s in self.streams)
-        return {"stdout": stdout, "stderr": stderr, "truncated": self.truncated}
-
-
-def _flush_python_streams() -> None:
-    streams = {id(stream): stream for stream in (sys.stdout, sys.stderr)}
-    streams.update((id(stream), stream) for stream in (sys.__stdout__, sys.__stderr__))
-    for stream in streams.values():  # usually two, each named twice: one flush each
-        with contextlib.suppress(Exception):
-            stream.flush()  # type: ignore[union-attr]
-
-
-def merge_output(
-    first: dict[str, Any] | None, second: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """Two calls' output, concatenated per stream and cut to `OUTPUT_LIMIT` characters."""
-    if not first or not second:
-        return first or second
-    merged = {"truncated": bool(first["truncated"] or second["truncated"])}
-    for stream in ("stdout", "stderr"):
-        text = first[stream] + second[stream]
-        if len(text) > OUTPUT_LIMIT:
-            text, merged["truncated"] = text[:OUTPUT_LIMIT], True
-        merged[stream] = text
-    return merged
 
 
 class WorldChecksFailed(Exception):
@@ -1042,311 +687,3 @@ class WorldChecksFailed(Exception):
     def __init__(self, problems: list[dict[str, Any]]) -> None:
         super().__init__(f"the env's checks found {len(problems)} problem(s)")
         self.problems = problems
-
-
-# -- process entry points (module-level: a worker process or a Ray actor calls them) --------
-
-_runtime: WorldRuntime | None = None
-_start_error: str | None = None
-
-
-def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
-    """Enter the frozen world. Before any env code is imported: stray output goes to stderr,
-    never stdout, and (outside recording) the kernel socket filter is installed, on every
-    thread (``whole_process``) or, in a Ray actor whose own threads need other sockets, on
-    the calling thread only. A world that cannot start raises, and is told once, in one line
-    (`worker_ready`)."""
-    global _runtime, _start_error
-    os.dup2(2, 1)
-    if not config.live_tools:
-        _import_httpx_without_cli()
-        from rlenv.world import sockets
-
-        sockets.install(whole_process=whole_process)
-    if config.parent_pid is not None:
-        from rlenv.world.reaper import bind_to_parent
-
-        bind_to_parent(config.parent_pid)
-    try:
-        _runtime = WorldRuntime(config)
-    except WorldChecksFailed as exc:  # its problems are sent as data (serve, the Ray actor)
-        _start_error = str(exc)
-        raise
-    except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
-        _start_error = exc.message if isinstance(exc, UserError) else _describe(exc)
-        raise
-
-
-def _import_httpx_without_cli() -> None:
-    """Import httpx (tool replay's vcrpy patches it) without its command-line client: httpx
-    imports the client's libraries (rich, pygments, click: ~5 MB of a worker) when they are
-    installed, and falls back to a stub `httpx.main` when they are not, as here. Env code
-    that imports ``httpx._main`` itself still can."""
-    if "httpx" in sys.modules:
-        return
-    sys.modules["httpx._main"] = None  # type: ignore[assignment]
-    try:
-        import httpx  # noqa: F401
-    except ImportError:  # not installed: vcrpy has nothing to patch
-        pass
-    finally:
-        if "httpx._main" in sys.modules and sys.modules["httpx._main"] is None:
-            del sys.modules["httpx._main"]
-
-
-def worker_ready() -> int:
-    """The first call into a new worker: its pid, or RunFailed saying why it could not start
-    (the pool's own report would be a traceback per worker on stderr)."""
-    if _start_error is not None:
-        raise RunFailed(f"frozen-world worker failed to start: {_start_error}")
-    return os.getpid()
-
-
-def _in_world(function: Any) -> Any:
-    """A worker entry point: what in-world code prints during the call is captured (returned
-    as the call's second value), and nothing the call started is left running."""
-    import functools
-
-    from rlenv.world.reaper import no_leftovers
-
-    @functools.wraps(function)
-    def call(*args: Any) -> Any:
-        runtime = _get()
-        if not runtime.config.live_tools and runtime.config.thread_filter:
-            from rlenv.world import sockets
-
-            sockets.install(whole_process=False)
-        with CapturedOutput() as captured, no_leftovers():
-            result = function(*args)
-        return result, captured.as_record(runtime.sanitise)
-
-    return call
-
-
-def _get() -> WorldRuntime:
-    worker_ready()
-    assert _runtime is not None, "worker not initialised"
-    return _runtime
-
-
-def _timeout_record(task: RolloutTask, model: str) -> dict[str, Any]:
-    runtime = _get()
-    return runtime.lost(
-        task, model, "timeout", timeout_message(runtime.loaded.spec.limits.timeout_s)
-    )
-
-
-def _output_path(task: RolloutTask) -> Path:
-    """Where the output of a rollout's earlier calls (tools, driven from outside) waits."""
-    return _get().work_root / f"{task.input_index}-{task.rollout}.output.json"
-
-
-def _keep_output(task: RolloutTask, output: dict[str, Any] | None) -> None:
-    if output is None:
-        return
-    path = _output_path(task)
-    earlier = json.loads(path.read_text()) if path.exists() else None
-    path.write_text(json.dumps(merge_output(earlier, output)))
-
-
-def _take_output(task: RolloutTask) -> dict[str, Any] | None:
-    path = _output_path(task)
-    if not path.exists():
-        return None
-    output = json.loads(path.read_text())
-    path.unlink()
-    return output  # type: ignore[no-any-return]
-
-
-def _with_output(record: dict[str, Any], output: dict[str, Any] | None) -> dict[str, Any]:
-    """The sealed record with its ``output`` (volatile: not in the digest)."""
-    output = merge_output(record.get("output"), output)
-    if output is not None:
-        record["output"] = output
-    return record
-
-
-@_in_world
-def _run_rollout(task: RolloutTask) -> dict[str, Any]:
-    runtime = _get()
-    try:
-        return runtime.run_rollout(task)
-    except RolloutTimeout:  # the timer fired after grading, while the record was being made
-        runtime.release(task)
-        return _timeout_record(task, runtime.config.model_uri or "")
-
-
-def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
-    record, output = _run_rollout(task)
-    return _with_output(record, output)
-
-
-def worker_prepare(task: RolloutTask) -> None:
-    _output_path(task).unlink(missing_ok=True)
-    _get().prepare(task)  # a snapshot copy: no env code runs
-
-
-def _prepared(task: RolloutTask) -> None:
-    """The rollout's workdir, made now if nothing prepared it (an env without a snapshot
-    driven from outside: `WorkerConfig.empty_workdir`)."""
-    runtime = _get()
-    if runtime.snapshot_path is None and not runtime.workdir_of(task).exists():
-        worker_prepare(task)
-
-
-@_in_world
-def _tool(
-    task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
-) -> ToolOutcome:
-    runtime = _get()
-    with rollout_timer(timeout):
-        outcome = runtime.call_tool(task, call, turn, number)
-        if timed_out():
-            raise RolloutTimeout("rollout timed out")
-        return outcome
-
-
-def worker_tool(
-    task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
-) -> ToolOutcome:
-    """One tool call, under what is left of the rollout's time (`timeout` seconds); a tool that
-    swallowed the timer's exception still ends the rollout as a timeout."""
-    _prepared(task)
-    outcome, output = _tool(task, call, turn, number, timeout)
-    _keep_output(task, output)
-    return outcome  # type: ignore[no-any-return]
-
-
-@_in_world
-def _grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
-    runtime = _get()
-    hits, misses = runtime.cache_counts()
-    with rollout_timer(timeout):
-        try:
-            updated = runtime.grade_late(record)
-        except RolloutTimeout:
-            updated = None
-        if updated is None or timed_out():
-            updated = late_grade_lost(record, "timeout", timeout_message(timeout))
-    if runtime.cache is None:
-        return updated, 0, 0
-    return updated, runtime.cache.hits - hits, runtime.cache.misses - misses
-
-
-def worker_grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
-    """A record graded late, with the grader-cache hits and misses it took."""
-    (updated, hits, misses), output = _grade(record, timeout)
-    return _with_output(updated, output), hits, misses
-
-
-def late_grade_lost(record: dict[str, Any], status: str, error: str) -> dict[str, Any]:
-    """A record whose late grading was stopped (timeout) or whose worker died: its deferred
-    verifiers stay ungraded, the status says why, and it does not pass."""
-    updated = {key: value for key, value in record.items() if key not in ("grading", "digest")}
-    updated["verifiers"] = [
-        dict(v, detail=f"not graded: {status}") if v["detail"] == PENDING else v
-        for v in record["verifiers"]
-    ]
-    updated.update(status=status, error=error, passed=False)
-    return seal(updated)
-
-
-@_in_world
-def _finish(
-    task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-) -> dict[str, Any]:
-    try:
-        with rollout_timer(timeout):
-            return _get().finish(task, trajectory, model)
-    except RolloutTimeout:  # the timer fired after grading, while the record was being made
-        _get().release(task)
-        return _timeout_record(task, model)
-
-
-def worker_finish(
-    task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-) -> dict[str, Any]:
-    _prepared(task)
-    record, output = _finish(task, trajectory, model, timeout)
-    return _with_output(record, merge_output(_take_output(task), output))
-
-
-ENTRY_POINTS: dict[str, Callable[..., Any]] = {
-    "run_rollout": worker_run_rollout,
-    "prepare": worker_prepare,
-    "tool": worker_tool,
-    "finish": worker_finish,
-    "grade": worker_grade,
-}
-
-
-GC_THRESHOLD = (50_000, 20, 20)
-"""The collector's thresholds while a run goes, in the orchestrator and in local workers:
-Python's default (700, 10, 10) spent a quarter of the orchestrator's CPU at 10k rollouts
-scanning the records it keeps; the run's objects are mostly acyclic, and a cycle only waits
-a little longer to be freed."""
-
-
-def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
-    """A local worker process's life: start the frozen world, then answer one call at a time
-    on `connection` (("ok", value) or ("raise", exception)) until told to stop (None).
-
-    `phase` is a shared int the worker keeps up to date (`set_phase`), read by the orchestrator
-    when the worker died or had to be killed."""
-    global _phase_cell
-    _phase_cell = phase
-    import gc
-
-    gc.set_threshold(*GC_THRESHOLD)  # this process is ours: fewer scans of what it keeps
-    try:
-        init_worker(config)
-    except WorldChecksFailed as exc:
-        connection.send(("problems", exc.problems))
-        return
-    except Exception as exc:
-        connection.send(("error", f"{type(exc).__name__}: {exc}"))
-        return
-    connection.send(("ready", os.getpid()))
-    while True:
-        try:
-            message = connection.recv()
-        except (EOFError, OSError):
-            return
-        if message is None:
-            return
-        name, args = message
-        if name == "run_batch":
-            _serve_batch(connection, *args)
-            continue
-        _answer_call(connection, ENTRY_POINTS[name], *args)
-
-
-def _answer_call(connection: Any, entry: Callable[..., Any], *args: Any) -> None:
-    """Call an entry point (idle before and after) and send ("ok", value) or ("raise",
-    exception): what a call raises is the caller's (FixtureMiss, ToolCrash, RolloutTimeout...)."""
-    set_phase("idle")
-    try:
-        reply: tuple[str, Any] = ("ok", entry(*args))
-    except Exception as exc:
-        reply = ("raise", exc)
-    except BaseException as exc:  # pragma: no cover - entry points contain env code's
-        reply = ("raise", RuntimeError(f"worker: {_describe(exc)}"))
-    set_phase("idle")
-    _send(connection, reply)
-
-
-def _send(connection: Any, reply: tuple[str, Any]) -> None:
-    try:
-        connection.send(reply)
-    except Exception as exc:  # an exception that does not pickle
-        connection.send(("raise", RuntimeError(f"worker: unpicklable reply: {exc}")))
-
-
-def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
-    """Whole rollouts one after another, each answered as soon as it is sealed (("ok",
-    record) or ("raise", exception)), then ("done", None): one request for many rollouts, and
-    the orchestrator knows the rollout a death or an overrun happened in without asking this
-    process (in-world code could lie): the first one not answered."""
-    for task in tasks:
-        _answer_call(connection, worker_run_rollout, task)
-    connection.send(("done", None))
