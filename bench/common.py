@@ -718,10 +718,10 @@ def _worker_cost(spec: str, model: str, count: int) -> None:
     runtime = protocol._get()
     total = len(runtime.inputs)
     for number in range(200):
-        protocol.worker_run_rollout(RolloutTask(number % total, 10_000 + number // total))
+        protocol.handle("run_rollout", RolloutTask(number % total, 10_000 + number // total))
     started = cpu()
     for number in range(count):
-        protocol.worker_run_rollout(RolloutTask(number % total, number // total))
+        protocol.handle("run_rollout", RolloutTask(number % total, number // total))
     spent = cpu() - started
     print(
         f"worker: {spent / count * 1e6:.0f} us CPU per rollout over {count};"

@@ -18,7 +18,7 @@ config = WorkerConfig(
     spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2]
 )
 protocol.init_worker(config)
-record = protocol.worker_run_rollout(RolloutTask(0, 0))
+record = protocol.handle("run_rollout", RolloutTask(0, 0))
 loaded = sorted({name.split(".")[0] for name in sys.modules})
 import httpx._main  # env code that wants httpx's command-line client still gets it
 print(json.dumps({"status": record["status"], "loaded": loaded}), file=sys.stderr)

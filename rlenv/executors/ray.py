@@ -188,23 +188,23 @@ class WorldActor:
         }
 
     def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
-        return protocol.worker_run_rollout(task)
+        return protocol.handle("run_rollout", task)
 
     def prepare(self, task: RolloutTask) -> None:
-        protocol.worker_prepare(task)
+        protocol.handle("prepare", task)
 
     def tool(
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
     ) -> ToolOutcome:
-        return protocol.worker_tool(task, call, turn, number, timeout)
+        return protocol.handle("tool", task, call, turn, number, timeout)
 
     def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
     ) -> dict[str, Any]:
-        return protocol.worker_finish(task, trajectory, model, timeout)
+        return protocol.handle("finish", task, trajectory, model, timeout)
 
     def grade(self, record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
-        return protocol.worker_grade(record, timeout)
+        return protocol.handle("grade", record, timeout)
 
     def shutdown(self) -> None:
         if self.work_root is not None:
@@ -364,7 +364,7 @@ class RayExecutor:
         index = self._pick()
         self.busy[index] += 1
         try:
-            return await self._call(index, "run_rollout", task, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "run_rollout", task, timeout=timeout)
         finally:
             self.busy[index] -= 1
 
@@ -391,7 +391,7 @@ class RayExecutor:
         index = self._owner(task)
         try:
             args = (task, call, turn, number, timeout)
-            return await self._call(index, "tool", *args, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "tool", *args, timeout=timeout)
         except WorkerLost:  # the rollout ends here: finish is never called
             del self.assigned[(task.input_index, task.rollout)]
             self.busy[index] -= 1
@@ -403,7 +403,7 @@ class RayExecutor:
         index = self._owner(task)
         try:
             args = (task, trajectory, model, timeout)
-            return await self._call(index, "finish", *args, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "finish", *args, timeout=timeout)
         finally:
             del self.assigned[(task.input_index, task.rollout)]
             self.busy[index] -= 1
@@ -414,7 +414,7 @@ class RayExecutor:
         index = self._pick()
         self.busy[index] += 1
         try:
-            return await self._call(index, "grade", record, timeout, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "grade", record, timeout, timeout=timeout)
         finally:
             self.busy[index] -= 1
 

@@ -4,10 +4,11 @@ calls (`serve` for a local worker, the Ray actor's methods) through one table of
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,25 +85,27 @@ def worker_ready() -> int:
     return os.getpid()
 
 
-def _in_world(function: Any) -> Any:
-    """A worker entry point: what in-world code prints during the call is captured (returned
-    as the call's second value), and nothing the call started is left running."""
-    import functools
+class _Printed:
+    """What in-world code printed during an `_in_world` block (the record's ``output``)."""
 
+    output: dict[str, Any] | None = None
+
+
+@contextlib.contextmanager
+def _in_world() -> Iterator[_Printed]:
+    """The body of a call that runs env code: what in-world code prints in it is captured (in
+    the yielded `_Printed` once the block ends), and nothing it started is left running."""
     from rlenv.world.reaper import no_leftovers
 
-    @functools.wraps(function)
-    def call(*args: Any) -> Any:
-        runtime = _get()
-        if not runtime.config.live_tools and runtime.config.thread_filter:
-            from rlenv.world import sockets
+    runtime = _get()
+    if not runtime.config.live_tools and runtime.config.thread_filter:
+        from rlenv.world import sockets
 
-            sockets.install(whole_process=False)
-        with CapturedOutput() as captured, no_leftovers():
-            result = function(*args)
-        return result, captured.as_record(runtime.sanitise)
-
-    return call
+        sockets.install(whole_process=False)
+    printed = _Printed()
+    with CapturedOutput() as captured, no_leftovers():
+        yield printed
+    printed.output = captured.as_record(runtime.sanitise)
 
 
 def _get() -> WorldRuntime:
@@ -148,24 +151,25 @@ def _with_output(record: dict[str, Any], output: dict[str, Any] | None) -> dict[
     return record
 
 
-@_in_world
+# -- the calls a worker answers, by name (`HANDLERS`) ---------------------------------------
+
+
 def _run_rollout(task: RolloutTask) -> dict[str, Any]:
+    """A whole rollout, policy in the world; the sealed record."""
     runtime = _get()
-    try:
-        return runtime.run_rollout(task)
-    except RolloutTimeout:  # the timer fired after grading, while the record was being made
-        runtime.release(task)
-        return _timeout_record(task, runtime.config.model_uri or "")
+    with _in_world() as printed:
+        try:
+            record = runtime.run_rollout(task)
+        except RolloutTimeout:  # the timer fired after grading, while the record was being made
+            runtime.release(task)
+            record = _timeout_record(task, runtime.config.model_uri or "")
+    return _with_output(record, printed.output)
 
 
-def worker_run_rollout(task: RolloutTask) -> dict[str, Any]:
-    record, output = _run_rollout(task)
-    return _with_output(record, output)
-
-
-def worker_prepare(task: RolloutTask) -> None:
+def _prepare(task: RolloutTask) -> None:
+    """A fresh snapshot copy for a rollout driven from outside (no env code runs)."""
     _output_path(task).unlink(missing_ok=True)
-    _get().prepare(task)  # a snapshot copy: no env code runs
+    _get().prepare(task)
 
 
 def _prepared(task: RolloutTask) -> None:
@@ -173,81 +177,74 @@ def _prepared(task: RolloutTask) -> None:
     driven from outside: `WorkerConfig.empty_workdir`)."""
     runtime = _get()
     if runtime.snapshot_path is None and not runtime.workdir_of(task).exists():
-        worker_prepare(task)
+        _prepare(task)
 
 
-@_in_world
 def _tool(
-    task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
-) -> ToolOutcome:
-    runtime = _get()
-    with rollout_timer(timeout):
-        outcome = runtime.call_tool(task, call, turn, number)
-        if timed_out():
-            raise RolloutTimeout("rollout timed out")
-        return outcome
-
-
-def worker_tool(
     task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
 ) -> ToolOutcome:
     """One tool call, under what is left of the rollout's time (`timeout` seconds); a tool that
     swallowed the timer's exception still ends the rollout as a timeout."""
     _prepared(task)
-    outcome, output = _tool(task, call, turn, number, timeout)
-    _keep_output(task, output)
-    return outcome  # type: ignore[no-any-return]
-
-
-@_in_world
-def _grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
     runtime = _get()
-    hits, misses = runtime.cache_counts()
-    with rollout_timer(timeout):
-        try:
-            updated = runtime.grade_late(record)
-        except RolloutTimeout:
-            updated = None
-        if updated is None or timed_out():
-            updated = late_grade_lost(record, "timeout", timeout_message(timeout))
-    if runtime.cache is None:
-        return updated, 0, 0
-    return updated, runtime.cache.hits - hits, runtime.cache.misses - misses
+    with _in_world() as printed, rollout_timer(timeout):
+        outcome = runtime.call_tool(task, call, turn, number)
+        if timed_out():
+            raise RolloutTimeout("rollout timed out")
+    _keep_output(task, printed.output)
+    return outcome
 
 
-def worker_grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
-    """A record graded late, with the grader-cache hits and misses it took."""
-    (updated, hits, misses), output = _grade(record, timeout)
-    return _with_output(updated, output), hits, misses
-
-
-@_in_world
 def _finish(
     task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
 ) -> dict[str, Any]:
-    try:
-        with rollout_timer(timeout):
-            return _get().finish(task, trajectory, model)
-    except RolloutTimeout:  # the timer fired after grading, while the record was being made
-        _get().release(task)
-        return _timeout_record(task, model)
-
-
-def worker_finish(
-    task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-) -> dict[str, Any]:
+    """Grade a rollout driven from outside; the sealed record, with all its calls' output."""
     _prepared(task)
-    record, output = _finish(task, trajectory, model, timeout)
-    return _with_output(record, merge_output(_take_output(task), output))
+    runtime = _get()
+    with _in_world() as printed:
+        try:
+            with rollout_timer(timeout):
+                record = runtime.finish(task, trajectory, model)
+        except RolloutTimeout:  # the timer fired after grading, while the record was made
+            runtime.release(task)
+            record = _timeout_record(task, model)
+    return _with_output(record, merge_output(_take_output(task), printed.output))
 
 
-ENTRY_POINTS: dict[str, Callable[..., Any]] = {
-    "run_rollout": worker_run_rollout,
-    "prepare": worker_prepare,
-    "tool": worker_tool,
-    "finish": worker_finish,
-    "grade": worker_grade,
+def _grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
+    """A record graded late, with the grader-cache hits and misses it took."""
+    runtime = _get()
+    with _in_world() as printed:
+        hits, misses = runtime.cache_counts()
+        with rollout_timer(timeout):
+            try:
+                updated = runtime.grade_late(record)
+            except RolloutTimeout:
+                updated = None
+            if updated is None or timed_out():
+                updated = late_grade_lost(record, "timeout", timeout_message(timeout))
+        if runtime.cache is not None:
+            hits, misses = runtime.cache.hits - hits, runtime.cache.misses - misses
+        else:
+            hits, misses = 0, 0
+    return _with_output(updated, printed.output), hits, misses
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "run_rollout": _run_rollout,
+    "prepare": _prepare,
+    "tool": _tool,
+    "finish": _finish,
+    "grade": _grade,
 }
+"""The calls a worker answers, by name: a local worker's `serve` and the Ray actor's methods
+both dispatch through it (`handle`); `rlenv.executors.base.CALLS` and
+`rlenv.executors.replies` know the same names."""
+
+
+def handle(name: str, *args: Any) -> Any:
+    """Answer call `name` in this worker (`init_worker` first)."""
+    return HANDLERS[name](*args)
 
 
 def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
@@ -280,7 +277,7 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         if name == "run_batch":
             _serve_batch(connection, *args)
             continue
-        _answer_call(connection, ENTRY_POINTS[name], *args)
+        _answer_call(connection, HANDLERS[name], *args)
 
 
 def _answer_call(connection: Any, entry: Callable[..., Any], *args: Any) -> None:
@@ -310,5 +307,5 @@ def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
     the orchestrator knows the rollout a death or an overrun happened in without asking this
     process (in-world code could lie): the first one not answered."""
     for task in tasks:
-        _answer_call(connection, worker_run_rollout, task)
+        _answer_call(connection, _run_rollout, task)
     connection.send(("done", None))

@@ -17,10 +17,8 @@ results do not depend on scheduling.
 from __future__ import annotations
 
 import contextlib
-import copy
 import os
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +29,9 @@ from rlenv.agent import (
     ToolCrash,
     ToolOutcome,
     Trajectory,
-    parse_arguments,
     rollout_loop,
     run_sync,
 )
-from rlenv.bounds import OutOfBounds, tool_content
 from rlenv.canonical import directory_manifest
 from rlenv.errors import (
     FixtureMiss,
@@ -55,7 +51,7 @@ from rlenv.grading import (
     verifier_identity,
 )
 from rlenv.inputs import InputRecord, load_inputs
-from rlenv.providers.base import ModelReply, ModelRequest, import_ref
+from rlenv.providers.base import ModelReply
 from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import seal
 from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
@@ -64,37 +60,15 @@ from rlenv.spec import load_spec
 from rlenv.verifiers import VerifierContext, build_verifiers
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
+from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
+from rlenv.worker.scoring import Verdict, rollout_record, ungraded
 from rlenv.worker.timers import install_alarm, rollout_timer, set_phase, timed_out, timeout_message
-from rlenv.worker.tools import (
-    ToolContext,
-    describe,
-    fixture_use,
-    record_errors,
-    tool_schemas,
-    unreachable,
-)
+from rlenv.worker.tools import ToolContext, WorldTools, describe
 from rlenv.world import netguard, snapshot
 from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
-from rlenv.world.replay import FixtureEvent, replay_cassette, spec_indexes
+from rlenv.world.replay import replay_cassette, spec_indexes
 from rlenv.world.scrub import spec_scrubber
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
-
-
-@dataclass
-class Verdict:
-    """What grading a finished rollout found (all empty for an infrastructure error)."""
-
-    changes: dict[str, Any]
-    results: list[dict[str, Any]] = field(default_factory=list)
-    passed: bool | None = None
-    reward: float | None = None
-    reward_error: str | None = None
-    cache_counts: dict[str, int] | None = None
-    status: str | None = None  # verifier_error / reward_error: env code tried to end the process
-    error: str | None = None
-    rewards: dict[str, float | None] | None = None  # the composite reward's components + total
-    traceback: list[str] = field(default_factory=list)  # the env's frames of `error`
-    reward_traceback: list[str] = field(default_factory=list)  # ... of `reward_error`
 
 
 class WorldRuntime:
@@ -132,7 +106,7 @@ class WorldRuntime:
         self.inputs: list[InputRecord] = load_inputs(
             inputs_path, templated=self.loaded.spec.prompt is not None
         )
-        self._load_tools()
+        self.tools = WorldTools(self.loaded, config, self.sanitise)
         judged = any(verifier.type == "judge" for verifier in spec.verifiers)
         if judged:
             from rlenv.verifiers import judge
@@ -161,11 +135,10 @@ class WorldRuntime:
         # or the workdirs are snapshot copies (never reused)
         self._fresh_state: tuple[Any, ...] | None = None
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
-        self.cassette: Any = None
         # no tool, no judge: no recorded HTTP to serve, and nothing to import vcrpy for (a
         # third of a worker's start); HTTP from a policy or verifier meets the network guard
         if not config.live_tools and (spec.tools or judged):
-            self.cassette = self._entered.enter_context(
+            self.tools.cassette = self._entered.enter_context(
                 replay_cassette(
                     spec_indexes(self.loaded, spec_scrubber(self.loaded)),
                     self.work_root / ".replay-none.yaml",
@@ -187,23 +160,6 @@ class WorldRuntime:
         if freeze:
             self._freezer = freeze_python_clock(spec.time)
         install_alarm()
-
-    def _load_tools(self) -> None:
-        tools = self.loaded.spec.tools
-        self.tool_functions = {
-            tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in tools
-        }
-        self.tool_validators = {}
-        if not tools:
-            self.schemas = []
-            return
-        import jsonschema  # ~3 MB a worker without tools does not need
-
-        self.tool_validators = {
-            tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
-            for tool in tools
-        }
-        self.schemas = tool_schemas(self.loaded)
 
     def _open_cache(self, root: Path) -> None:
         """The grader cache, and each verifier's identity (config and source hash) in its keys."""
@@ -279,64 +235,18 @@ class WorldRuntime:
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int
     ) -> ToolOutcome:
         """Validate the call, run the tool in the rollout's workdir, judge its fixture use."""
+        parsed = self.tools.parse(call)
+        if isinstance(parsed, ToolOutcome):  # the model's mistake, answered as the tool's
+            return parsed
+        name, arguments = parsed
         record = self.inputs[task.input_index]
-        function = call.get("function") or {}
-        name = function.get("name")
-        if name not in self.tool_functions:
-            return ToolOutcome(f"error: unknown tool {name!r}", "none", False)
-        try:
-            arguments = parse_arguments(function.get("arguments", ""))
-        except ValueError as exc:
-            return ToolOutcome(f"error: {exc}", "none", False)
-        errors = sorted(
-            self.tool_validators[name].iter_errors(arguments), key=lambda e: list(e.path)
-        )
-        if errors:
-            return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
         workdir = self.workdir_of(task)
         set_phase("tool")
         seed = derive_seed(self.seed_of(task), "tool", turn, number)
         context = ToolContext(
             seed, seed_everything(seed), record.id, task.rollout, workdir, turn, dict(self.services)
         )
-        outcome, events = self._invoke_tool(name, arguments, context)
-        outcome.fixture = fixture_use(name, events)
-        return outcome
-
-    def _invoke_tool(
-        self, name: str, arguments: dict[str, Any], context: ToolContext
-    ) -> tuple[ToolOutcome, list[FixtureEvent]]:
-        """The tool's outcome (fixture use not yet judged), and the fixture events its HTTP
-        produced."""
-        cassette = self.cassette
-        events_before = len(cassette.events) if cassette else 0
-        if cassette is not None:
-            type(cassette).current = name
-        events: list[FixtureEvent] = []
-        with contextlib.chdir(context.workdir):
-            try:
-                with self._recording(name):
-                    result = self.tool_functions[name](arguments, context)
-                outcome = ToolOutcome(tool_content(name, result), "none", True)
-            except RolloutTimeout:
-                raise
-            except OutOfBounds as exc:  # not data the rollout can keep: the tool's failure
-                raise ToolCrash(str(exc)) from None
-            except Exception as exc:  # a fixture miss is judged from the events
-                error = self.sanitise(describe(exc))
-                outcome = ToolOutcome(
-                    f"error: {error}", "none", False, error, env_frames(exc), unreachable(exc)
-                )
-            except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
-                raise ToolCrash(
-                    self.sanitise(f"tool {name}: {describe(exc)}"), env_frames(exc)
-                ) from None
-            finally:
-                if cassette is not None:
-                    type(cassette).current = None
-                    events = cassette.events[events_before:]
-                    del cassette.events[events_before:]
-        return outcome, events
+        return self.tools.run(name, arguments, context)
 
     def grade(
         self,
@@ -357,16 +267,16 @@ class WorldRuntime:
             if only is not None and config.label not in only:
                 continue
             if config.when is not None and not config.when.applies(context.input):
-                results.append(_ungraded(config, NOT_APPLICABLE))
+                results.append(ungraded(config, NOT_APPLICABLE))
                 continue
             if config.cost == "expensive":
                 if not late and self.config.defer_expensive:
-                    results.append(_ungraded(config, PENDING))
+                    results.append(ungraded(config, PENDING))
                     continue
                 if not late and not sampled(
                     self.loaded.spec.seed, input_id, task.rollout, self.config.expensive_fraction
                 ):
-                    results.append(_ungraded(config, SKIPPED))
+                    results.append(ungraded(config, SKIPPED))
                     continue
                 if self.cache is not None:
                     if content is None:
@@ -382,18 +292,6 @@ class WorldRuntime:
                     continue
             results.append(verifier(context).as_dict())
         return results
-
-    def _recording(self, name: str) -> Any:
-        """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""
-        if not self.config.live_tools or not self.config.record_dir:
-            return contextlib.nullcontext()
-        from rlenv.world.record import recording_cassette
-
-        return recording_cassette(
-            Path(self.config.record_dir) / f"{name}.yaml",
-            spec_scrubber(self.loaded),
-            record_errors=record_errors(self.loaded),
-        )
 
     def lost(self, task: RolloutTask, model: str, status: str, error: str) -> dict[str, Any]:
         return lost_record(self.loaded, self.inputs, task, model, status, error)
@@ -421,7 +319,12 @@ class WorldRuntime:
         for result in verdict.results:
             if result["detail"]:
                 result["detail"] = self.sanitise(result["detail"])
-        return seal(self._rollout_record(task, trajectory, model, verdict))
+        record = self.inputs[task.input_index]
+        return seal(
+            rollout_record(
+                record, task, self.seed_of(task), model, trajectory, verdict, self.sanitise
+            )
+        )
 
     def _judge(self, task: RolloutTask, trajectory: Trajectory) -> Verdict:
         """Grade a finished rollout in its workdir (the current directory)."""
@@ -486,51 +389,6 @@ class WorldRuntime:
             if error and not verdict.reward_error:
                 verdict.reward_error = self.sanitise(error)
         return verdict
-
-    def _rollout_record(
-        self, task: RolloutTask, trajectory: Trajectory, model: str, verdict: Verdict
-    ) -> dict[str, Any]:
-        """The results line of a graded rollout (not yet sealed)."""
-        record = self.inputs[task.input_index]
-        output: dict[str, Any] = {
-            "input_id": record.id,
-            "input_index": record.index,
-            "rollout": task.rollout,
-            "seed": self.seed_of(task),
-            "model": model,
-            "status": verdict.status or trajectory.status,
-            "error": self.sanitise(error) if (error := verdict.error or trajectory.error) else None,
-            "messages": trajectory.messages,
-            "tool_calls": trajectory.tool_calls,
-            "answer": trajectory.answer,
-            "verifiers": verdict.results,
-            "passed": verdict.passed,
-            "reward": verdict.reward,
-            "usage": trajectory.usage,
-            "world": verdict.changes,
-        }
-        if verdict.rewards is not None:
-            output["rewards"] = verdict.rewards
-        frames = verdict.traceback if verdict.error else trajectory.traceback
-        if output["error"] and frames:  # only on errors: other records stay as they were
-            output["traceback"] = frames
-        if verdict.reward_error:
-            output["reward_error"] = verdict.reward_error
-            if verdict.reward_traceback:
-                output["reward_traceback"] = verdict.reward_traceback
-        if any(result["detail"] == PENDING for result in verdict.results):
-            output["grading"] = PENDING
-        if verdict.cache_counts is not None:
-            output["timing"] = {"grader_cache": verdict.cache_counts}
-        if trajectory.logprobs is not None:
-            output["logprobs"] = trajectory.logprobs
-        if trajectory.extra:
-            output["extra"] = trajectory.extra
-        if trajectory.kl_parts:
-            from rlenv.policy_shift.kl import merge_shift_records
-
-            output["kl"] = merge_shift_records(trajectory.kl_parts)
-        return output
 
     def grade_late(self, record: dict[str, Any]) -> dict[str, Any]:
         """`rlenv grade`: run a record's deferred verifiers; same result shape as inline."""
@@ -608,24 +466,21 @@ class WorldRuntime:
     def _model_caller(self, task: RolloutTask) -> ModelCall:
         """The in-world policy, called synchronously in the rollout's workdir."""
         record = self.inputs[task.input_index]
-        seed = self.seed_of(task)
-        decoding = _json_copy(self._decoding)
         workdir = self.workdir_of(task)
+        request = request_maker(
+            self.tools.schemas,
+            json_copy(self._decoding),
+            self.seed_of(task),
+            record.id,
+            task.rollout,
+        )
 
         async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
-            request = ModelRequest(
-                messages=_json_copy(current),
-                tools=self.schemas,
-                decoding=decoding,
-                seed=seed,
-                input_id=record.id,
-                rollout=task.rollout,
-                turn=turn,
-            )
+            made = request(current, turn)
             with contextlib.chdir(workdir):
                 set_phase("policy")
                 try:
-                    return self.policy.complete_sync(request)  # type: ignore[no-any-return]
+                    return self.policy.complete_sync(made)  # type: ignore[no-any-return]
                 except (ModelOutputError, RolloutTimeout, FixtureMiss, ToolCrash, PolicyCrash):
                     raise
                 except BaseException as exc:  # SystemExit, KeyboardInterrupt too
@@ -635,34 +490,11 @@ class WorldRuntime:
 
     def _tool_caller(self, task: RolloutTask) -> ToolCall:
         """Tool calls numbered within their turn (the number seeds the tool)."""
-        counters: dict[int, int] = {}
 
-        async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
-            number = counters.get(turn, 0)
-            counters[turn] = number + 1
+        async def call_tool(call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
             return self.call_tool(task, call, turn, number)
 
-        return call_tool
-
-
-def _json_copy(value: Any) -> Any:
-    """A deep copy of JSON-shaped data (messages), several times faster than `copy.deepcopy`;
-    anything else inside (and a structure that refers to itself) goes through deepcopy."""
-    try:
-        return _json_copied(value)
-    except RecursionError:
-        return copy.deepcopy(value)
-
-
-def _json_copied(value: Any) -> Any:
-    kind = type(value)
-    if kind is dict:
-        return {key: _json_copied(item) for key, item in value.items()}
-    if kind is list:
-        return [_json_copied(item) for item in value]
-    if kind is str or kind is int or kind is float or kind is bool or value is None:
-        return value
-    return copy.deepcopy(value)
+        return numbered_tool_calls(call_tool)
 
 
 def _discard(path: Path) -> None:
@@ -674,10 +506,6 @@ def _discard(path: Path) -> None:
             os.unlink(path)
     except OSError:
         pass
-
-
-def _ungraded(config: Any, why: str) -> dict[str, Any]:
-    return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
 
 
 class WorldChecksFailed(Exception):

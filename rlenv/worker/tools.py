@@ -3,13 +3,20 @@ as the model sees them, and how a tool call's errors and fixture use are judged.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv.errors import FixtureMiss
+from rlenv.agent import RolloutTimeout, ToolCrash, ToolOutcome, parse_arguments
+from rlenv.bounds import OutOfBounds, tool_content
+from rlenv.errors import env_frames
+from rlenv.providers.base import import_ref
 from rlenv.spec import LoadedSpec
-from rlenv.world.replay import FixtureEvent
+from rlenv.worker.config import WorkerConfig
+from rlenv.world.replay import FixtureEvent, miss_error
+from rlenv.world.scrub import spec_scrubber
 
 
 @dataclass
@@ -82,10 +89,104 @@ def fixture_use(name: str, events: list[FixtureEvent]) -> str:
     misses = [event for event in events if event.outcome == "miss"]
     if misses:
         first = misses[0]
-        raise FixtureMiss(
-            f"unrecorded request for tool {name!r}: {first.method} {first.url}"
-            + (f" body sha256:{first.body_sha256[:16]}" if first.body_sha256 else "")
-            + " (record it with `rlenv record`, or declare an on_miss fallback)"
-        )
+        raise miss_error(name, first)
     outcomes = {event.outcome for event in events}
     return "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
+
+
+class WorldTools:
+    """The spec's tools in the world: each function imported once, a call checked against its
+    tool's schema, run in the rollout's workdir (its HTTP replayed, or recorded by `rlenv
+    record`), and its fixture use judged."""
+
+    def __init__(
+        self, loaded: LoadedSpec, config: WorkerConfig, sanitise: Callable[[str], str]
+    ) -> None:
+        self.loaded = loaded
+        self.config = config
+        self.sanitise = sanitise
+        self.cassette: Any = None  # the replay cassette, once the world has entered it
+        tools = loaded.spec.tools
+        self.functions = {
+            tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in tools
+        }
+        self.validators: dict[str, Any] = {}
+        self.schemas: list[dict[str, Any]] = []
+        if not tools:
+            return
+        import jsonschema  # ~3 MB a worker without tools does not need
+
+        self.validators = {
+            tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
+            for tool in tools
+        }
+        self.schemas = tool_schemas(loaded)
+
+    def parse(self, call: dict[str, Any]) -> tuple[str, dict[str, Any]] | ToolOutcome:
+        """The tool a call names and its arguments; or, for a call that names no tool or whose
+        arguments do not fit the tool's schema, the error the model gets as the answer."""
+        function = call.get("function") or {}
+        name = function.get("name")
+        if name not in self.functions:
+            return ToolOutcome(f"error: unknown tool {name!r}", "none", False)
+        try:
+            arguments = parse_arguments(function.get("arguments", ""))
+        except ValueError as exc:
+            return ToolOutcome(f"error: {exc}", "none", False)
+        errors = sorted(self.validators[name].iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
+        return name, arguments
+
+    def run(self, name: str, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+        """Run a parsed call in `context.workdir`; its fixture use judged (a miss raises)."""
+        outcome, events = self._invoke(name, arguments, context)
+        outcome.fixture = fixture_use(name, events)
+        return outcome
+
+    def _invoke(
+        self, name: str, arguments: dict[str, Any], context: ToolContext
+    ) -> tuple[ToolOutcome, list[FixtureEvent]]:
+        """The tool's outcome (fixture use not yet judged), and the fixture events its HTTP
+        produced."""
+        cassette = self.cassette
+        events_before = len(cassette.events) if cassette else 0
+        if cassette is not None:
+            type(cassette).current = name
+        events: list[FixtureEvent] = []
+        with contextlib.chdir(context.workdir):
+            try:
+                with self._recording(name):
+                    result = self.functions[name](arguments, context)
+                outcome = ToolOutcome(tool_content(name, result), "none", True)
+            except RolloutTimeout:
+                raise
+            except OutOfBounds as exc:  # not data the rollout can keep: the tool's failure
+                raise ToolCrash(str(exc)) from None
+            except Exception as exc:  # a fixture miss is judged from the events
+                error = self.sanitise(describe(exc))
+                outcome = ToolOutcome(
+                    f"error: {error}", "none", False, error, env_frames(exc), unreachable(exc)
+                )
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
+                raise ToolCrash(
+                    self.sanitise(f"tool {name}: {describe(exc)}"), env_frames(exc)
+                ) from None
+            finally:
+                if cassette is not None:
+                    type(cassette).current = None
+                    events = cassette.events[events_before:]
+                    del cassette.events[events_before:]
+        return outcome, events
+
+    def _recording(self, name: str) -> Any:
+        """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""
+        if not self.config.live_tools or not self.config.record_dir:
+            return contextlib.nullcontext()
+        from rlenv.world.record import recording_cassette
+
+        return recording_cassette(
+            Path(self.config.record_dir) / f"{name}.yaml",
+            spec_scrubber(self.loaded),
+            record_errors=record_errors(self.loaded),
+        )
