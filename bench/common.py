@@ -701,8 +701,8 @@ def _profile_worker(spec: str, model: str, count: int, top: int) -> None:
 
 def _worker_cost(spec: str, model: str, count: int) -> None:
     """CPU per rollout of a frozen-world worker in this process, no profiler, through the
-    entry point a worker serves (`worker_run_rollout`: output capture and the leftover-process
-    check included), after 200 warm-up rollouts; RSS after start."""
+    call a worker answers (`protocol.handle("run_rollout", ...)`: output capture and the
+    leftover-process check included), after 200 warm-up rollouts; RSS after start."""
     cpu = time.process_time  # every thread of this process (the output drains too)
 
     def rss_mb() -> float:
