@@ -42,13 +42,7 @@ from rlenv.errors import (
 )
 from rlenv.files import sys_path
 from rlenv.grading import (
-    NOT_APPLICABLE,
     PENDING,
-    SKIPPED,
-    GraderCache,
-    rollout_hash,
-    sampled,
-    verifier_identity,
 )
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply
@@ -57,11 +51,11 @@ from rlenv.results import seal
 from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
 from rlenv.seeding import derive_seed, seed_everything, seed_globals
 from rlenv.spec import load_spec
-from rlenv.verifiers import VerifierContext, build_verifiers
+from rlenv.verifiers import VerifierContext
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
-from rlenv.worker.scoring import Verdict, rollout_record, ungraded
+from rlenv.worker.scoring import Verdict, Verifiers, rollout_record
 from rlenv.worker.timers import install_alarm, rollout_timer, set_phase, timed_out, timeout_message
 from rlenv.worker.tools import ToolContext, WorldTools, describe
 from rlenv.world import netguard, snapshot
@@ -116,11 +110,8 @@ class WorldRuntime:
                 spec_root=self.loaded.root,
                 record_dir=Path(config.record_dir) if config.record_dir else None,
             )
-        self.verifiers = build_verifiers(list(spec.verifiers))
-        self.cache: GraderCache | None = None
-        self.identities: dict[str, Any] = {}
-        if config.cache_dir:
-            self._open_cache(Path(config.cache_dir))
+        self.verifiers = Verifiers(self.loaded, config)
+        self.cache = self.verifiers.cache
         self.reward = build_reward_model(spec.reward_model, self.loaded.root)
         self.reward_components = build_components(spec.reward)
         self.snapshot_path = self.loaded.snapshot_path
@@ -160,18 +151,6 @@ class WorldRuntime:
         if freeze:
             self._freezer = freeze_python_clock(spec.time)
         install_alarm()
-
-    def _open_cache(self, root: Path) -> None:
-        """The grader cache, and each verifier's identity (config and source hash) in its keys."""
-        from rlenv.env import python_sources
-
-        sources = python_sources(self.loaded)
-        self.cache = GraderCache(root)
-        for verifier_config in self.loaded.spec.verifiers:
-            module = (verifier_config.function or "").split(":", 1)[0]
-            self.identities[verifier_config.label] = verifier_identity(
-                verifier_config, sources.get(module)
-            )
 
     # -- pieces of a rollout -------------------------------------------------------------
 
@@ -248,51 +227,6 @@ class WorldRuntime:
         )
         return self.tools.run(name, arguments, context)
 
-    def grade(
-        self,
-        context: VerifierContext,
-        task: RolloutTask,
-        input_id: str,
-        changes: dict[str, Any],
-        *,
-        only: set[str] | None = None,
-        late: bool = False,
-    ) -> list[dict[str, Any]]:
-        """Run the verifiers in order; expensive ones sampled, deferred or served from cache."""
-        results: list[dict[str, Any]] = []
-        content: str | None = None
-        set_phase("verifier")
-        for verifier in self.verifiers:
-            config = verifier.config
-            if only is not None and config.label not in only:
-                continue
-            if config.when is not None and not config.when.applies(context.input):
-                results.append(ungraded(config, NOT_APPLICABLE))
-                continue
-            if config.cost == "expensive":
-                if not late and self.config.defer_expensive:
-                    results.append(ungraded(config, PENDING))
-                    continue
-                if not late and not sampled(
-                    self.loaded.spec.seed, input_id, task.rollout, self.config.expensive_fraction
-                ):
-                    results.append(ungraded(config, SKIPPED))
-                    continue
-                if self.cache is not None:
-                    if content is None:
-                        content = rollout_hash(
-                            context.answer, context.messages, context.input, changes
-                        )
-                    key = self.cache.key(self.identities[config.label], content)
-                    cached = self.cache.get(key)
-                    if cached is None:
-                        cached = verifier(context).as_dict()
-                        self.cache.put(key, cached)
-                    results.append(cached)
-                    continue
-            results.append(verifier(context).as_dict())
-        return results
-
     def lost(self, task: RolloutTask, model: str, status: str, error: str) -> dict[str, Any]:
         return lost_record(self.loaded, self.inputs, task, model, status, error)
 
@@ -343,7 +277,7 @@ class WorldRuntime:
         verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
         hits, misses = self.cache_counts()
         try:
-            verdict.results = self.grade(context, task, record.id, verdict.changes)
+            verdict.results = self.verifiers.run(context, task, record.id, verdict.changes)
         except VerifierCrash as exc:
             verdict.passed, verdict.status, verdict.error = False, "verifier_error", str(exc)
             verdict.traceback = exc.frames
@@ -408,7 +342,7 @@ class WorldRuntime:
                     seed=int(record["seed"]),
                     frozen_time=self._frozen_time,
                 )
-                results = self.grade(
+                results = self.verifiers.run(
                     context, task, record["input_id"], record["world"], only=pending, late=True
                 )
         except VerifierCrash as exc:
