@@ -89,7 +89,7 @@ def record(
                 ),
             )
         _refuse_broken_recording(scratch / "run" / "results.jsonl")
-        from rlenv.worker import record_errors
+        from rlenv.worker.tools import record_errors
 
         outcome = RecordResult(
             summary={"counts": result.summary["counts"]}, record_errors=record_errors(loaded)

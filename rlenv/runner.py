@@ -23,7 +23,7 @@ from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import InputRecord, select
 from rlenv.integrity import read_baseline
-from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_reference
+from rlenv.providers.base import ModelReply, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import (
     ResultsWriter,
@@ -40,14 +40,11 @@ from rlenv.run_dir import (
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.summary import _Totals, build_summary, world_modes
-from rlenv.worker import (
-    GC_THRESHOLD,
-    RolloutTask,
-    WorkerConfig,
-    lost_record,
-    timeout_message,
-    tool_schemas,
-)
+from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
+from rlenv.worker.lost import lost_record
+from rlenv.worker.policy_calls import numbered_tool_calls, request_maker
+from rlenv.worker.timers import timeout_message
+from rlenv.worker.tools import tool_schemas
 
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: min(concurrency, cores))
@@ -536,9 +533,9 @@ async def _outside_rollout(
     record = prepared.inputs[task.input_index]
     seed = derive_seed(spec.seed, record.id, task.rollout)
     messages = record.messages(spec.system_prompt, spec.prompt)
-    schemas = tool_schemas(prepared.loaded)
-    decoding = spec.decoding.model_dump()
-    counters: dict[int, int] = {}
+    request = request_maker(
+        tool_schemas(prepared.loaded), spec.decoding.model_dump(), seed, record.id, task.rollout
+    )
 
     def remaining() -> float:
         left = deadline - monotonic()
@@ -547,30 +544,22 @@ async def _outside_rollout(
         return left
 
     async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
-        request = ModelRequest(
-            messages=[dict(message) for message in current],
-            tools=schemas,
-            decoding=decoding,
-            seed=seed,
-            input_id=record.id,
-            rollout=task.rollout,
-            turn=turn,
-        )
+        made = request(current, turn)
         left = remaining()
         try:
-            return await asyncio.wait_for(provider.complete(request), left)
+            return await asyncio.wait_for(provider.complete(made), left)
         except TimeoutError:
             raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
 
-    async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
-        number = counters.get(turn, 0)
-        counters[turn] = number + 1
+    async def call_tool(call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
         return await executor.tool(task, call, turn, number, remaining())
 
     await executor.prepare(task)
     deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
     try:
-        trajectory = await rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
+        trajectory = await rollout_loop(
+            messages, spec.limits.max_turns, call_model, numbered_tool_calls(call_tool)
+        )
     except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
         trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
     left = deadline - monotonic()

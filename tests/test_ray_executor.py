@@ -21,7 +21,7 @@ ray = pytest.importorskip("ray")
 from rlenv.errors import RunFailed, UserError  # noqa: E402
 from rlenv.executors.ray import RayExecutor, import_ray  # noqa: E402
 from rlenv.runner import RunResult, RunSettings, run  # noqa: E402
-from rlenv.worker import WorkerConfig  # noqa: E402
+from rlenv.worker.config import WorkerConfig  # noqa: E402
 from tests.chat_server import ChatServer  # noqa: E402
 from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl  # noqa: E402
 

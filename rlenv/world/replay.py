@@ -279,8 +279,14 @@ def missed(state: Any, request: Any) -> FixtureMiss:
     else:
         event = index.event("miss", request)
     state.events.append(event)
+    return miss_error(state.current, event)
+
+
+def miss_error(tool: str | None, event: FixtureEvent) -> FixtureMiss:
+    """The error of a tool's request that no cassette holds: one message, whether the miss
+    ends the request here or, after the tool caught it, its rollout in the worker."""
     return FixtureMiss(
-        f"unrecorded request for tool {state.current!r}: {event.method} {event.url}"
+        f"unrecorded request for tool {tool!r}: {event.method} {event.url}"
         + (f" body sha256:{event.body_sha256[:16]}" if event.body_sha256 else "")
         + " (record it with `rlenv record`, or declare an on_miss fallback)"
     )
