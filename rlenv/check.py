@@ -17,10 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv.canonical import canonical_bytes
+from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import UserError
 from rlenv.jsonl import parse_json_line
-from rlenv.results import CompactRecord, RunDigest, order_key, record_digest
+from rlenv.results import (
+    SCORE_TOLERANCE,
+    CompactRecord,
+    read_results,
+    record_digest,
+    run_outcome_digest,
+)
 
 
 class TamperedRun(UserError):
@@ -239,43 +245,231 @@ def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | list
     return None
 
 
-def read_baseline(run_dir: str | Path, fingerprint: str | None) -> list[CompactRecord]:
-    """The records of a ``--baseline`` run directory (verified as every reader's), in the
-    compact form the metrics read. UserError (one line) when it is not a run directory or
-    its env fingerprint differs from ``fingerprint`` (a baseline must be the same env: same
-    reward model, same verifiers)."""
+class BaselineRecords(list[CompactRecord]):
+    """A ``--baseline`` run's records (compact), with ``source``: the directory as given and
+    its run digest (run.json keeps it, so a reader can judge the run again the same way)."""
+
+    source: dict[str, str]
+
+
+def read_baseline(run_dir: str | Path, fingerprint: str | None) -> BaselineRecords:
+    """The records of a ``--baseline`` run directory, read by :func:`read_verified_run` as
+    every reader's, in the compact form the metrics read. UserError (one line) when it is not
+    a run directory, or not intact, or its env fingerprint differs from ``fingerprint`` (a
+    baseline must be the same env: same reward model, same verifiers)."""
     from rlenv.results import compact_for_metrics
 
     path = Path(run_dir)
-    results = path / "results.jsonl"
-    if not results.is_file():
+    if not (path / "results.jsonl").is_file():
         raise UserError(f"--baseline {path}: no results.jsonl, not a run directory")
-    meta, summary = _read_json(path / "run.json"), _read_json(path / "summary.json")
-    theirs = (summary.get("env") or meta.get("env") or {}).get("fingerprint")
+    try:
+        run = read_verified_run(path)
+    except UserError as exc:
+        raise UserError(f"--baseline {exc}") from None
+    theirs = (run.summary.get("env") or run.meta.get("env") or {}).get("fingerprint")
     if theirs and fingerprint and theirs != fingerprint:
         raise UserError(
             f"--baseline {path}: env fingerprint {str(theirs)[:12]} differs from the run's"
             f" {fingerprint[:12]} (a baseline must be the same env)"
         )
-    per_input = meta.get("rollouts_per_input")
-    records = read_verified(
-        results,
-        rollouts_per_input=per_input if isinstance(per_input, int) else None,
-        inputs=expected_inputs(meta, summary),
-    )
     shared: dict[Any, Any] = {}
-    return [compact_for_metrics(record, shared) for record in records]
+    records = BaselineRecords(compact_for_metrics(record, shared) for record in run.records)
+    records.source = {"run_dir": str(run_dir), "digest": str(run.summary.get("digest"))}
+    return records
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+RUN_JSON_SEAL = "run_json_digest"
+"""summary.json's field holding the digest of run.json's canonical content."""
+NOT_RECOMPUTED = ("rlenv_version", RUN_JSON_SEAL)
+"""summary.json fields not recomputed from the records (the version that wrote it; the seal,
+checked against run.json itself)."""
+
+
+FIRST_COMPARED = ("digest", "outcome_digest", "rollouts", "inputs", "counts")
+"""Compared first: a changed record shows as a changed digest before any number it moves."""
+
+
+def run_json_digest(run_dir: str | Path) -> str:
+    """sha256 of run.json's canonical (RFC 8785) content: whitespace aside, any edit changes it."""
+    path = Path(run_dir) / "run.json"
+    return sha256_bytes(canonical_bytes(_read_object(path)))
+
+
+def seal_run_json(summary: dict[str, Any], run_dir: str | Path) -> dict[str, Any]:
+    """Seal run.json into ``summary`` (its digest under :data:`RUN_JSON_SEAL`), as written
+    beside it: a later edit of run.json's model, fingerprint or settings is then tampering."""
+    summary[RUN_JSON_SEAL] = run_json_digest(run_dir)
+    return summary
+
+
+@dataclass
+class VerifiedRun:
+    """A run directory whose records, summary.json and run.json agree (read_verified_run)."""
+
+    run_dir: Path
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    """In file order; none torn, none twice, each matching its digest."""
+
+
+def read_verified_run(
+    run_dir: str | Path, *, resume: bool = False, prepared: Any = None
+) -> VerifiedRun:
+    """The one reader of a run directory (`rlenv check`, report, compare, grade, --resume,
+    --baseline): every record's digest recomputed, no duplicate and (but on ``resume``) no gap;
+    summary.json recomputed from the records and run.json and compared field by field; run.json
+    against the digest sealed in summary.json. TamperedRun (one line) names the first thing that
+    differs; nothing is written.
+
+    ``resume`` reads an interrupted run: rollouts may be missing and summary.json (rewritten
+    from the records when the run ends) is not read; once the records are verified, a torn
+    last line (a write cut short) is cut off. ``groups`` (per value of an input field) needs
+    the env's inputs: compared only given ``prepared`` (the loaded env)."""
+    path = Path(run_dir)
+    results = path / "results.jsonl"
+    if not path.is_dir() or not results.is_file():
+        raise UserError("not a run directory (no results.jsonl)", where=str(path))
+    meta_path, summary_path = path / "run.json", path / "summary.json"
+    if not meta_path.is_file():
+        raise TamperedRun("missing", where=str(meta_path))
+    if not resume and not summary_path.is_file():
+        raise TamperedRun(
+            "missing (a run that did not finish: --resume it)", where=str(summary_path)
+        )
+    meta = _read_object(meta_path)
+    per_input = meta.get("rollouts_per_input")
+    per_input = (
+        per_input if isinstance(per_input, int) and not isinstance(per_input, bool) else None
+    )
+    if resume:
+        checks = RecordChecks(
+            str(results), rollouts_per_input=per_input, inputs=_inputs_of(meta, {})
+        )
+        for number, record in numbered_records(results):
+            checks.check(number, record)
+        # verified: now a torn last line (a write cut short by a crash) may be cut off
+        return VerifiedRun(path, meta, {}, read_results(results, repair=True))
+    summary = _read_object(summary_path)
+    sealed = summary.get(RUN_JSON_SEAL)
+    if sealed != sha256_bytes(canonical_bytes(meta)):
+        raise TamperedRun(
+            "does not match the digest sealed in summary.json"
+            if sealed
+            else "summary.json holds no seal of run.json (run.json's digest)",
+            where=str(meta_path),
+        )
+    records = [record for _, record in numbered_records(results)]
+    recomputed = recompute_summary(path, meta, summary, records, prepared)
+    _compare_summary(summary, recomputed, summary_path, groups=prepared is not None)
+    return VerifiedRun(path, meta, summary, records)
+
+
+def recompute_summary(
+    run_dir: Path,
+    meta: dict[str, Any],
+    summary: dict[str, Any],
+    records: list[dict[str, Any]],
+    prepared: Any = None,
+) -> dict[str, Any]:
+    """summary.json as `rlenv run` would write it from these records and this run.json (the
+    same function, ``rlenv.summary.build_summary``, which verifies every record on the way:
+    TamperedRun naming results.jsonl's line). The ``--baseline`` the run was judged against
+    is read again (verified) from where run.json says, and must still have its digest."""
+    from types import SimpleNamespace
+
+    from rlenv.summary import build_summary
+
+    if prepared is None:  # what the summary needs of the env: how many inputs there were
+        count = meta.get("inputs")
+        if not isinstance(count, int) or isinstance(count, bool):
+            expected = expected_inputs(meta, summary)
+            count = len(expected) if isinstance(expected, list) else expected or 0
+        prepared = SimpleNamespace(inputs=[SimpleNamespace(id=None, data={})] * count)
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}
+        return build_summary(
+            prepared,
+            {"limit": None, **meta},
+            records,
+            str((meta.get("model") or {}).get("uri")),
+            str(run_dir / "results.jsonl"),
+            baseline=baseline_of(meta, run_dir),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TamperedRun(
+            f"not an rlenv run record ({type(exc).__name__}: {exc})",
+            where=str(run_dir / "run.json"),
+        ) from None
 
 
-SUMMARY_FIELDS = ("rollouts", "inputs", "counts", "pass_rate", "pass_at_k", "pass_hat_k")
+def baseline_of(meta: dict[str, Any], run_dir: Path) -> BaselineRecords | None:
+    """The baseline run.json names (``{"run_dir", "digest"}``), read and verified again."""
+    source = meta.get("baseline")
+    if source is None:
+        return None
+    if not isinstance(source, dict) or not isinstance(source.get("run_dir"), str):
+        raise TamperedRun("baseline is not {run_dir, digest}", where=str(run_dir / "run.json"))
+    fingerprint = (meta.get("env") or {}).get("fingerprint")
+    try:
+        baseline = read_baseline(source["run_dir"], fingerprint)
+    except UserError as exc:
+        raise TamperedRun(
+            f"the run was judged against a baseline that cannot be read again: {exc}",
+            where=str(run_dir / "run.json"),
+        ) from None
+    if baseline.source["digest"] != source.get("digest"):
+        raise TamperedRun(
+            f"its baseline {source['run_dir']} has digest {baseline.source['digest'][:12]},"
+            f" not the {str(source.get('digest'))[:12]} the run was judged against",
+            where=str(run_dir / "run.json"),
+        )
+    return baseline
+
+
+def _compare_summary(
+    summary: dict[str, Any], recomputed: dict[str, Any], where: Path, *, groups: bool
+) -> None:
+    """TamperedRun naming the first field (in summary.json's order, dotted path) whose value
+    is not the one recomputed from the records."""
+    from rlenv.divergence import first_difference
+
+    skipped = set(NOT_RECOMPUTED) | (set() if groups else {"groups"})
+    order = [*FIRST_COMPARED, *recomputed, *summary]  # the digests, then as the summary is built
+    keys = [key for key in dict.fromkeys(order) if key not in skipped]
+    for key in keys:
+        found = first_difference(
+            summary.get(key, "<missing>"), recomputed.get(key, "<missing>"), key
+        )
+        if found:
+            field_path, stored, computed = found
+            raise TamperedRun(
+                f"{field_path} is {_brief(stored)} in summary.json but {_brief(computed)}"
+                " recomputed from results.jsonl and run.json",
+                where=str(where),
+            )
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _inputs_of(meta: dict[str, Any], summary: dict[str, Any]) -> int | list[int] | None:
+    try:
+        return expected_inputs(meta, summary)
+    except (TypeError, ValueError):
+        raise TamperedRun("input_indices is not a list of integers", where="run.json") from None
+
+
+def _read_object(path: Path) -> dict[str, Any]:
+    """A JSON object file, parsed within bounds; UserError (one line) otherwise."""
+    try:  # bounded: a file nested 200,000 deep is a bad input, not a RecursionError
+        value = parse_json_line(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise UserError(f"not readable JSON: {exc}", where=str(path)) from None
+    if not isinstance(value, dict):
+        raise UserError("not a JSON object", where=str(path))
+    return value
 
 
 @dataclass
@@ -285,6 +479,7 @@ class CheckResult:
     run_dir: str
     records: int = 0
     digest: str | None = None
+    outcome_digest: str | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -297,71 +492,82 @@ class CheckResult:
             "ok": self.ok,
             "records": self.records,
             "digest": self.digest,
+            "outcome_digest": self.outcome_digest,
             "problems": self.problems,
         }
 
 
 def check_run(run_dir: str | Path) -> CheckResult:
-    """Verify a run directory: run.json present, every record matches its digest, no duplicate
-    and no gap, and summary.json's digest and numbers equal the ones recomputed from the
-    records. Bad input (not a run directory) is a UserError; tampering is a problem listed."""
-    from rlenv import metrics
-
+    """Verify a run directory with :func:`read_verified_run` (what every reader of a run
+    checks). Bad input (not a run directory, a file that is not JSON) is a UserError;
+    tampering is the problem listed (the first found)."""
     path = Path(run_dir)
     result = CheckResult(str(path))
-    results = path / "results.jsonl"
-    if not path.is_dir() or not results.is_file():
-        raise UserError("not a run directory (no results.jsonl)", where=str(path))
-    meta = _json_object(path / "run.json", result)
-    summary = _json_object(path / "summary.json", result)
-    if meta is None or summary is None:
-        return result
-    per_input = meta.get("rollouts_per_input")
     try:
-        records = read_verified(
-            results,
-            rollouts_per_input=per_input if isinstance(per_input, int) else None,
-            inputs=expected_inputs(meta, summary),
-        )
+        run = read_verified_run(path)
     except TamperedRun as exc:
         result.problems.append(str(exc))
         return result
-    digest = RunDigest()
-    for record in records:
-        digest.add(record)
-    result.records, result.digest = len(records), digest.hexdigest()
-    if summary.get("digest") != result.digest:
-        result.problems.append(
-            f"{path / 'summary.json'}: digest {str(summary.get('digest'))[:12]} is not the"
-            f" records' digest {result.digest[:12]}"
-        )
-    records.sort(key=order_key)
-    diagnostics = metrics.compute_all(records)
-    recomputed = {
-        "rollouts": len(records),
-        "inputs": len({record["input_id"] for record in records}),
-        "counts": diagnostics["counts"]["by_status"],
-        "pass_rate": diagnostics["pass_rate"],
-        "pass_at_k": diagnostics["pass_k"]["pass@k"],
-        "pass_hat_k": diagnostics["pass_k"]["pass^k"],
-    }
-    for key in SUMMARY_FIELDS:
-        if canonical_bytes(summary.get(key)) != canonical_bytes(recomputed[key]):
-            result.problems.append(
-                f"{path / 'summary.json'}: {key} does not match the records"
-                f" ({json.dumps(summary.get(key))[:60]} vs {json.dumps(recomputed[key])[:60]})"
-            )
+    result.records = len(run.records)
+    result.digest = str(run.summary.get("digest"))
+    result.outcome_digest = run.summary.get("outcome_digest") or run_outcome_digest(run.records)
     return result
 
 
-def _json_object(path: Path, result: CheckResult) -> dict[str, Any] | None:
-    if not path.is_file():
-        result.problems.append(f"{path}: missing")
-        return None
-    try:  # bounded: a file nested 200,000 deep is a bad input, not a RecursionError
-        value = parse_json_line(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"not readable JSON: {exc}", where=str(path)) from None
-    if not isinstance(value, dict):
-        raise UserError("not a JSON object", where=str(path))
-    return value
+_TOLERANCE = f"{SCORE_TOLERANCE:.0e}".replace("e-0", "e-")  # "1e-6"
+
+
+@dataclass
+class AgainstResult:
+    """`rlenv check RUN --against OTHER`: both runs verified, then their outcomes compared
+    exactly and their model scores within :data:`rlenv.results.SCORE_TOLERANCE`."""
+
+    run_dir: str
+    other: str
+    outcome_digests: tuple[str, str]
+    difference: dict[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.difference is None
+
+    @property
+    def message(self) -> str:
+        if self.difference is None:
+            return f"same outcomes; scores within {_TOLERANCE}"
+        found = self.difference
+        what = (
+            "outcomes differ"
+            if found["kind"] == "outcome"
+            else f"same outcomes; scores differ by more than {_TOLERANCE}"
+        )
+        return (
+            f"{what} at input {found['input_id']!r} rollout {found['rollout']}:"
+            f" {found['field']} ({_brief(found['a'])} vs {_brief(found['b'])})"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "against": self.other,
+            "ok": self.ok,
+            "message": self.message,
+            "outcome_digests": list(self.outcome_digests),
+            "tolerance": SCORE_TOLERANCE,
+            "difference": self.difference,
+        }
+
+
+def check_against(run_dir: str | Path, other: str | Path) -> AgainstResult:
+    """Verify both runs (:func:`read_verified_run`; TamperedRun names the first problem), then
+    name the first (input, rollout, field) whose outcome differs, else the first model score
+    further apart than the tolerance (DESIGN: "The same outcome on any machine")."""
+    from rlenv.divergence import first_outcome_difference
+
+    mine, theirs = read_verified_run(run_dir), read_verified_run(other)
+    return AgainstResult(
+        str(run_dir),
+        str(other),
+        (run_outcome_digest(mine.records), run_outcome_digest(theirs.records)),
+        first_outcome_difference(mine.records, theirs.records),
+    )
