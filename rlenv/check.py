@@ -280,9 +280,9 @@ def read_baseline(run_dir: str | Path, fingerprint: str | None) -> BaselineRecor
 
 RUN_JSON_SEAL = "run_json_digest"
 """summary.json's field holding the digest of run.json's canonical content."""
-NOT_RECOMPUTED = ("rlenv_version", RUN_JSON_SEAL)
-"""summary.json fields not recomputed from the records (the version that wrote it; the seal,
-checked against run.json itself)."""
+NOT_RECOMPUTED = ("rlenv_version", RUN_JSON_SEAL, "groups")
+"""summary.json fields not recomputed from the records: the version that wrote it, the seal
+(checked against run.json itself), and ``groups`` (it needs the env's input fields)."""
 
 
 FIRST_COMPARED = ("digest", "outcome_digest", "rollouts", "inputs", "counts")
@@ -313,9 +313,7 @@ class VerifiedRun:
     """In file order; none torn, none twice, each matching its digest."""
 
 
-def read_verified_run(
-    run_dir: str | Path, *, resume: bool = False, prepared: Any = None
-) -> VerifiedRun:
+def read_verified_run(run_dir: str | Path, *, resume: bool = False) -> VerifiedRun:
     """The one reader of a run directory (`rlenv check`, report, compare, grade, --resume,
     --baseline): every record's digest recomputed, no duplicate and (but on ``resume``) no gap;
     summary.json recomputed from the records and run.json and compared field by field; run.json
@@ -324,8 +322,8 @@ def read_verified_run(
 
     ``resume`` reads an interrupted run: rollouts may be missing and summary.json (rewritten
     from the records when the run ends) is not read; once the records are verified, a torn
-    last line (a write cut short) is cut off. ``groups`` (per value of an input field) needs
-    the env's inputs: compared only given ``prepared`` (the loaded env)."""
+    last line (a write cut short) is cut off. ``groups`` (per value of an input field) is not
+    compared: it needs the env's inputs, which a reader of a run directory does not load."""
     path = Path(run_dir)
     results = path / "results.jsonl"
     if not path.is_dir() or not results.is_file():
@@ -351,6 +349,7 @@ def read_verified_run(
         # verified: now a torn last line (a write cut short by a crash) may be cut off
         return VerifiedRun(path, meta, {}, read_results(results, repair=True))
     summary = _read_object(summary_path)
+    records = [record for _, record in numbered_records(results)]  # each line parsed, bounded
     sealed = summary.get(RUN_JSON_SEAL)
     if sealed != sha256_bytes(canonical_bytes(meta)):
         raise TamperedRun(
@@ -359,9 +358,8 @@ def read_verified_run(
             else "summary.json holds no seal of run.json (run.json's digest)",
             where=str(meta_path),
         )
-    records = [record for _, record in numbered_records(results)]
-    recomputed = recompute_summary(path, meta, summary, records, prepared)
-    _compare_summary(summary, recomputed, summary_path, groups=prepared is not None)
+    recomputed = recompute_summary(path, meta, summary, records)
+    _compare_summary(summary, recomputed, summary_path)
     return VerifiedRun(path, meta, summary, records)
 
 
@@ -402,6 +400,10 @@ def recompute_summary(
         ) from None
 
 
+_BASELINES_READING: set[str] = set()
+"""The baselines being read (each reads its own baseline in turn): a cycle is refused."""
+
+
 def baseline_of(meta: dict[str, Any], run_dir: Path) -> BaselineRecords | None:
     """The baseline run.json names (``{"run_dir", "digest"}``), read and verified again."""
     source = meta.get("baseline")
@@ -410,6 +412,10 @@ def baseline_of(meta: dict[str, Any], run_dir: Path) -> BaselineRecords | None:
     if not isinstance(source, dict) or not isinstance(source.get("run_dir"), str):
         raise TamperedRun("baseline is not {run_dir, digest}", where=str(run_dir / "run.json"))
     fingerprint = (meta.get("env") or {}).get("fingerprint")
+    key = str(Path(source["run_dir"]).resolve())
+    if key in _BASELINES_READING:  # run.json files naming each other, each sealed
+        raise TamperedRun(f"baseline {key} is its own baseline", where=str(run_dir / "run.json"))
+    _BASELINES_READING.add(key)
     try:
         baseline = read_baseline(source["run_dir"], fingerprint)
     except UserError as exc:
@@ -417,6 +423,8 @@ def baseline_of(meta: dict[str, Any], run_dir: Path) -> BaselineRecords | None:
             f"the run was judged against a baseline that cannot be read again: {exc}",
             where=str(run_dir / "run.json"),
         ) from None
+    finally:
+        _BASELINES_READING.discard(key)
     if baseline.source["digest"] != source.get("digest"):
         raise TamperedRun(
             f"its baseline {source['run_dir']} has digest {baseline.source['digest'][:12]},"
@@ -426,14 +434,12 @@ def baseline_of(meta: dict[str, Any], run_dir: Path) -> BaselineRecords | None:
     return baseline
 
 
-def _compare_summary(
-    summary: dict[str, Any], recomputed: dict[str, Any], where: Path, *, groups: bool
-) -> None:
+def _compare_summary(summary: dict[str, Any], recomputed: dict[str, Any], where: Path) -> None:
     """TamperedRun naming the first field (in summary.json's order, dotted path) whose value
     is not the one recomputed from the records."""
     from rlenv.divergence import first_difference
 
-    skipped = set(NOT_RECOMPUTED) | (set() if groups else {"groups"})
+    skipped = set(NOT_RECOMPUTED)
     order = [*FIRST_COMPARED, *recomputed, *summary]  # the digests, then as the summary is built
     keys = [key for key in dict.fromkeys(order) if key not in skipped]
     for key in keys:

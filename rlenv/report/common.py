@@ -70,16 +70,6 @@ class RunData:
         return run_digest(self.records)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: not readable JSON: {exc}") from None
-    return value if isinstance(value, dict) else {}
-
-
 def load_run(run_dir: str | Path) -> RunData:
     """Read a run directory as every reader does (rlenv.check.read_verified_run: records,
     summary.json and run.json agree); UserError (one line) when it is not a run directory or
