@@ -1,11 +1,15 @@
-"""A digest that is earned: read a run's records while recomputing each one's digest from its
-content, and refuse duplicates and gaps; `rlenv check RUN_DIR` on top (README: "Checking a run").
+"""A run that is earned: the one reader of a run directory, :func:`read_verified_run`, used by
+`rlenv check`, report, compare, grade, watch, --resume and --baseline (README: "Checking a run").
 
-Every reader of results.jsonl that turns records into numbers (the summary, `rlenv grade`,
-`rlenv report`, `rlenv compare`) goes through :func:`verified_records`, so a flipped verdict,
-an edited answer, a duplicated or a deleted line is an error naming the file and line, never a
-changed pass rate. (`rlenv run` reads back only the lines an earlier run left; the lines it
-wrote itself get :meth:`RecordChecks.check_key`, their digests sealed by its workers.)
+It recomputes each record's digest from its content and refuses duplicates and gaps
+(:class:`RecordChecks`), recomputes summary.json from the records and run.json with the
+function that wrote it (rlenv.summary) and names the first field that differs, and checks
+run.json against the digest sealed in summary.json. So a flipped verdict, an edited answer, a
+duplicated or deleted line, an edited reward statistic, flag, error count or verdict, and an
+edited model or fingerprint are each one line naming the file and the field, never a changed
+number. (`rlenv run` reads back only the lines an earlier run left; the lines it wrote itself
+get :meth:`RecordChecks.check_key`, their digests sealed by its workers.) `rlenv check RUN
+--against OTHER` compares two verified runs' outcomes (:class:`AgainstResult`).
 """
 
 from __future__ import annotations
@@ -215,20 +219,6 @@ class RecordChecks:
         for input_id, rollouts in self.rollouts.items():
             absent = set(range(per_input)) - rollouts
             yield input_id, len(absent), min(absent) if absent else -1
-
-
-def read_verified(
-    path: Path, *, rollouts_per_input: int | None = None, inputs: int | Sequence[int] | None = None
-) -> list[dict[str, Any]]:
-    """results.jsonl as a list, through :func:`verified_records`."""
-    return list(
-        verified_records(
-            numbered_records(path),
-            str(path),
-            rollouts_per_input=rollouts_per_input,
-            inputs=inputs,
-        )
-    )
 
 
 def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | list[int] | None:
