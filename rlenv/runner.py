@@ -5,52 +5,46 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import errno
 import functools
 import gc
-import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
-from rlenv.canonical import canonical_bytes
-from rlenv.check import (
-    read_baseline,
-    read_verified_run,
-    seal_run_json,
-)
-from rlenv.clock import monotonic, wall_now
+from rlenv.clock import monotonic
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
-from rlenv.errors import InfraError, RunFailed, UserError, WorkerLost
+from rlenv.errors import InfraError, UserError, WorkerLost
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import InputRecord, select
-from rlenv.providers.base import ModelReply, ModelRequest, Provider, check_reference
+from rlenv.providers.base import ModelReply, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import (
     ResultsWriter,
     iter_results,
-    read_results,
+)
+from rlenv.run_dir import (
+    _discard_if_empty,
+    _open_run_dir,
+    _pretty,
+    _run_dir_lock,
+    _writes_to,
+    default_run_dir,
 )
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.summary import _Totals, build_summary
-from rlenv.version import __version__
-from rlenv.worker import (
-    GC_THRESHOLD,
-    RolloutTask,
-    WorkerConfig,
-    lost_record,
-    timeout_message,
-    tool_schemas,
-)
+from rlenv.verified import read_baseline, seal_run_json
+from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
+from rlenv.worker.lost import lost_record
+from rlenv.worker.policy_calls import numbered_tool_calls, request_maker
+from rlenv.worker.timers import timeout_message
+from rlenv.worker.tools import tool_schemas
 
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: min(concurrency, cores))
@@ -75,28 +69,6 @@ class RunResult:
 
 RETRYABLE = ("infra_error", "timeout")
 """Statuses `--resume --retry-errors` may run again (the model's outcomes are never retried)."""
-RETRIED_FILE = "retried.jsonl"
-"""Where `--retry-errors` keeps the records it replaced (nothing from a run is thrown away)."""
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[-48:] or "model"
-
-
-def default_run_dir(env_name: str, model: str, root: Path = Path("runs")) -> Path:
-    stamp = wall_now().strftime("%Y%m%d-%H%M%S")
-    base = root / env_name / f"{stamp}-{_slug(model.split(':', 1)[-1])}"
-    candidate, number = base, 1
-    while candidate.exists():
-        number += 1
-        candidate = Path(f"{base}-{number}")
-    return candidate
-
-
-def _pretty(value: Any) -> bytes:
-    return (
-        json.dumps(json.loads(canonical_bytes(value)), indent=2, ensure_ascii=False) + "\n"
-    ).encode()
 
 
 def _fewer_collections(function: Callable[..., RunResult]) -> Callable[..., RunResult]:
@@ -112,37 +84,45 @@ def _fewer_collections(function: Callable[..., RunResult]) -> Callable[..., RunR
     return wrapper
 
 
+@dataclass(frozen=True)
+class RunSettings:
+    """How `run` runs an env: everything but the spec and the progress callback (see `run`)."""
+
+    model: str | None = None
+    rollouts: int | None = None
+    limit: int | None = None
+    out: str | Path | None = None
+    concurrency: int = DEFAULT_CONCURRENCY
+    resume: bool = False
+    base_url: str | None = None
+    runs_root: Path = Path("runs")
+    record_dir: Path | None = None
+    service_routes: dict[str, str] | None = None
+    reference: str | None = None
+    expensive_fraction: float = 1.0
+    defer_expensive: bool = False
+    grader_cache: bool | Path = True
+    executor: str = "local"
+    address: str | None = None
+    ids: list[str] | None = None
+    where: dict[str, str] | None = None
+    group_by: str | None = None
+    baseline: str | Path | None = None
+    retry: Iterable[str] = ()
+    retries: int | None = None
+    request_timeout: float | None = None
+    allow_weak_sandbox: bool = False
+
+
 @_fewer_collections
 def run(
     spec_path: str | Path,
+    settings: RunSettings | None = None,
     *,
-    model: str | None = None,
-    rollouts: int | None = None,
-    limit: int | None = None,
-    out: str | Path | None = None,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    resume: bool = False,
-    base_url: str | None = None,
-    runs_root: Path = Path("runs"),
     progress: Callable[[int, int], None] | None = None,
-    record_dir: Path | None = None,
-    service_routes: dict[str, str] | None = None,
-    reference: str | None = None,
-    expensive_fraction: float = 1.0,
-    defer_expensive: bool = False,
-    grader_cache: bool | Path = True,
-    executor: str = "local",
-    address: str | None = None,
-    ids: list[str] | None = None,
-    where: dict[str, str] | None = None,
-    group_by: str | None = None,
-    baseline: str | Path | None = None,
-    retry: Iterable[str] = (),
-    retries: int | None = None,
-    request_timeout: float | None = None,
-    allow_weak_sandbox: bool = False,
 ) -> RunResult:
-    """Run an env against a model; return the run directory and its summary.
+    """Run an env against a model; return the run directory and its summary. `settings` says
+    how (the fields below); `progress(done, total)` is called as rollouts finish.
 
     `executor` is "local" (worker processes on this machine) or "ray" (actors on the Ray cluster
     at `address`: "auto", HOST:PORT or ray://HOST:PORT; default a new local Ray instance); both
@@ -167,68 +147,98 @@ def run(
     limits only where no namespace sandbox works; there it changes results, so run.json records
     it (and `--resume` must give it again).
     """
+    settings = settings or RunSettings()
+    reference = settings.reference
+    retry = settings.retry
     retry = tuple(sorted(set(retry)))
-    _check_options(concurrency, executor, address, rollouts, limit, expensive_fraction)
-    if model and reference:  # a mismatched pair is said before the env is even loaded
-        check_reference(model, reference)
-    _check_retry(retry, resume)
-    purpose: Purpose = "record" if record_dir is not None else "run"
+    _check_options(
+        settings.concurrency,
+        settings.executor,
+        settings.address,
+        settings.rollouts,
+        settings.limit,
+        settings.expensive_fraction,
+    )
+    if settings.model and reference:  # a mismatched pair is said before the env is even loaded
+        check_reference(settings.model, reference)
+    _check_retry(retry, settings.resume)
+    purpose: Purpose = "record" if settings.record_dir is not None else "run"
     # the checks that import the env's modules run in the workers, which import them anyway
-    world_checks = {"purpose": purpose, "model": model, "defer_expensive": defer_expensive}
+    world_checks = {
+        "purpose": purpose,
+        "model": settings.model,
+        "defer_expensive": settings.defer_expensive,
+    }
     prepared = load_environment(
         spec_path,
         purpose=purpose,
-        model=model,
-        defer_expensive=defer_expensive,
+        model=settings.model,
+        defer_expensive=settings.defer_expensive,
         world_checks="workers",
     )
     spec = prepared.loaded.spec
     provider, model_uri, reference = _resolve_policy(
-        prepared, model, reference, base_url, concurrency, retries, request_timeout
+        prepared,
+        settings.model,
+        reference,
+        settings.base_url,
+        settings.concurrency,
+        settings.retries,
+        settings.request_timeout,
     )
-    base = read_baseline(baseline, prepared.fingerprint) if baseline is not None else None
-    rollouts_per_input = rollouts or spec.rollouts
+    base = (
+        read_baseline(settings.baseline, prepared.fingerprint)
+        if settings.baseline is not None
+        else None
+    )
+    rollouts_per_input = settings.rollouts or spec.rollouts
     if check_inputs := getattr(provider, "check_inputs", None):  # replay: lines for no rollout
         check_inputs(prepared.inputs, rollouts_per_input)
-    inputs = select(prepared.inputs, ids=ids, where=where, limit=limit)
-    run_dir = Path(out) if out else default_run_dir(spec.name, model_uri, runs_root)
-    world = world_modes(executor)  # probed now, while this process is small (the probes fork it)
+    inputs = select(prepared.inputs, ids=settings.ids, where=settings.where, limit=settings.limit)
+    run_dir = (
+        Path(settings.out)
+        if settings.out
+        else default_run_dir(spec.name, model_uri, settings.runs_root)
+    )
+    world = world_modes(
+        settings.executor
+    )  # probed now, while this process is small (the probes fork it)
     meta: dict[str, Any] = {
         "env": {"name": spec.name, "version": spec.version, "fingerprint": prepared.fingerprint},
         "model": _model_identity(prepared, provider, model_uri),
         "decoding": spec.decoding.model_dump(),
         "rollouts_per_input": rollouts_per_input,
-        "limit": limit,
+        "limit": settings.limit,
         # only for chosen inputs: run.json of an ordinary run stays as it was
         **(
             {
-                "select": {"ids": ids or None, "where": where or None},
+                "select": {"ids": settings.ids or None, "where": settings.where or None},
                 "input_indices": [record.index for record in inputs],
             }
-            if ids or where
+            if settings.ids or settings.where
             else {}
         ),
         "inputs": len(inputs),
         "reference": reference,
         "spec": str(prepared.loaded.path),
         "world": world,
-        "expensive_fraction": expensive_fraction,
-        "deferred_expensive": defer_expensive,
-        "executor": executor,
+        "expensive_fraction": settings.expensive_fraction,
+        "deferred_expensive": settings.defer_expensive,
+        "executor": settings.executor,
     }
-    if group_by:
-        meta["group_by"] = group_by
-    if base is not None:  # judged against it: a reader reads it again (rlenv.check)
+    if settings.group_by:
+        meta["group_by"] = settings.group_by
+    if base is not None:  # judged against it: a reader reads it again (rlenv.verified)
         meta["baseline"] = base.source
     created = not usable_out(run_dir).exists()
-    weak = allow_weak_sandbox or weak_sandbox_allowed()
+    weak = settings.allow_weak_sandbox or weak_sandbox_allowed()
     if weak and world["sandbox"] == "rlimits":
         meta["allow_weak_sandbox"] = True
     if prepared.calibration is not None:
         # only with a calibration beside the reward model: other runs' run.json stay as they were
         meta["reward_calibration"] = prepared.calibration
-    with _run_dir_lock(run_dir, resume):
-        done = _open_run_dir(run_dir, meta, resume, retry)
+    with _run_dir_lock(run_dir, settings.resume):
+        done = _open_run_dir(run_dir, meta, settings.resume, retry)
         tasks = _pending_tasks(inputs, rollouts_per_input, done)
         total = len(inputs) * rollouts_per_input
         results = run_dir / "results.jsonl"
@@ -239,9 +249,14 @@ def run(
                 work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
                 try:
                     config = _worker_config(
-                        prepared, provider, work_root, record_dir, meta, grader_cache
+                        prepared,
+                        provider,
+                        work_root,
+                        settings.record_dir,
+                        meta,
+                        settings.grader_cache,
                     )
-                    config.service_routes = dict(service_routes or {})
+                    config.service_routes = dict(settings.service_routes or {})
                     config.world_checks = world_checks
                     config.allow_weak_sandbox = weak
                     _run_tasks(
@@ -250,9 +265,9 @@ def run(
                         tasks,
                         config,
                         results,
-                        kind=executor,
-                        address=address,
-                        concurrency=1 if record_dir is not None else concurrency,
+                        kind=settings.executor,
+                        address=settings.address,
+                        concurrency=1 if settings.record_dir is not None else settings.concurrency,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
                         on_line=written.add_line,
                     )
@@ -271,104 +286,10 @@ def run(
                 )
                 atomic_write(run_dir / "summary.json", _pretty(seal_run_json(summary, run_dir)))
         except BaseException:
-            if not resume:
+            if not settings.resume:
                 _discard_if_empty(run_dir, created)
             raise
     return RunResult(run_dir, summary)
-
-
-@contextmanager
-def _writes_to(run_dir: Path) -> Iterator[None]:
-    """A write into the run directory that fails (disk full, quota, file size limit) ends the
-    run with exit code 1 and one line; the finished rollouts stay for --resume."""
-    try:
-        yield
-    except OSError as exc:
-        if exc.filename is not None and not str(exc.filename).startswith(str(run_dir)):
-            raise
-        if exc.filename is None and exc.errno not in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            raise
-        raise RunFailed(
-            f"cannot write to {run_dir}: {exc.strerror}; the finished rollouts are kept:"
-            " make room and continue with --resume"
-        ) from None
-
-
-def _discard_if_empty(run_dir: Path, created: bool) -> None:
-    """A new run that ends before its first rollout is finished leaves nothing behind (no
-    run.json blocking the next `run` on this --out); one with rollouts stays for --resume."""
-    results = run_dir / "results.jsonl"
-    try:
-        if read_results(results):
-            return
-        for name in ("results.jsonl", "run.json"):
-            (run_dir / name).unlink(missing_ok=True)
-        if created:
-            (run_dir / LOCK_NAME).unlink(missing_ok=True)
-            run_dir.rmdir()
-    except OSError:
-        pass
-
-
-LOCK_NAME = ".rlenv.lock"
-# run.json fields that do not change results: where the spec file lives, where rollouts ran and
-# which isolation mechanisms the machine offers (the digest is the same under all of them)
-_RESUME_FREE = frozenset({"spec", "executor", "world", "group_by", "base_url_history"})
-# ... and inside `model`: the endpoint's URL (a model served elsewhere is the same model)
-_RESUME_FREE_MODEL = frozenset({"base_url"})
-
-
-@contextmanager
-def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
-    """Hold RUN_DIR/.rlenv.lock for the whole run: one writer per run directory.
-
-    A second `run` or `--resume` on the directory while it is held is a user error, and it
-    changes nothing there (the lock is an flock: it dies with its holder, even on SIGKILL).
-    """
-    from filelock import FileLock, Timeout
-
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"--out {run_dir} exists and is not a directory")
-    if resume and not (run_dir / "run.json").is_file():
-        raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
-    if not resume and (run_dir / "run.json").exists() and not (run_dir / LOCK_NAME).exists():
-        _refuse_earlier_run(run_dir)  # before the lock file is added to it
-    lock = FileLock(run_dir / LOCK_NAME, timeout=0, preserve_lock_file=True)
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        lock.acquire()
-    except Timeout:  # before OSError: filelock's Timeout is a TimeoutError
-        raise UserError(
-            f"--out {run_dir} is in use by another rlenv run (it holds {LOCK_NAME});"
-            " wait for it to finish or choose another directory"
-        ) from None
-    except OSError as exc:
-        raise UserError(
-            f"--out {run_dir}: cannot create the run directory: {exc.strerror}"
-        ) from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _first_difference(earlier: Any, now: Any, path: str = "") -> str | None:
-    """The dotted name of the first field where two JSON values differ, in the order the
-    current run's settings are listed (a changed --limit is named before the input count it
-    implies), then any field only the earlier run had."""
-    if isinstance(earlier, dict) and isinstance(now, dict):
-        for key in [*now, *(key for key in earlier if key not in now)]:
-            if not path and key in _RESUME_FREE:
-                continue
-            if path == "model." and key in _RESUME_FREE_MODEL:
-                continue
-            found = _first_difference(earlier.get(key), now.get(key), f"{path}{key}.")
-            if found:
-                return found
-        return None
-    if canonical_bytes(earlier) != canonical_bytes(now):
-        return path.rstrip(".") or "run.json"
-    return None
 
 
 def weak_sandbox_allowed() -> bool:
@@ -542,109 +463,6 @@ def _work_parent() -> str | None:
     return None
 
 
-def _open_run_dir(
-    run_dir: Path, meta: dict[str, Any], resume: bool, retry: tuple[str, ...] = ()
-) -> set[tuple[str, int]]:
-    """Create the run directory, or reopen it for --resume; never overwrite an earlier run.
-
-    On resume, records whose status is in `retry` move to retried.jsonl (their rollouts run
-    again), and a new base URL is added to run.json's `base_url_history`.
-    """
-    results = run_dir / "results.jsonl"
-    meta_path = run_dir / "run.json"
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"--out {run_dir} exists and is not a directory")
-    if resume:
-        if not meta_path.is_file():
-            raise UserError(f"--resume: {run_dir} holds no run to resume (no run.json)")
-        try:
-            earlier = json.loads(meta_path.read_text())
-        except (OSError, ValueError, RecursionError) as exc:
-            raise UserError(f"--resume: {meta_path} is not readable JSON: {exc}") from None
-        now = {  # as JSON, in the order the settings are listed
-            key: json.loads(canonical_bytes(value))
-            for key, value in {**meta, "rlenv_version": __version__}.items()
-        }
-        changed = _first_difference(earlier, now)
-        if changed:
-            raise UserError(
-                f"--resume: {run_dir} was started with a different {changed}"
-                f" ({_short(earlier, changed)} then, {_short(now, changed)} now);"
-                " results would mix settings: use another --out"
-            )
-        records = read_verified_run(run_dir, resume=True).records
-        if retry:
-            records = _set_aside(run_dir, records, retry)
-        _note_base_url(meta_path, earlier, now)
-        return {(str(record["input_id"]), int(record["rollout"])) for record in records}
-    if run_dir.exists() and any(entry.name != LOCK_NAME for entry in run_dir.iterdir()):
-        _refuse_earlier_run(run_dir)
-    try:
-        atomic_write(meta_path, _pretty({**meta, "rlenv_version": __version__}))
-        results.touch()
-    except OSError as exc:
-        meta_path.unlink(missing_ok=True)
-        raise UserError(
-            f"--out {run_dir}: cannot write the run directory: {exc.strerror}"
-        ) from None
-    return set()
-
-
-def _refuse_earlier_run(run_dir: Path) -> None:
-    raise UserError(
-        f"--out {run_dir} already holds a run; pass --resume to continue it or choose another"
-        " directory"
-    )
-
-
-def _set_aside(
-    run_dir: Path, records: list[dict[str, Any]], retry: tuple[str, ...]
-) -> list[dict[str, Any]]:
-    """Move the records to retry from results.jsonl to retried.jsonl; return those kept.
-
-    retried.jsonl is appended (and flushed) first, then results.jsonl is replaced atomically:
-    a crash in between leaves a record in both files, never in neither.
-    """
-    from rlenv.results import encode_line
-
-    again = [record for record in records if record.get("status") in retry]
-    if not again:
-        return records
-    kept = [record for record in records if record.get("status") not in retry]
-    with open(run_dir / RETRIED_FILE, "ab") as handle:
-        handle.write(b"".join(encode_line(record) + b"\n" for record in again))
-        handle.flush()
-        os.fsync(handle.fileno())
-    atomic_write(
-        run_dir / "results.jsonl", b"".join(encode_line(record) + b"\n" for record in kept)
-    )
-    return kept
-
-
-def _note_base_url(meta_path: Path, earlier: dict[str, Any], now: dict[str, Any]) -> None:
-    """run.json: the model's base URL is the latest, `base_url_history` every one used (as
-    `public_url` wrote them: no credentials)."""
-    old = (earlier.get("model") or {}).get("base_url")
-    new = (now.get("model") or {}).get("base_url")
-    if old == new:
-        return
-    history = list(earlier.get("base_url_history") or [old])
-    if new not in history:
-        history.append(new)
-    updated = {**earlier, "model": {**earlier["model"], "base_url": new}}
-    updated["base_url_history"] = history
-    atomic_write(meta_path, _pretty(updated))
-
-
-def _short(document: Any, dotted: str) -> str:
-    """A field's value for a message (JSON, cut to 40 characters)."""
-    value = document
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    text = json.dumps(value)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 async def _execute(
     prepared: Environment,
     provider: Provider,
@@ -717,9 +535,9 @@ async def _outside_rollout(
     record = prepared.inputs[task.input_index]
     seed = derive_seed(spec.seed, record.id, task.rollout)
     messages = record.messages(spec.system_prompt, spec.prompt)
-    schemas = tool_schemas(prepared.loaded)
-    decoding = spec.decoding.model_dump()
-    counters: dict[int, int] = {}
+    request = request_maker(
+        tool_schemas(prepared.loaded), spec.decoding.model_dump(), seed, record.id, task.rollout
+    )
 
     def remaining() -> float:
         left = deadline - monotonic()
@@ -728,30 +546,22 @@ async def _outside_rollout(
         return left
 
     async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
-        request = ModelRequest(
-            messages=[dict(message) for message in current],
-            tools=schemas,
-            decoding=decoding,
-            seed=seed,
-            input_id=record.id,
-            rollout=task.rollout,
-            turn=turn,
-        )
+        made = request(current, turn)
         left = remaining()
         try:
-            return await asyncio.wait_for(provider.complete(request), left)
+            return await asyncio.wait_for(provider.complete(made), left)
         except TimeoutError:
             raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
 
-    async def call_tool(call: dict[str, Any], turn: int) -> ToolOutcome:
-        number = counters.get(turn, 0)
-        counters[turn] = number + 1
+    async def call_tool(call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
         return await executor.tool(task, call, turn, number, remaining())
 
     await executor.prepare(task)
     deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
     try:
-        trajectory = await rollout_loop(messages, spec.limits.max_turns, call_model, call_tool)
+        trajectory = await rollout_loop(
+            messages, spec.limits.max_turns, call_model, numbered_tool_calls(call_tool)
+        )
     except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
         trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
     left = deadline - monotonic()

@@ -1,8 +1,9 @@
-"""summary.json: one pass over a run's records (each verified on the way) into counts, pass
-rates, pass@k/pass^k, reward statistics, flags, the verdict, the run digest and the outcome
-digest. `rlenv run` and `rlenv grade` write it; every reader of a run recomputes it from the
-records and run.json to compare (rlenv.check.read_verified_run), so this module imports nothing
-that runs rollouts (no runner, worker, world, sandbox or provider)."""
+"""summary.json: what a run's records add up to (counts, pass rates, rewards, flags, the digest
+and the outcome digest), tallied one record at a time as the runner writes them (`_Totals`) and
+built by `build_summary`, which `rlenv grade` and the benchmarks call too, and with which every
+reader of a run recomputes it to compare (rlenv.verified.read_verified_run): so this module
+imports nothing that runs rollouts (no env, runner, worker, world, sandbox or provider).
+"""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlenv.check import RecordChecks, TamperedRun
-from rlenv.results import CompactRecord, compact_for_metrics, decode_line, digest_in_order, unpacked
+from rlenv.integrity import RecordChecks, TamperedRun
+from rlenv.results import (
+    CompactRecord,
+    compact_for_metrics,
+    decode_line,
+    digest_in_order,
+    unpacked,
+)
 from rlenv.version import __version__
 
 

@@ -135,7 +135,7 @@ def evaluate_checkpoint(
     """Run the held-out env on one checkpoint into ``out_root/step-N`` (a finished run there
     is reused, so a restarted watcher or trainer does not score a checkpoint twice)."""
     from rlenv.check import read_verified_run
-    from rlenv.runner import run
+    from rlenv.runner import RunSettings, run
 
     run_dir = Path(out_root) / f"step-{step}"
     finished = run_dir / "summary.json"
@@ -145,12 +145,14 @@ def evaluate_checkpoint(
     started = time.monotonic()
     result = run(
         spec,
-        model=f"hf:{Path(checkpoint).resolve()}",
-        reference=f"hf:{Path(reference).resolve()}" if reference else None,
-        out=run_dir,
-        limit=limit,
-        rollouts=rollouts,
-        concurrency=concurrency,
+        RunSettings(
+            model=f"hf:{Path(checkpoint).resolve()}",
+            reference=f"hf:{Path(reference).resolve()}" if reference else None,
+            out=run_dir,
+            limit=limit,
+            rollouts=rollouts,
+            concurrency=concurrency,
+        ),
     )
     return Evaluation(step, Path(checkpoint), run_dir, result.summary, time.monotonic() - started)
 
