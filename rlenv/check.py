@@ -1,36 +1,33 @@
-"""A digest that is earned: read a run's records while recomputing each one's digest from its
-content, and refuse duplicates and gaps; `rlenv check RUN_DIR` on top (README: "Checking a run").
-
-Every reader of results.jsonl that turns records into numbers (the summary, `rlenv grade`,
-`rlenv report`, `rlenv compare`) goes through :func:`verified_records`, so a flipped verdict,
-an edited answer, a duplicated or a deleted line is an error naming the file and line, never a
-changed pass rate. (`rlenv run` reads back only the lines an earlier run left; the lines it
-wrote itself get :meth:`RecordChecks.check_key`, their digests sealed by its workers.)
+"""`rlenv check RUN_DIR [--against OTHER]`: a run verified by the one reader every command uses
+(rlenv.verified.read_verified_run), and two runs' outcomes compared (:class:`AgainstResult`).
+README: "Checking a run".
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv.canonical import canonical_bytes
-from rlenv.errors import UserError
-from rlenv.integrity import (  # noqa: F401 - the reader moved below the runner; its names stay
+from rlenv.integrity import (  # noqa: F401 - the record reader lives below the runner; its names stay
     DENSE_ROLLOUTS,
     RecordChecks,
     TamperedRun,
     expected_inputs,
     numbered_records,
-    read_baseline,
-    read_verified,
     verified_records,
 )
-from rlenv.jsonl import parse_json_line
-from rlenv.results import RunDigest, order_key
-
-SUMMARY_FIELDS = ("rollouts", "inputs", "counts", "pass_rate", "pass_at_k", "pass_hat_k")
+from rlenv.results import SCORE_TOLERANCE, run_outcome_digest
+from rlenv.verified import (  # noqa: F401 - the reader's names, as rlenv.check always gave them
+    VerifiedRun,
+    baseline_of,
+    brief,
+    read_baseline,
+    read_verified_run,
+    recompute_summary,
+    run_json_digest,
+    seal_run_json,
+)
 
 
 @dataclass
@@ -40,6 +37,7 @@ class CheckResult:
     run_dir: str
     records: int = 0
     digest: str | None = None
+    outcome_digest: str | None = None
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -52,71 +50,82 @@ class CheckResult:
             "ok": self.ok,
             "records": self.records,
             "digest": self.digest,
+            "outcome_digest": self.outcome_digest,
             "problems": self.problems,
         }
 
 
 def check_run(run_dir: str | Path) -> CheckResult:
-    """Verify a run directory: run.json present, every record matches its digest, no duplicate
-    and no gap, and summary.json's digest and numbers equal the ones recomputed from the
-    records. Bad input (not a run directory) is a UserError; tampering is a problem listed."""
-    from rlenv import metrics
-
+    """Verify a run directory with :func:`read_verified_run` (what every reader of a run
+    checks). Bad input (not a run directory, a file that is not JSON) is a UserError;
+    tampering is the problem listed (the first found)."""
     path = Path(run_dir)
     result = CheckResult(str(path))
-    results = path / "results.jsonl"
-    if not path.is_dir() or not results.is_file():
-        raise UserError("not a run directory (no results.jsonl)", where=str(path))
-    meta = _json_object(path / "run.json", result)
-    summary = _json_object(path / "summary.json", result)
-    if meta is None or summary is None:
-        return result
-    per_input = meta.get("rollouts_per_input")
     try:
-        records = read_verified(
-            results,
-            rollouts_per_input=per_input if isinstance(per_input, int) else None,
-            inputs=expected_inputs(meta, summary),
-        )
+        run = read_verified_run(path)
     except TamperedRun as exc:
         result.problems.append(str(exc))
         return result
-    digest = RunDigest()
-    for record in records:
-        digest.add(record)
-    result.records, result.digest = len(records), digest.hexdigest()
-    if summary.get("digest") != result.digest:
-        result.problems.append(
-            f"{path / 'summary.json'}: digest {str(summary.get('digest'))[:12]} is not the"
-            f" records' digest {result.digest[:12]}"
-        )
-    records.sort(key=order_key)
-    diagnostics = metrics.compute_all(records)
-    recomputed = {
-        "rollouts": len(records),
-        "inputs": len({record["input_id"] for record in records}),
-        "counts": diagnostics["counts"]["by_status"],
-        "pass_rate": diagnostics["pass_rate"],
-        "pass_at_k": diagnostics["pass_k"]["pass@k"],
-        "pass_hat_k": diagnostics["pass_k"]["pass^k"],
-    }
-    for key in SUMMARY_FIELDS:
-        if canonical_bytes(summary.get(key)) != canonical_bytes(recomputed[key]):
-            result.problems.append(
-                f"{path / 'summary.json'}: {key} does not match the records"
-                f" ({json.dumps(summary.get(key))[:60]} vs {json.dumps(recomputed[key])[:60]})"
-            )
+    result.records = len(run.records)
+    result.digest = str(run.summary.get("digest"))
+    result.outcome_digest = run.summary.get("outcome_digest") or run_outcome_digest(run.records)
     return result
 
 
-def _json_object(path: Path, result: CheckResult) -> dict[str, Any] | None:
-    if not path.is_file():
-        result.problems.append(f"{path}: missing")
-        return None
-    try:  # bounded: a file nested 200,000 deep is a bad input, not a RecursionError
-        value = parse_json_line(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"not readable JSON: {exc}", where=str(path)) from None
-    if not isinstance(value, dict):
-        raise UserError("not a JSON object", where=str(path))
-    return value
+_TOLERANCE = f"{SCORE_TOLERANCE:.0e}".replace("e-0", "e-")  # "1e-6"
+
+
+@dataclass
+class AgainstResult:
+    """`rlenv check RUN --against OTHER`: both runs verified, then their outcomes compared
+    exactly and their model scores within :data:`rlenv.results.SCORE_TOLERANCE`."""
+
+    run_dir: str
+    other: str
+    outcome_digests: tuple[str, str]
+    difference: dict[str, Any] | None
+
+    @property
+    def ok(self) -> bool:
+        return self.difference is None
+
+    @property
+    def message(self) -> str:
+        if self.difference is None:
+            return f"same outcomes; scores within {_TOLERANCE}"
+        found = self.difference
+        what = (
+            "outcomes differ"
+            if found["kind"] == "outcome"
+            else f"same outcomes; scores differ by more than {_TOLERANCE}"
+        )
+        return (
+            f"{what} at input {found['input_id']!r} rollout {found['rollout']}:"
+            f" {found['field']} ({brief(found['a'])} vs {brief(found['b'])})"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "run_dir": self.run_dir,
+            "against": self.other,
+            "ok": self.ok,
+            "message": self.message,
+            "outcome_digests": list(self.outcome_digests),
+            "tolerance": SCORE_TOLERANCE,
+            "difference": self.difference,
+        }
+
+
+def check_against(run_dir: str | Path, other: str | Path) -> AgainstResult:
+    """Verify both runs (:func:`read_verified_run`; TamperedRun names the first problem), then
+    name the first (input, rollout, field) whose outcome differs, else the first model score
+    further apart than the tolerance (DESIGN: "The same outcome on any machine")."""
+    from rlenv.divergence import first_outcome_difference
+
+    mine, theirs = read_verified_run(run_dir), read_verified_run(other)
+    return AgainstResult(
+        str(run_dir),
+        str(other),
+        (run_outcome_digest(mine.records), run_outcome_digest(theirs.records)),
+        first_outcome_difference(mine.records, theirs.records),
+    )

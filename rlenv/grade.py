@@ -7,14 +7,13 @@ run's, and every record must come from the run's model.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlenv.check import read_verified
+from rlenv.check import baseline_of, read_verified_run, seal_run_json
 from rlenv.env import load_environment
 from rlenv.errors import UserError, WorkerLost
 from rlenv.executors.local import LocalExecutor
@@ -48,8 +47,11 @@ def grade(
         raise UserError(
             "not a run directory (needs run.json and results.jsonl)", where=str(run_path)
         )
+    # the run as every reader verifies it (records, summary.json and run.json agree), before
+    # the env run.json names is loaded
+    verified = read_verified_run(run_path)
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = verified.meta
         spec_path = meta["spec"]
     except (ValueError, KeyError, TypeError):
         raise UserError("run.json is not an rlenv run record", where=str(meta_path)) from None
@@ -60,12 +62,7 @@ def grade(
             f" {meta['env']['fingerprint'][:12]}…); late grades would mix environments",
             where=str(run_path),
         )
-    records = read_verified(
-        results_path,
-        rollouts_per_input=meta.get("rollouts_per_input"),
-        inputs=meta.get("input_indices")
-        or len(prepared.inputs[: meta["limit"]] if meta.get("limit") else prepared.inputs),
-    )
+    records = verified.records
     model = meta["model"]["uri"]
     others = sorted({str(record.get("model")) for record in records} - {model})
     if others:
@@ -100,8 +97,10 @@ def grade(
         records = [by_key.get((r["input_id"], r["rollout"]), r) for r in records]
         records.sort(key=order_key)
         atomic_write(results_path, b"".join(encode_line(record) + b"\n" for record in records))
-    summary = build_summary(prepared, meta, records, model, str(results_path))
-    atomic_write(run_path / "summary.json", _pretty(summary))
+    summary = build_summary(
+        prepared, meta, records, model, str(results_path), baseline=baseline_of(meta, run_path)
+    )
+    atomic_write(run_path / "summary.json", _pretty(seal_run_json(summary, run_path)))
     return GradeResult(len(pending), hits, misses, summary)
 
 

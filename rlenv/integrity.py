@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.errors import UserError
-from rlenv.results import CompactRecord, record_digest
+from rlenv.results import record_digest
 
 
 class TamperedRun(UserError):
@@ -205,20 +205,6 @@ class RecordChecks:
             yield input_id, len(absent), min(absent) if absent else -1
 
 
-def read_verified(
-    path: Path, *, rollouts_per_input: int | None = None, inputs: int | Sequence[int] | None = None
-) -> list[dict[str, Any]]:
-    """results.jsonl as a list, through :func:`verified_records`."""
-    return list(
-        verified_records(
-            numbered_records(path),
-            str(path),
-            rollouts_per_input=rollouts_per_input,
-            inputs=inputs,
-        )
-    )
-
-
 def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | list[int] | None:
     """Which inputs the run covers: run.json's ``input_indices`` (a run of chosen inputs), its
     ``inputs`` count (written since rlenv 0.2), else summary.json's expected rollouts over the
@@ -231,39 +217,3 @@ def expected_inputs(meta: dict[str, Any], summary: dict[str, Any]) -> int | list
     if isinstance(expected, int) and isinstance(per_input, int) and per_input > 0:
         return expected // per_input
     return None
-
-
-def read_baseline(run_dir: str | Path, fingerprint: str | None) -> list[CompactRecord]:
-    """The records of a ``--baseline`` run directory (verified as every reader's), in the
-    compact form the metrics read. UserError (one line) when it is not a run directory or
-    its env fingerprint differs from ``fingerprint`` (a baseline must be the same env: same
-    reward model, same verifiers)."""
-    from rlenv.results import compact_for_metrics
-
-    path = Path(run_dir)
-    results = path / "results.jsonl"
-    if not results.is_file():
-        raise UserError(f"--baseline {path}: no results.jsonl, not a run directory")
-    meta, summary = _read_json(path / "run.json"), _read_json(path / "summary.json")
-    theirs = (summary.get("env") or meta.get("env") or {}).get("fingerprint")
-    if theirs and fingerprint and theirs != fingerprint:
-        raise UserError(
-            f"--baseline {path}: env fingerprint {str(theirs)[:12]} differs from the run's"
-            f" {fingerprint[:12]} (a baseline must be the same env)"
-        )
-    per_input = meta.get("rollouts_per_input")
-    records = read_verified(
-        results,
-        rollouts_per_input=per_input if isinstance(per_input, int) else None,
-        inputs=expected_inputs(meta, summary),
-    )
-    shared: dict[Any, Any] = {}
-    return [compact_for_metrics(record, shared) for record in records]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}

@@ -1,5 +1,5 @@
 """Run records: the typed record and its statuses, streamed sorted-key JSON lines, the run
-digest, and the first divergence between two runs.
+digest and the run's outcome digest (rlenv.divergence says where two runs differ).
 
 :class:`RolloutRecord` and :class:`Status` are the contract between the worker that writes a
 record, the metrics that score it and the report that shows it (README: "The results record").
@@ -147,13 +147,37 @@ def record_digest(record: dict[str, Any]) -> str:
     return sha256_bytes(canonical_bytes(stable(record)))
 
 
+MODEL_SCORES = ("reward", "rewards", "kl", "logprobs")
+"""Fields computed by floating-point models (the reward model, a composite reward's total, KL
+to the reference, the policy's logprobs): equal on any machine only within
+:data:`SCORE_TOLERANCE`, so they stay out of the outcome digest (DESIGN: "The same outcome
+on any machine")."""
+SCORE_TOLERANCE = 1e-6
+"""How far a model score may differ between machines: relative, or absolute near zero."""
+
+
+def outcome(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The record's outcome: its stable form without the model scores (answers, tool calls,
+    verdicts, statuses...: identical on any machine for python and replay policies)."""
+    return {
+        key: value
+        for key, value in record.items()
+        if key not in VOLATILE_FIELDS and key not in MODEL_SCORES
+    }
+
+
+def outcome_digest(record: Mapping[str, Any]) -> str:
+    """sha256 of the record's canonical outcome (:func:`outcome`)."""
+    return sha256_bytes(canonical_bytes(outcome(record)))
+
+
 def seal(record: dict[str, Any]) -> dict[str, Any]:
     """Add the record's own digest (computed where the record is made, in the workers)."""
     record["digest"] = record_digest(record)
     return record
 
 
-def order_key(record: dict[str, Any]) -> tuple[int, str, int]:
+def order_key(record: Mapping[str, Any]) -> tuple[int, str, int]:
     return (int(record.get("input_index", 0)), str(record["input_id"]), int(record["rollout"]))
 
 
@@ -183,6 +207,13 @@ def run_digest(records: Iterable[dict[str, Any]]) -> str:
     for record in records:
         digest.add(record)
     return digest.hexdigest()
+
+
+def run_outcome_digest(records: Iterable[Mapping[str, Any]]) -> str:
+    """The run's outcome digest: :func:`outcome_digest` of each record, in (input, rollout)
+    order, hashed as the run digest is."""
+    entries = sorted((*order_key(record), outcome_digest(record)) for record in records)
+    return digest_in_order(entry[3] for entry in entries)
 
 
 def encode_line(record: dict[str, Any]) -> bytes:
@@ -330,17 +361,6 @@ def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     return records
 
 
-TRAJECTORY_ORDER = ("messages", "tool_calls", "answer", "verifiers", "passed", "reward", "status")
-
-
-def _keys_in_order(keys: set[str], top: bool) -> list[str]:
-    """Top-level fields in trajectory order (what happened first is reported first)."""
-    if not top:
-        return sorted(keys)
-    first = [key for key in TRAJECTORY_ORDER if key in keys]
-    return first + sorted(keys - set(first))
-
-
 def iter_results(path: Path, end: int | None = None) -> Iterator[dict[str, Any]]:
     """Records of results.jsonl one at a time, stopping at a torn last line (and, given `end`,
     at that byte offset: the lines that were there before a run appended its own)."""
@@ -380,10 +400,11 @@ class CompactRecord(Mapping[str, Any]):
     ``input_index``, ``rollout``, ``status``, ``passed``, ``reward``, ``answer``,
     ``verifiers`` and ``components``; ``usage`` (``{"completion_tokens": N}``) when N is not
     0, ``kl`` and ``rewards`` when the record has them. ``digest`` (the record's own, packed:
-    :func:`unpacked` reads it) is an attribute, not a key.
+    :func:`unpacked` reads it) and ``outcome`` (its :func:`outcome_digest`, packed too) are
+    attributes, not keys.
     """
 
-    __slots__ = (*_COMPACT_KEYS, "tokens", "kl", "rewards", "digest")
+    __slots__ = (*_COMPACT_KEYS, "tokens", "kl", "rewards", "digest", "outcome")
 
     input_id: str
     input_index: int
@@ -398,6 +419,7 @@ class CompactRecord(Mapping[str, Any]):
     kl: Any
     rewards: Any
     digest: Any
+    outcome: Any
 
     def get(self, key: str, default: Any = None) -> Any:
         if key in _COMPACT_KEY_SET:
@@ -466,6 +488,7 @@ def compact_for_metrics(record: Mapping[str, Any], shared: dict[Any, Any]) -> Co
     compact.kl = record.get("kl")
     compact.rewards = record.get("rewards")
     compact.digest = _packed(record.get("digest"))
+    compact.outcome = _packed(outcome_digest(record))
     return compact
 
 
@@ -560,81 +583,3 @@ def _named(error: Any, kind: str) -> str:
     if text.startswith(f"{kind} ") and ": " in text:
         return text.split(": ", 1)[0]
     return f"{kind} ?"
-
-
-def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:
-    if isinstance(left, dict) and isinstance(right, dict):
-        for key in _keys_in_order(set(left) | set(right), top=not path):
-            found = _first_difference(
-                left.get(key), right.get(key), f"{path}.{key}" if path else key
-            )
-            if found:
-                return found
-        return None
-    if isinstance(left, list) and isinstance(right, list):
-        for index in range(max(len(left), len(right))):
-            a = left[index] if index < len(left) else "<missing>"
-            b = right[index] if index < len(right) else "<missing>"
-            found = _first_difference(a, b, f"{path}[{index}]")
-            if found:
-                return found
-        return None
-    if canonical_bytes(left) != canonical_bytes(right):
-        return path, left, right
-    return None
-
-
-def first_divergence(
-    run_a: list[dict[str, Any]], run_b: list[dict[str, Any]]
-) -> dict[str, Any] | None:
-    """The first (input, rollout, turn, field) where two runs differ, or None if identical."""
-    a = {(r["input_id"], r["rollout"]): stable(r) for r in run_a}
-    b = {(r["input_id"], r["rollout"]): stable(r) for r in run_b}
-    ordered = sorted(
-        set(a) | set(b),
-        key=lambda key: order_key(a.get(key) or b.get(key)),  # type: ignore[arg-type]
-    )
-    for key in ordered:
-        left, right = a.get(key), b.get(key)
-        if left is None or right is None:
-            return {
-                "input_id": key[0],
-                "rollout": key[1],
-                "turn": None,
-                "field": "(record)",
-                "a": "present" if left else "missing",
-                "b": "present" if right else "missing",
-            }
-        found = _first_difference(left, right)
-        if found:
-            field, value_a, value_b = found
-            return {
-                "input_id": key[0],
-                "rollout": key[1],
-                "turn": _turn_of(field, left),
-                "field": field,
-                "a": value_a,
-                "b": value_b,
-            }
-    return None
-
-
-def _turn_of(field: str, record: dict[str, Any]) -> int | None:
-    """Which model turn a differing field belongs to (assistant messages before it)."""
-    if field.startswith("messages["):
-        index = int(field[len("messages[") : field.index("]")])
-        return (
-            sum(
-                1
-                for message in record.get("messages", [])[: index + 1]
-                if message.get("role") == "assistant"
-            )
-            - 1
-            if index < len(record.get("messages", []))
-            else None
-        )
-    if field.startswith("tool_calls["):
-        index = int(field[len("tool_calls[") : field.index("]")])
-        calls = record.get("tool_calls", [])
-        return calls[index].get("turn") if index < len(calls) else None
-    return None

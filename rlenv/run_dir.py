@@ -21,6 +21,7 @@ from rlenv.files import atomic_write
 from rlenv.results import (
     read_results,
 )
+from rlenv.verified import read_verified_run
 from rlenv.version import __version__
 
 RETRIED_FILE = "retried.jsonl"
@@ -171,7 +172,7 @@ def _open_run_dir(
                 f" ({_short(earlier, changed)} then, {_short(now, changed)} now);"
                 " results would mix settings: use another --out"
             )
-        records = read_results(results, repair=True)
+        records = read_verified_run(run_dir, resume=True).records
         if retry:
             records = _set_aside(run_dir, records, retry)
         _note_base_url(meta_path, earlier, now)

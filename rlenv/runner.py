@@ -22,7 +22,6 @@ from rlenv.errors import InfraError, UserError, WorkerLost
 from rlenv.executors import Executor, check_executor, make_executor
 from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import InputRecord, select
-from rlenv.integrity import read_baseline
 from rlenv.providers.base import ModelReply, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import (
@@ -39,7 +38,8 @@ from rlenv.run_dir import (
 )
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
-from rlenv.summary import _Totals, build_summary, world_modes
+from rlenv.summary import _Totals, build_summary
+from rlenv.verified import read_baseline, seal_run_json
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import numbered_tool_calls, request_maker
@@ -228,6 +228,8 @@ def run(
     }
     if settings.group_by:
         meta["group_by"] = settings.group_by
+    if base is not None:  # judged against it: a reader reads it again (rlenv.verified)
+        meta["baseline"] = base.source
     created = not usable_out(run_dir).exists()
     weak = settings.allow_weak_sandbox or weak_sandbox_allowed()
     if weak and world["sandbox"] == "rlimits":
@@ -282,7 +284,7 @@ def run(
                     baseline=base,
                     written=written,
                 )
-                atomic_write(run_dir / "summary.json", _pretty(summary))
+                atomic_write(run_dir / "summary.json", _pretty(seal_run_json(summary, run_dir)))
         except BaseException:
             if not settings.resume:
                 _discard_if_empty(run_dir, created)
@@ -567,3 +569,17 @@ async def _outside_rollout(
         trajectory = Trajectory(messages=messages, status="timeout")
     # grading is part of the rollout's time (a timed-out rollout is not graded)
     return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))
+
+
+def world_modes(executor: str = "local") -> dict[str, str]:
+    """Which isolation mechanisms were in force (not part of the digest)."""
+    from rlenv.sandbox import faketime_library, probe_mechanism
+    from rlenv.world.netguard import network_guard_mode
+
+    return {
+        "sandbox": probe_mechanism(),
+        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
+        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
+        "subprocess_clock": "libfaketime" if faketime_library() else "real",
+        "python_clock": "freezegun",
+    }

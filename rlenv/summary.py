@@ -1,6 +1,8 @@
-"""summary.json: what a run's records add up to (counts, pass rates, rewards, flags, the digest),
-tallied one record at a time as the runner writes them (`_Totals`) and built by
-`build_summary`, which `rlenv grade` and the benchmarks call too.
+"""summary.json: what a run's records add up to (counts, pass rates, rewards, flags, the digest
+and the outcome digest), tallied one record at a time as the runner writes them (`_Totals`) and
+built by `build_summary`, which `rlenv grade` and the benchmarks call too, and with which every
+reader of a run recomputes it to compare (rlenv.verified.read_verified_run): so this module
+imports nothing that runs rollouts (no env, runner, worker, world, sandbox or provider).
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlenv.env import Environment
 from rlenv.integrity import RecordChecks, TamperedRun
 from rlenv.results import (
     CompactRecord,
@@ -26,20 +27,6 @@ def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
     from rlenv.policy_shift.hazards import decoding_hazards
 
     return decoding_hazards(meta["decoding"])
-
-
-def world_modes(executor: str = "local") -> dict[str, str]:
-    """Which isolation mechanisms were in force (not part of the digest)."""
-    from rlenv.sandbox import faketime_library, probe_mechanism
-    from rlenv.world.netguard import network_guard_mode
-
-    return {
-        "sandbox": probe_mechanism(),
-        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
-        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
-        "subprocess_clock": "libfaketime" if faketime_library() else "real",
-        "python_clock": "freezegun",
-    }
 
 
 @dataclass
@@ -101,7 +88,7 @@ class _Totals:
 
 
 def build_summary(
-    prepared: Environment,
+    prepared: Any,
     meta: dict[str, Any],
     records: Iterable[dict[str, Any]],
     model_uri: str,
@@ -193,10 +180,11 @@ def build_summary(
             else {}
         ),
         "hazards": _hazards(meta) if meta.get("reference") else [],
-        "world": meta.get("world") or world_modes(meta.get("executor", "local")),
+        "world": meta.get("world") or {},  # run.json has held it since rlenv 0.2
         "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},
         "errors": diagnostics["errors"],
         "flags": diagnostics["flags"],
         "digest": digest,
+        "outcome_digest": digest_in_order(unpacked(row.outcome) for row in totals_compact),
         "rlenv_version": __version__,
     }

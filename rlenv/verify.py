@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlenv.divergence import first_divergence
 from rlenv.errors import RunFailed, UserError
-from rlenv.results import first_divergence, read_results
+from rlenv.results import read_results
 from rlenv.runner import DEFAULT_CONCURRENCY, RunSettings, run
 
 

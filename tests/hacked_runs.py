@@ -22,6 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from rlenv.check import seal_run_json
 from rlenv.results import ResultsWriter, seal
 from rlenv.runner import build_summary
 from rlenv.seeding import derive_seed
@@ -188,6 +189,7 @@ def write_run(
     writer.close()
     prepared = SimpleNamespace(inputs=list(range(len(CAPITALS))))
     summary = build_summary(prepared, meta, records, model)  # type: ignore[arg-type]
+    seal_run_json(summary, run_dir)  # as `rlenv run` seals run.json
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return run_dir
 

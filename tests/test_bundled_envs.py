@@ -12,6 +12,16 @@ import pytest
 from tests.conftest import ROOT, as_written, cli, readme_figures
 
 SEARCH = ROOT / "envs" / "search.yaml"
+FILE_EDIT = ROOT / "envs" / "file_edit.yaml"
+
+OUTCOME_DIGESTS = {
+    SEARCH: "8f6e9f2952694ca3e1eef67d3629e96928bf20effeaa7c759700887295595503",
+    FILE_EDIT: "3bfe30f11b6038960d23eb617511106d6dc9740a96b7c17ab8c3bd7dc79a6a2f",
+}
+"""The bundled envs' outcome digests with their default policies (answers, tool calls, verdicts,
+statuses: no reward-model score). The same on any machine: a machine where one differs fails
+here (DESIGN: "The same outcome on any machine"). The run digest, which holds the reward
+model's float scores, is only compared between two runs on one machine."""
 
 
 def _run(spec: Path, out: Path, *extra: str, concurrency: int = 1) -> dict:
@@ -36,11 +46,18 @@ def test_bundled_env_validates_and_verifies(spec: Path) -> None:
     assert result["identical"] and len(result["digests"]) == 2
 
 
+def test_file_edit_env_outcome_digest_is_the_constant(tmp_path: Path) -> None:
+    summary = _run(FILE_EDIT, tmp_path / "run")
+    assert summary["outcome_digest"] == OUTCOME_DIGESTS[FILE_EDIT], "outcomes differ here"
+    assert cli("check", str(tmp_path / "run")).returncode == 0
+
+
 def test_search_env_two_stage_scoring_and_sanity(tmp_path: Path) -> None:
     assert cli("validate", str(SEARCH)).returncode == 0
     baseline = _run(SEARCH, tmp_path / "baseline", concurrency=2)
     again = _run(SEARCH, tmp_path / "again")
     assert again["digest"] == baseline["digest"], "two runs of the search env differ"
+    assert baseline["outcome_digest"] == OUTCOME_DIGESTS[SEARCH], "outcomes differ on this machine"
     assert baseline["pass_rate"]["value"] >= 0.8
     assert baseline["fixtures"] == {"hit": 80}, "replay only: the service is not running"
     assert baseline["reward"]["count"] == 80

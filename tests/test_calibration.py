@@ -196,6 +196,18 @@ def test_http_reward_model_needs_out_and_scale_must_hold_the_scores(
 # ----------------------------------------------------------------------------- report, compare
 
 
+def _summarise_again(run: Path) -> None:
+    """summary.json rebuilt from the records and the edited run.json, and sealed, as the
+    runner would have written it with that run.json."""
+    from rlenv.check import recompute_summary, seal_run_json
+
+    meta = json.loads((run / "run.json").read_text())
+    old = json.loads((run / "summary.json").read_text())
+    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    summary = seal_run_json(recompute_summary(run, meta, old, records), run)
+    (run / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
 @pytest.fixture(scope="module")
 def calibrated_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunPair, Path]:
     """The clean/hacked pair with LINEAR in run.json (as the runner writes it) and human
@@ -205,6 +217,7 @@ def calibrated_pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunPair, 
         meta = json.loads((run / "run.json").read_text())
         meta["reward_calibration"] = LINEAR
         (run / "run.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        _summarise_again(run)
     records = [json.loads(line) for line in (pair.clean / "results.jsonl").read_text().splitlines()]
     clean_human = pair.clean.parent / "human-step-100.jsonl"
     clean_human.write_text("".join(

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from rlenv import metrics as m
+from rlenv.check import seal_run_json
 from rlenv.metrics.verdict import judge_series
 from rlenv.results import ResultsWriter, seal
 from rlenv.runner import build_summary
@@ -55,7 +56,7 @@ def _write_run(
     writer.close()
     inputs = sorted({r["input_index"] for r in records})
     summary = build_summary(SimpleNamespace(inputs=inputs), meta, records, "python:planted")  # type: ignore[arg-type]
-    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "summary.json").write_text(json.dumps(seal_run_json(summary, run_dir)))
     return run_dir
 
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rlenv import metrics
 from rlenv.canonical import canonical_bytes
-from rlenv.check import RecordChecks, TamperedRun, check_run, verified_records
+from rlenv.check import RecordChecks, TamperedRun, check_run, seal_run_json, verified_records
 from rlenv.env import load_environment
 from rlenv.results import (
     compact_for_metrics,
@@ -89,7 +89,7 @@ def _from_disk(run: Path) -> bytes:
     summary = build_summary(
         prepared, meta, iter_results(results), meta["model"]["uri"], str(results)
     )
-    return _pretty(summary)
+    return _pretty(seal_run_json(summary, run))
 
 
 def test_run_summary_is_the_summary_of_its_file(finished: Path) -> None:

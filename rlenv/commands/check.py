@@ -1,4 +1,5 @@
-"""`rlenv check RUN_DIR`: verify a run directory's integrity (library: rlenv.check)."""
+"""`rlenv check RUN_DIR [--against OTHER_RUN]`: verify a run directory's integrity, or that two
+runs have the same outcomes (library: rlenv.check)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,35 @@ def check(
     run_dir: Annotated[
         Path, typer.Argument(metavar="RUN_DIR", help="Run directory (holds results.jsonl).")
     ],
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            "--against",
+            metavar="OTHER_RUN",
+            help="Another run of the same policy outputs (e.g. on another machine): same"
+            " outcomes, and model scores within 1e-6, or the first difference.",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Verify a run: each record against its digest, no duplicate or missing rollout, and
-    summary.json against the records. Exit 1 on tampering, naming the first problem."""
-    from rlenv.check import check_run
+    """Verify a run: each record against its digest, no duplicate or missing rollout,
+    summary.json recomputed from the records, run.json against its seal. Exit 1 on tampering
+    (or, with --against, on a difference), naming the first problem."""
+    from rlenv.check import TamperedRun, check_against, check_run
 
+    if against is not None:
+        try:
+            compared = check_against(run_dir, against)
+        except TamperedRun as exc:
+            fail(str(exc), 1)
+        if as_json:
+            print_json(compared.as_dict())
+        if not compared.ok:
+            fail(compared.message, 1)
+        if not as_json:
+            typer.echo(compared.message)
+            typer.echo(f"outcome  {compared.outcome_digests[0]}")
+        return
     result = check_run(run_dir)
     if as_json:
         print_json(result.as_dict())
@@ -32,3 +56,4 @@ def check(
         fail(result.problems[0], 1)
     typer.echo(f"ok       {result.records} records match their digests and summary.json")
     typer.echo(f"digest   {result.digest}")
+    typer.echo(f"outcome  {result.outcome_digest}")

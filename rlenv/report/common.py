@@ -70,44 +70,22 @@ class RunData:
         return run_digest(self.records)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: not readable JSON: {exc}") from None
-    return value if isinstance(value, dict) else {}
-
-
 def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory; UserError (one line) when it holds no results.jsonl."""
-    from rlenv.check import expected_inputs, read_verified
+    """Read a run directory as every reader does (rlenv.check.read_verified_run: records,
+    summary.json and run.json agree); UserError (one line) when it is not a run directory or
+    not intact."""
+    from rlenv.check import read_verified_run
 
     path = Path(run_dir)
-    results = path / "results.jsonl"
     if not path.is_dir():
         raise UserError(f"{path}: not a directory (expected a run directory)")
-    if not results.is_file():
+    if not (path / "results.jsonl").is_file():
         raise UserError(f"{path}: no results.jsonl, not a run directory")
-    meta, summary = _read_json(path / "run.json"), _read_json(path / "summary.json")
-    per_input = meta.get("rollouts_per_input")
     try:
-        records = read_verified(
-            results,
-            rollouts_per_input=per_input if isinstance(per_input, int) else None,
-            inputs=expected_inputs(meta, summary),
-        )
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{results}: unreadable: {exc}") from None
-    run = RunData(path, meta, summary, records)
-    written = run.summary.get("digest")
-    if written and records and written != run.digest:
-        run.warnings.append(
-            f"results.jsonl does not match the digest in summary.json ({str(written)[:12]}),"
-            " it changed after the run"
-        )
-    return run
+        run = read_verified_run(path)
+    except OSError as exc:
+        raise UserError(f"{path}: unreadable: {exc}") from None
+    return RunData(path, run.meta, run.summary, run.records)
 
 
 _STEP_NAME = re.compile(r"^(?:step|checkpoint)-(\d+)$")

