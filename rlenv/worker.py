@@ -503,6 +503,7 @@ class WorldRuntime:
         """Run the verifiers in order; expensive ones sampled, deferred or served from cache."""
         results: list[dict[str, Any]] = []
         content: str | None = None
+        crash: VerifierCrash | None = None
         set_phase("verifier")
         for verifier in self.verifiers:
             config = verifier.config
@@ -528,11 +529,23 @@ class WorldRuntime:
                     key = self.cache.key(self.identities[config.label], content)
                     cached = self.cache.get(key)
                     if cached is None:
-                        cached = verifier(context).as_dict()
+                        try:
+                            cached = verifier(context).as_dict()
+                        except VerifierCrash as exc:  # not cached; the others still run
+                            crash = crash or exc
+                            results.append(_ungraded(config, str(exc)))
+                            continue
                         self.cache.put(key, cached)
                     results.append(cached)
                     continue
-            results.append(verifier(context).as_dict())
+            try:
+                results.append(verifier(context).as_dict())
+            except VerifierCrash as exc:  # the rollout is a verifier_error; the others still run
+                crash = crash or exc
+                results.append(_ungraded(config, str(exc)))
+        if crash is not None:
+            crash.results = results
+            raise crash
         return results
 
     def _recording(self, name: str) -> Any:
@@ -587,23 +600,25 @@ class WorldRuntime:
             workdir=workdir,
             seed=seed,
             frozen_time=self._frozen_time,
+            snapshot=self.snapshot_path,
+            snapshot_hashes=dict(self.snapshot_manifest),
         )
         seed_globals(derive_seed(seed, "verifiers"))
         verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
         hits, misses = self.cache_counts()
         try:
             verdict.results = self.grade(context, task, record.id, verdict.changes)
-        except VerifierCrash as exc:
+        except VerifierCrash as exc:  # the other verifiers' results and rewards are kept
             verdict.passed, verdict.status, verdict.error = False, "verifier_error", str(exc)
             verdict.traceback = exc.frames
-            return verdict
+            verdict.results = exc.results
         if self.cache is not None:
             verdict.cache_counts = {
                 "hits": self.cache.hits - hits,
                 "misses": self.cache.misses - misses,
             }
         graded = [result for result in verdict.results if result["passed"] is not None]
-        verdict.passed = all(result["passed"] for result in graded)
+        verdict.passed = verdict.status is None and all(result["passed"] for result in graded)
         if self.reward is None and self.loaded.spec.reward is None:
             return verdict  # no reward model, no composite reward: no prompt to render again
         reward_context = RewardContext(
@@ -701,6 +716,8 @@ class WorldRuntime:
                     workdir=workdir,
                     seed=int(record["seed"]),
                     frozen_time=self._frozen_time,
+                    snapshot=self.snapshot_path,
+                    snapshot_hashes=dict(self.snapshot_manifest),
                 )
                 results = self.grade(
                     context, task, record["input_id"], record["world"], only=pending, late=True
