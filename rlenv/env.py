@@ -479,14 +479,17 @@ def check_leakage(env: Environment) -> None:
     env.warnings.extend(enforce_leakage(env.loaded))
 
 
+STATE_TYPES = ("file_state", "sqlite_state", "json_state")  # graded on the rollout's files
+
+
 def check_deferrable(env: Environment) -> None:
     """With deferred expensive verifiers, none of them needs the rollout's files."""
     if not env.defer_expensive:
         return
     for index, verifier in enumerate(env.loaded.spec.verifiers):
-        if verifier.cost == "expensive" and verifier.type == "file_state":
+        if verifier.cost == "expensive" and verifier.type in STATE_TYPES:
             raise UserError(
-                f"verifiers[{index}]: a file_state verifier cannot be deferred (the rollout's"
+                f"verifiers[{index}]: a {verifier.type} verifier cannot be deferred (the rollout's"
                 " files are gone by `rlenv grade`); run it inline or make it cheap",
                 where=env.where("verifiers", index, "cost"),
             )

@@ -178,6 +178,8 @@ class Verifier(Strict):
         "python_tests",
         "program_cases",
         "judge",
+        "sqlite_state",
+        "json_state",
     ]
     name: str | None = None
     # what to check against: a literal, or a field of the input record
@@ -234,8 +236,12 @@ class Verifier(Strict):
             )
         if (self.type == "judge") != (self.judge is not None):
             raise ValueError("a verifier of type 'judge' needs 'judge' (and only it may have one)")
-        if self.type == "file_state" and self.path is None and self.path_field is None:
-            raise ValueError("verifier of type 'file_state' needs 'path' or 'path_field'")
+        if (
+            self.type in ("file_state", "sqlite_state", "json_state")
+            and self.path is None
+            and self.path_field is None
+        ):
+            raise ValueError(f"verifier of type {self.type!r} needs 'path' or 'path_field'")
         if self.path is not None and (
             Path(self.path).is_absolute() or ".." in Path(self.path).parts
         ):
@@ -370,14 +376,17 @@ class Limits(Strict):
 
 class RewardComponent(Strict):
     """One term of the composite reward: a verifier (its pass as 1/0, or its score), the
-    reward model's score, or a python function ``fn(ctx) -> float`` (ctx as a python reward
-    model's), times `weight`."""
+    reward model's score, or a python function ``fn(prompt, answer, ctx) -> float`` (a python
+    reward model's signature), times `weight`. `fallback`: in training (`rlenv.trl`), the value
+    given when the component cannot score a completion (counted as
+    ``rewards/<name>/errors``); without it, that is an error."""
 
     verifier: str | None = None
     use: Literal["passed", "score"] = "passed"
     reward_model: bool = False
     function: str | None = Field(None, pattern=IMPORT_REF)
     weight: float = 1.0
+    fallback: float | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> RewardComponent:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,8 @@ class VerifierContext:
     workdir: Path
     seed: int
     frozen_time: str | None = None
+    snapshot: Path | None = None  # the pristine snapshot (state verifiers diff against it)
+    snapshot_hashes: dict[str, str] = field(default_factory=dict)  # its files when work began
 
 
 @dataclass
@@ -31,6 +33,7 @@ class VerifierResult:
     score: float
     detail: str | None = None
     traceback: list[str] | None = None  # the env's frames when the verifier itself raised
+    state: dict[str, Any] | None = None  # a state verifier's diff (sqlite_state, json_state)
 
     def as_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {
@@ -42,11 +45,14 @@ class VerifierResult:
         }
         if self.traceback:  # only on a verifier error: other results stay as they were
             result["traceback"] = self.traceback
+        if self.state is not None:
+            result["state"] = self.state
         return result
 
 
-Check = Callable[[VerifierContext], tuple[bool, float, str | None]]
-"""A built verifier: (passed, score, detail) for one rollout."""
+Check = Callable[[VerifierContext], tuple[Any, ...]]
+"""A built verifier: (passed, score, detail) for one rollout, and a state verifier's diff
+as a fourth element."""
 
 
 def expected_value(config: Verifier, context: VerifierContext) -> Any:

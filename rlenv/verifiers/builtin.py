@@ -200,6 +200,12 @@ def _judge(config: Verifier) -> Check:
     return build(config)
 
 
+def _state(config: Verifier) -> Check:
+    from rlenv.verifiers.state import build_json, build_sqlite
+
+    return build_sqlite(config) if config.type == "sqlite_state" else build_json(config)
+
+
 _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "exact_match": _exact,
     "regex": _regex,
@@ -211,6 +217,8 @@ _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "python_tests": _code,
     "program_cases": _code,
     "judge": _judge,
+    "sqlite_state": _state,
+    "json_state": _state,
 }
 
 
@@ -221,8 +229,12 @@ class BuiltVerifier:
 
     def __call__(self, context: VerifierContext) -> VerifierResult:
         frames: list[str] | None = None
+        state: dict[str, Any] | None = None
         try:
-            passed, score, detail = _checked_output(*self.check(context))
+            output = self.check(context)
+            if len(output) == 4:  # a state verifier's diff
+                *output, state = output
+            passed, score, detail = _checked_output(*output)
         except FixtureMiss as exc:  # a judge reply never recorded: no verdict can be given
             raise VerifierCrash(f"verifier {self.config.label}: {exc}") from None
         except Exception as exc:  # a verifier that crashes fails the rollout, not the run
@@ -232,7 +244,9 @@ class BuiltVerifier:
             raise VerifierCrash(
                 f"verifier {self.config.label}: {type(exc).__name__}: {exc}", env_frames(exc)
             ) from None
-        return VerifierResult(self.config.label, self.config.type, passed, score, detail, frames)
+        return VerifierResult(
+            self.config.label, self.config.type, passed, score, detail, frames, state
+        )
 
 
 def _checked_output(passed: Any, score: Any, detail: Any) -> tuple[bool, float, str | None]:
