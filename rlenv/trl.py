@@ -37,6 +37,7 @@ from rlenv.errors import UserError
 from rlenv.grading import NOT_APPLICABLE, SKIPPED
 from rlenv.inputs import InputRecord, load_inputs
 from rlenv.results import VERIFIER_ERROR, Status
+from rlenv.verifiers.judge import Judges
 from rlenv.worker import RolloutTask, WorkerConfig
 
 MODEL = "trl"  # the `model` field of records scored in training
@@ -97,6 +98,8 @@ class FrozenWorld:
         self.loaded = prepared.loaded
         records = _train_records(prepared)
         self.index = {record.id: record.index for record in records}
+        # a judge in record_missing or live mode judges here, outside the world
+        self.judges = Judges(self.loaded, {str(r.id): r.data for r in records}, None)
         self.rollouts: dict[str, int] = {}
         self.work_root = Path(tempfile.mkdtemp(prefix="rlenv-trl-"))
         config = WorkerConfig(
@@ -132,7 +135,8 @@ class FrozenWorld:
 
     def finish(self, task: RolloutTask, trajectory: Trajectory) -> dict[str, Any]:
         timeout = self.loaded.spec.limits.timeout_s
-        return self._run(self.executor.finish(task, trajectory, MODEL, timeout))  # type: ignore[no-any-return]
+        record = self._run(self.executor.finish(task, trajectory, MODEL, timeout))
+        return self.judges.settle(record)
 
     def close(self) -> None:
         executor = getattr(self, "executor", None)
@@ -279,6 +283,7 @@ class _Scorer:
                 task = frozen.task(str(input_id))
                 frozen.prepare(task)
             records.append(frozen.finish(task, trajectory))
+        frozen.judges.close()  # record_missing: this batch's judgments join the cassette
         self.last = (key, records)
         return records
 

@@ -115,3 +115,22 @@ def test_a_declared_fallback_is_returned_and_counted(env_builder: EnvBuilder, ch
     assert correct(**kwargs) == [1.0, 1.0]
     assert ("rewards/quality/errors", 2.0) in logged
     assert ("rewards/correct/errors", 0.0) in logged
+
+
+def test_a_live_judge_grades_new_completions_in_training(
+    env_builder: EnvBuilder, chat: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Judge mode `live`: the completions of a new checkpoint are judged (outside the frozen
+    world) instead of missing."""
+    import rlenv.trl as rt
+
+    spec = judged_spec(env_builder, chat)
+    document = yaml.safe_load(spec.read_text())
+    document["verifiers"][1]["judge"]["mode"] = "live"
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    server = chat()
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    _, quality, _ = rt.reward_funcs(spec)
+    kwargs = {"prompts": PROMPTS, "completions": COMPLETIONS, "rlenv_id": ["t1", "t2"]}
+    assert quality(**kwargs) == [0.8, 0.8]
+    assert len(server.received) == 2

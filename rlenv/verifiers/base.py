@@ -29,8 +29,8 @@ class VerifierContext:
 class VerifierResult:
     name: str
     type: str
-    passed: bool
-    score: float
+    passed: bool | None  # None: not graded (a live judgment still to be made)
+    score: float | None
     detail: str | None = None
     traceback: list[str] | None = None  # the env's frames when the verifier itself raised
     state: dict[str, Any] | None = None  # a state verifier's diff (sqlite_state, json_state)
@@ -48,6 +48,10 @@ class VerifierResult:
         if self.state is not None:
             result["state"] = self.state
         return result
+
+
+class LiveJudgment(Exception):  # noqa: N818 - a signal, not an error
+    """Raised in the world when a judge's judgment must be made live, outside it."""
 
 
 Check = Callable[[VerifierContext], tuple[Any, ...]]

@@ -18,7 +18,13 @@ from rlenv.errors import FixtureMiss, UserError, VerifierCrash, env_frames
 from rlenv.providers.base import import_ref
 from rlenv.results import VERIFIER_ERROR
 from rlenv.spec import Verifier
-from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value
+from rlenv.verifiers.base import (
+    Check,
+    LiveJudgment,
+    VerifierContext,
+    VerifierResult,
+    expected_value,
+)
 from rlenv.verifiers.numbers import Rule, Unreadable, read_gold, read_number
 from rlenv.verifiers.text import skeleton
 
@@ -237,6 +243,10 @@ class BuiltVerifier:
             passed, score, detail = _checked_output(*output)
         except FixtureMiss as exc:  # a judge reply never recorded: no verdict can be given
             raise VerifierCrash(f"verifier {self.config.label}: {exc}") from None
+        except LiveJudgment:  # made by the orchestrator, outside the world
+            from rlenv.verifiers.judge import PENDING_JUDGMENT
+
+            return VerifierResult(self.config.label, self.config.type, None, None, PENDING_JUDGMENT)
         except Exception as exc:  # a verifier that crashes fails the rollout, not the run
             passed, score, detail = False, 0.0, f"{VERIFIER_ERROR}{type(exc).__name__}: {exc}"
             frames = env_frames(exc)
