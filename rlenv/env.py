@@ -37,7 +37,7 @@ from rlenv.extras import check_extras
 from rlenv.files import atomic_write, sys_path
 from rlenv.inputs import InputRecord, check_templates, dataset_rows, load_inputs
 from rlenv.seeding import derive_seed, seed_everything
-from rlenv.spec import LoadedSpec, line_of, load_spec
+from rlenv.spec import LoadedSpec, line_of, load_spec, signature
 
 Purpose = Literal["validate", "run", "record", "grade", "probe"]
 PURPOSES: tuple[Purpose, ...] = ("validate", "run", "record", "grade", "probe")
@@ -181,7 +181,13 @@ def check_cassette_files(env: Environment) -> None:
         except UserError as exc:
             problems.append(exc)
     for index, verifier in enumerate(loaded.spec.verifiers):
-        if verifier.judge is None:
+        if verifier.judge is None or verifier.judge.cassette is None:
+            continue
+        if verifier.judge.mode != "replay":  # it grows as answers are judged: not pinned
+            try:
+                load_cassette(loaded.resolve(verifier.judge.cassette.path))  # if there, readable
+            except UserError as exc:
+                problems.append(exc)
             continue
         try:
             env.file_hashes[f"verifiers.{verifier.label}.cassette"] = _pinned_file(
@@ -364,18 +370,14 @@ def check_policy_importable(env: Environment) -> None:
 # How rlenv calls each python callable of a spec (worker.py, verifiers/builtin.py, rewards.py,
 # providers/python.py): (field, positional arguments, documented signature)
 TOOL_CALL = ("arguments", "ctx")
-TOOL_SIGNATURE = "def tool(arguments: dict, ctx) -> str | JSON value"
+TOOL_SIGNATURE = signature("tool")
 VERIFIER_CALL = ("answer", "input", "ctx")
-VERIFIER_SIGNATURE = (
-    "def check(answer: str | None, input: dict, ctx, **options)"
-    " -> bool | float | (bool, detail) | {passed, score?, detail?}"
-)
+VERIFIER_SIGNATURE = signature("verifier")
 REWARD_CALL = ("prompt", "answer", "ctx")
-REWARD_SIGNATURE = "def score(prompt: list[message], answer: str | None, ctx, **options) -> float"
+REWARD_SIGNATURE = signature("reward_model")
+COMPONENT_SIGNATURE = signature("reward_component")
 POLICY_CALL = ("messages", "tools", "ctx")
-POLICY_SIGNATURE = (
-    "def policy(messages: list[message], tools: list[tool schema], ctx) -> str | message"
-)
+POLICY_SIGNATURE = signature("policy")
 
 
 def _call_problem(function: object, positional: tuple[str, ...], options: dict) -> str | None:
@@ -424,6 +426,19 @@ def check_signatures(env: Environment) -> None:
         checks.append(
             (loc, "reward_model.function", reward.function, REWARD_CALL, options, REWARD_SIGNATURE)
         )
+    for name, component in (spec.reward.components if spec.reward else {}).items():
+        if component.function:
+            loc = ("reward", "components", name, "function")
+            checks.append(
+                (
+                    loc,
+                    f"reward.components.{name}.function",
+                    component.function,
+                    REWARD_CALL,
+                    {},
+                    COMPONENT_SIGNATURE,
+                )
+            )
     uri = spec.model or ""
     if env.purpose in WITH_POLICY and not env.model and uri.startswith("python:"):
         ref = uri[len("python:") :]
@@ -493,6 +508,20 @@ def check_deferrable(env: Environment) -> None:
                 " files are gone by `rlenv grade`); run it inline or make it cheap",
                 where=env.where("verifiers", index, "cost"),
             )
+
+
+def check_system_packages(env: Environment) -> None:
+    """The system packages `rlenv record` needs are installed: libfaketime for `services:`
+    (they run under its frozen clock)."""
+    from rlenv.sandbox.faketime import faketime_library
+
+    if env.loaded.spec.services and faketime_library() is None:
+        raise UserError(
+            "services: libfaketime is not installed; `rlenv record` runs the services under"
+            " its frozen clock (Debian/Ubuntu: apt-get install faketime, or"
+            " scripts/system-deps.sh)",
+            where=env.where("services"),
+        )
 
 
 def check_reward_endpoints(env: Environment) -> None:
@@ -591,6 +620,7 @@ CHECKS: tuple[Check, ...] = (
     Check("leakage", check_leakage, ALL, needs=("inputs", "reward_model_files", "importable")),
     Check("deferrable", check_deferrable, frozenset({"run", "record"}), needs=("importable",)),
     Check("reward_endpoints", check_reward_endpoints, ALL),
+    Check("system_packages", check_system_packages, frozenset({"validate", "record"})),
     Check("seeds_matter", check_seeds_matter, ALL, needs=("inputs",)),
 )
 
@@ -969,6 +999,10 @@ def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
     """sha256 over the canonical spec (without the policy fields) plus the hash of every
     referenced file and env module."""
     spec = {k: v for k, v in loaded.canonical().items() if k not in POLICY_FIELDS}
+    for verifier in spec.get("verifiers") or []:  # a cassette that only grows: the same env
+        judge = verifier.get("judge") if isinstance(verifier, dict) else None
+        if isinstance(judge, dict) and judge.get("mode") in ("record_missing", "live"):
+            judge.pop("cassette", None)
     payload = {
         "spec": spec,
         "files": file_hashes,

@@ -21,6 +21,26 @@ from rlenv.errors import Problems, SpecError, UserError
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
+# How rlenv calls each kind of python callable a spec names: the one statement of it, used by
+# the JSON Schema (`rlenv schema`), the signature checks (`rlenv.env.check_signatures`) and the
+# README's table (a test keeps the three equal): kind -> (call, returns).
+CALLABLES: dict[str, tuple[str, str]] = {
+    "tool": ("tool(arguments: dict, ctx)", "str | JSON value"),
+    "verifier": (
+        "check(answer: str | None, input: dict, ctx, **options)",
+        "bool | float | (bool, detail) | {passed, score?, detail?}",
+    ),
+    "reward_model": ("score(prompt: list[message], answer: str | None, ctx, **options)", "float"),
+    "policy": ("policy(messages: list[message], tools: list[tool schema], ctx)", "str | message"),
+    "reward_component": ("fn(prompt: list[message], answer: str | None, ctx)", "float"),
+}
+
+
+def signature(kind: str) -> str:
+    """``def CALL -> RETURNS`` for a kind of callable (:data:`CALLABLES`)."""
+    call, returns = CALLABLES[kind]
+    return f"def {call} -> {returns}"
+
 
 Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
 DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
@@ -108,7 +128,7 @@ class Tool(Strict):
     name: str = Field(pattern=r"^[A-Za-z_][\w-]*$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    function: str = Field(pattern=IMPORT_REF)
+    function: str = Field(pattern=IMPORT_REF, description=signature("tool"))
     cassette: FileRef | None = None
     on_miss: Literal["error"] | Fallback = "error"
 
@@ -116,11 +136,14 @@ class Tool(Strict):
 class Judge(Strict):
     """A model-graded verifier's judge: an OpenAI-compatible chat model and a rubric (jinja2 over
     the input's fields, ``answer`` and ``prompt``); its replies are recorded by `rlenv record`
-    into ``cassette`` and replayed by `rlenv run`."""
+    into ``cassette`` and replayed by `rlenv run`. ``mode``: ``replay`` (only the cassette),
+    ``record_missing`` (a miss is judged live and appended to the cassette), ``live`` (every
+    answer judged live; no cassette needed)."""
 
     model: str = Field(pattern=r"^openai:\S+$")
     rubric: str
-    cassette: FileRef
+    mode: Literal["replay", "record_missing", "live"] = "replay"
+    cassette: FileRef | None = None
     score_pattern: str = r"(?i)score\s*[:=]\s*(-?\d+(?:\.\d+)?)"
     scale: tuple[float, float] = (0.0, 1.0)
     threshold: float = Field(0.5, ge=0, le=1)
@@ -132,12 +155,19 @@ class Judge(Strict):
     def _checks(self) -> Judge:
         if self.scale[1] <= self.scale[0]:
             raise ValueError("judge.scale: [low, high] with high > low")
+        if self.cassette is None and self.mode != "live":
+            raise ValueError(f"judge mode {self.mode!r} needs a cassette: {{path: ...}}")
         try:
             if re.compile(self.score_pattern).groups < 1:
                 raise ValueError("judge.score_pattern needs a group capturing the number")
         except re.error as exc:
             raise ValueError(f"judge.score_pattern: {exc}") from None
         return self
+
+    @property
+    def cassette_path(self) -> str:
+        """The cassette's path as written in the spec ("" in live mode without one)."""
+        return self.cassette.path if self.cassette is not None else ""
 
 
 class When(Strict):
@@ -200,7 +230,7 @@ class Verifier(Strict):
     all: list[str] = Field(default_factory=list)
     none: list[str] = Field(default_factory=list)
     schema_: dict[str, Any] | None = Field(None, alias="schema")
-    function: str | None = Field(None, pattern=IMPORT_REF)
+    function: str | None = Field(None, pattern=IMPORT_REF, description=signature("verifier"))
     path: str | None = None
     path_field: str | None = None
     sha256: str | None = None
@@ -288,7 +318,7 @@ class RewardModel(Strict):
 
     type: Literal["python", "uri"] | None = None
     uri: str | None = Field(None, pattern=r"^(rm:|hf-rm:|https?://)\S+$")
-    function: str | None = Field(None, pattern=IMPORT_REF)
+    function: str | None = Field(None, pattern=IMPORT_REF, description=signature("reward_model"))
     options: dict[str, Any] = Field(default_factory=dict)
     train_data: FileRef | None = None
     training_prompts: FileRef | None = None
@@ -384,7 +414,9 @@ class RewardComponent(Strict):
     verifier: str | None = None
     use: Literal["passed", "score"] = "passed"
     reward_model: bool = False
-    function: str | None = Field(None, pattern=IMPORT_REF)
+    function: str | None = Field(
+        None, pattern=IMPORT_REF, description=signature("reward_component")
+    )
     weight: float = 1.0
     fallback: float | None = None
 
@@ -434,7 +466,9 @@ class EnvSpec(Strict):
     description: str = ""
     seed: int = Field(ge=-SAFE_INTEGER, le=SAFE_INTEGER)
     time: datetime
-    model: str | None = None
+    model: str | None = Field(  # a policy URI; a python: policy is called as below
+        None, description="policy URI; python:pkg.mod:fn is " + signature("policy")
+    )
     reference: str | None = None
     decoding: Decoding = Field(default_factory=Decoding)  # type: ignore[arg-type]
     system_prompt: str | None = None
@@ -534,6 +568,14 @@ class LoadedSpec:
         data: dict[str, Any] = json.loads(self.spec.model_dump_json(by_alias=True))
         if not data.get("services"):
             data.pop("services", None)
+        # fields added later, at their defaults, leave the fingerprint as it was
+        for verifier in data.get("verifiers") or []:
+            judge = verifier.get("judge") or {}
+            if judge.get("mode") == "replay":
+                judge.pop("mode")
+        for component in ((data.get("reward") or {}).get("components") or {}).values():
+            if component.get("fallback") is None:
+                component.pop("fallback", None)
         return data
 
 
@@ -568,6 +610,29 @@ def line_of(loaded: LoadedSpec, loc: tuple[Any, ...]) -> int | None:
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     return _line_of(node, loc)
+
+
+def _hash_hint(spec_path: Path, raw: Any, loc: tuple[Any, ...], error: Any) -> str:
+    """For a missing ``sha256`` whose ``path`` exists: the hash to pin, and how."""
+    if error["type"] != "missing" or not loc or loc[-1] != "sha256":
+        return ""
+    node = raw
+    for part in loc[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return ""
+    relative = node.get("path") if isinstance(node, dict) else None
+    if not isinstance(relative, str) or not relative:
+        return ""
+    from rlenv.canonical import manifest_hash, sha256_file
+
+    target = spec_path.resolve().parent / relative
+    try:
+        digest = manifest_hash(target) if target.is_dir() else sha256_file(target)
+    except OSError:
+        return ""
+    return f"; {relative} has sha256 {digest} (`rlenv pin {spec_path}` writes it)"
 
 
 def _describe(error: Any) -> str:
@@ -731,6 +796,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
             loc = _strip_union_noise(tuple(error["loc"]))
             line = _line_of(node, loc)
             where = f"{spec_path}:{line}" if line else str(spec_path)
-            problems.append(SpecError(f"{_format_loc(loc)}: {_describe(error)}", where=where))
+            described = _describe(error) + _hash_hint(spec_path, raw, loc, error)
+            problems.append(SpecError(f"{_format_loc(loc)}: {described}", where=where))
         raise (problems[0] if len(problems) == 1 else Problems(problems)) from None
     return LoadedSpec(spec, spec_path.resolve(), raw)
