@@ -239,8 +239,8 @@ class BuiltVerifier:
         try:
             output = self.check(context)
             if len(output) == 4:  # a state verifier's diff
-                *output, state = output
-            passed, score, detail = _checked_output(*output)
+                state = output[3]
+            passed, score, detail = _checked_output(*output[:3])
         except FixtureMiss as exc:  # a judge reply never recorded: no verdict can be given
             raise VerifierCrash(f"verifier {self.config.label}: {exc}") from None
         except LiveJudgment:  # made by the orchestrator, outside the world
