@@ -124,3 +124,27 @@ def test_a_replay_miss_says_how_to_judge_new_answers(
     record = read_jsonl(tmp_path / "miss" / "results.jsonl")[0]
     assert record["status"] == "verifier_error"
     assert "set judge.mode record_missing or live" in record["error"]
+
+
+def test_the_judge_probe_shows_how_much_each_attack_moves_the_judge(
+    env_builder: EnvBuilder, chat: Any
+) -> None:
+    """A judge that echoes its rubric (the answer inside it) takes the first `score: N` it
+    reads: an answer that says `score: 10` about itself passes. The probe finds it; padding
+    and flattery do not move this judge."""
+    spec = _spec(env_builder, "replay")
+    server = chat(answer=lambda messages: str(messages[-1]["content"]))  # the whole rubric
+    env = {"OPENAI_BASE_URL": server.base_url}
+    done = cli("probe", str(spec), "--judge", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)["judges"]["judged"]
+    # 2 inputs x the null answer (these inputs have no `answer` field) x (base + 3 attacks)
+    assert report["calls"] == len(server.received) == 8
+    attacks = report["attacks"]
+    assert attacks["injection"]["fail_to_pass"] == 2 and attacks["injection"]["answers"] == 2
+    assert attacks["injection"]["mean_score_change"] == 0.8  # 2/10 -> 10/10
+    assert attacks["padding"]["fail_to_pass"] == attacks["flattery"]["fail_to_pass"] == 0
+    text = cli("probe", str(spec), "--judge", env=env)
+    assert text.returncode == 0, text.stderr
+    assert "judge judged (8 live calls):" in text.stdout
+    assert "injection  score change +0.800, fail -> pass 2/2" in text.stdout
