@@ -652,6 +652,8 @@ class WorldRuntime:
             )
             if error and not verdict.reward_error:
                 verdict.reward_error = self.sanitise(error)
+            if verdict.status == "verifier_error":  # the parts that scored; never a partial total
+                verdict.rewards["total"] = None
         return verdict
 
     def _rollout_record(

@@ -134,3 +134,23 @@ def test_a_live_judge_grades_new_completions_in_training(
     kwargs = {"prompts": PROMPTS, "completions": COMPLETIONS, "rlenv_id": ["t1", "t2"]}
     assert quality(**kwargs) == [0.8, 0.8]
     assert len(server.received) == 2
+
+
+def test_in_a_run_a_judge_miss_keeps_the_other_verdicts_and_no_partial_total(
+    env_builder: EnvBuilder, chat: Any, tmp_path: Path
+) -> None:
+    from tests.conftest import read_jsonl
+
+    spec = judged_spec(env_builder, chat)
+    document = yaml.safe_load(spec.read_text())
+    document["verifiers"][1]["judge"]["rubric"] += " Be strict."
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    done = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json")
+    assert done.returncode == 1  # no verdict for the judge: the run says so
+    record = read_jsonl(tmp_path / "run" / "results.jsonl")[0]
+    assert record["status"] == "verifier_error" and record["passed"] is False
+    exact, judged = record["verifiers"]
+    assert exact["passed"] is True  # kept, not dropped with the judge's miss
+    assert judged["passed"] is None and "was never recorded" in judged["detail"]
+    assert record["rewards"]["correct"] == 1.0 and record["rewards"]["quality"] is None
+    assert record["rewards"]["total"] is None  # never a partial total

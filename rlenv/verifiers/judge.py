@@ -329,9 +329,11 @@ class Judges:
                 )
                 try:
                     reply = self._reply(config, request)
-                except Exception as exc:
+                except Exception as exc:  # no verdict can be given: the rollout does not pass
                     detail = f"judge {config.label}: no live judgment ({type(exc).__name__}: {exc})"
                     results[index] = {**result, "detail": detail}
+                    if record.get("status") != "verifier_error":
+                        record["status"], record["error"] = "verifier_error", detail
                     continue
                 passed, score, detail = verdict_of(config.judge, reply)
                 results[index] = {**result, "passed": passed, "score": score, "detail": detail}
@@ -366,8 +368,8 @@ def _regraded(loaded: LoadedSpec, record: dict[str, Any]) -> dict[str, Any]:
 
     results = record.get("verifiers") or []
     graded = [r for r in results if r.get("passed") is not None]
-    if record.get("status") != "verifier_error":  # as the worker decides it
-        record["passed"] = all(r["passed"] for r in graded)
+    failed = record.get("status") == "verifier_error"
+    record["passed"] = not failed and all(r["passed"] for r in graded)  # as the worker decides
     reward = loaded.spec.reward
     rewards = record.get("rewards")
     if reward is not None and isinstance(rewards, dict):
@@ -386,7 +388,8 @@ def _regraded(loaded: LoadedSpec, record: dict[str, Any]) -> dict[str, Any]:
             for name, value in rewards.items()
             if name != "total" and value is not None
         ]
-        rewards["total"] = math.fsum(w * v for w, v in present) if present else None
+        total = math.fsum(w * v for w, v in present) if present and not failed else None
+        rewards["total"] = total  # never a partial total
     record.pop("digest", None)
     return seal(record)
 
