@@ -60,7 +60,7 @@ def record(
 
     # a fresh spec: the hashes of the files that exist (inputs, snapshot...) are pinned first;
     # the cassettes this recording writes are pinned at its end
-    early = pin(spec_path, missing_only=True)
+    early = pin(spec_path, missing_only=True)  # writes the spec only when a hash was missing
     loaded = load_spec(spec_path)
     tools = [tool for tool in loaded.spec.tools if tool.cassette is not None]
     judges = [
@@ -70,7 +70,8 @@ def record(
     ]
     if not tools and not judges:
         raise UserError(
-            "no tool or judge verifier in the spec names a cassette to record",
+            "no tool or judge verifier in the spec names a cassette to record (nothing to"
+            " record: give a tool that makes HTTP requests `cassette: {path: ...}`)",
             where=str(loaded.path),
         )
     scratch = Path(tempfile.mkdtemp(prefix="rlenv-record-"))
