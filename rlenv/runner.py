@@ -228,6 +228,8 @@ def run(
     }
     if settings.group_by:
         meta["group_by"] = settings.group_by
+    if any(verifier.judge is not None for verifier in prepared.loaded.spec.verifiers):
+        meta["judges"] = describe_judges(prepared.loaded)  # model, decoding, rubric digest
     created = not usable_out(run_dir).exists()
     weak = settings.allow_weak_sandbox or weak_sandbox_allowed()
     if weak and world["sandbox"] == "rlimits":
@@ -282,6 +284,9 @@ def run(
                     baseline=base,
                     written=written,
                 )
+                judged = judge_summary(prepared.loaded, run_dir)
+                if judged is not None:
+                    summary["judges"] = judged
                 atomic_write(run_dir / "summary.json", _pretty(summary))
         except BaseException:
             if not settings.resume:
@@ -434,6 +439,8 @@ def _run_tasks(
     """Start the workers, run the tasks `concurrency` at a time, append each record (and give
     its line to `on_line`)."""
     writer = ResultsWriter(results_path, on_line)
+    if not config.live_tools:  # a judge's live judgments are made here, outside the world
+        writer = judging_writer(prepared.loaded, prepared.inputs, writer, results_path.parent)
     try:
         if tasks:
             executor = make_executor(kind, config, min(concurrency, len(tasks)), address)
