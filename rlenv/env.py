@@ -44,7 +44,7 @@ from rlenv.extras import check_extras
 from rlenv.files import sys_path
 from rlenv.fingerprint import fingerprint, policy_sources, python_sources
 from rlenv.seeding import derive_seed, seed_everything
-from rlenv.spec import LoadedSpec, load_spec
+from rlenv.spec import LoadedSpec, load_spec, signature
 
 
 def check_verifiers_apply(env: Environment) -> None:
@@ -146,18 +146,14 @@ def check_policy_importable(env: Environment) -> None:
 # How rlenv calls each python callable of a spec (worker.py, verifiers/builtin.py, rewards.py,
 # providers/python.py): (field, positional arguments, documented signature)
 TOOL_CALL = ("arguments", "ctx")
-TOOL_SIGNATURE = "def tool(arguments: dict, ctx) -> str | JSON value"
+TOOL_SIGNATURE = signature("tool")
 VERIFIER_CALL = ("answer", "input", "ctx")
-VERIFIER_SIGNATURE = (
-    "def check(answer: str | None, input: dict, ctx, **options)"
-    " -> bool | float | (bool, detail) | {passed, score?, detail?}"
-)
+VERIFIER_SIGNATURE = signature("verifier")
 REWARD_CALL = ("prompt", "answer", "ctx")
-REWARD_SIGNATURE = "def score(prompt: list[message], answer: str | None, ctx, **options) -> float"
+REWARD_SIGNATURE = signature("reward_model")
+COMPONENT_SIGNATURE = signature("reward_component")
 POLICY_CALL = ("messages", "tools", "ctx")
-POLICY_SIGNATURE = (
-    "def policy(messages: list[message], tools: list[tool schema], ctx) -> str | message"
-)
+POLICY_SIGNATURE = signature("policy")
 
 
 def _call_problem(function: object, positional: tuple[str, ...], options: dict) -> str | None:
@@ -206,6 +202,19 @@ def check_signatures(env: Environment) -> None:
         checks.append(
             (loc, "reward_model.function", reward.function, REWARD_CALL, options, REWARD_SIGNATURE)
         )
+    for name, component in (spec.reward.components if spec.reward else {}).items():
+        if component.function:
+            loc = ("reward", "components", name, "function")
+            checks.append(
+                (
+                    loc,
+                    f"reward.components.{name}.function",
+                    component.function,
+                    REWARD_CALL,
+                    {},
+                    COMPONENT_SIGNATURE,
+                )
+            )
     uri = spec.model or ""
     if env.purpose in WITH_POLICY and not env.model and uri.startswith("python:"):
         ref = uri[len("python:") :]
@@ -234,17 +243,34 @@ def check_leakage(env: Environment) -> None:
     env.warnings.extend(enforce_leakage(env.loaded))
 
 
+STATE_TYPES = ("file_state", "sqlite_state", "json_state")  # graded on the rollout's files
+
+
 def check_deferrable(env: Environment) -> None:
     """With deferred expensive verifiers, none of them needs the rollout's files."""
     if not env.defer_expensive:
         return
     for index, verifier in enumerate(env.loaded.spec.verifiers):
-        if verifier.cost == "expensive" and verifier.type == "file_state":
+        if verifier.cost == "expensive" and verifier.type in STATE_TYPES:
             raise UserError(
-                f"verifiers[{index}]: a file_state verifier cannot be deferred (the rollout's"
+                f"verifiers[{index}]: a {verifier.type} verifier cannot be deferred (the rollout's"
                 " files are gone by `rlenv grade`); run it inline or make it cheap",
                 where=env.where("verifiers", index, "cost"),
             )
+
+
+def check_system_packages(env: Environment) -> None:
+    """The system packages `rlenv record` needs are installed: libfaketime for `services:`
+    (they run under its frozen clock)."""
+    from rlenv.sandbox.faketime import faketime_library
+
+    if env.loaded.spec.services and faketime_library() is None:
+        raise UserError(
+            "services: libfaketime is not installed; `rlenv record` runs the services under"
+            " its frozen clock (Debian/Ubuntu: apt-get install faketime, or"
+            " scripts/system-deps.sh)",
+            where=env.where("services"),
+        )
 
 
 def check_reward_endpoints(env: Environment) -> None:
@@ -343,6 +369,7 @@ CHECKS: tuple[Check, ...] = (
     Check("leakage", check_leakage, ALL, needs=("inputs", "reward_model_files", "importable")),
     Check("deferrable", check_deferrable, frozenset({"run", "record"}), needs=("importable",)),
     Check("reward_endpoints", check_reward_endpoints, ALL),
+    Check("system_packages", check_system_packages, frozenset({"validate", "record"})),
     Check("seeds_matter", check_seeds_matter, ALL, needs=("inputs",)),
 )
 

@@ -159,7 +159,13 @@ def check_cassette_files(env: Environment) -> None:
         except UserError as exc:
             problems.append(exc)
     for index, verifier in enumerate(loaded.spec.verifiers):
-        if verifier.judge is None:
+        if verifier.judge is None or verifier.judge.cassette is None:
+            continue
+        if verifier.judge.mode != "replay":  # it grows as answers are judged: not pinned
+            try:
+                load_cassette(loaded.resolve(verifier.judge.cassette.path))  # if there, readable
+            except UserError as exc:
+                problems.append(exc)
             continue
         try:
             env.file_hashes[f"verifiers.{verifier.label}.cassette"] = _pinned_file(

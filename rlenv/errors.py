@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class UserError(Exception):
     """Bad input from the user (spec, files, arguments): one line, exit code 2, no traceback."""
@@ -55,6 +57,7 @@ class VerifierCrash(Exception):
     def __init__(self, message: str, frames: list[str] | None = None) -> None:
         super().__init__(message)
         self.frames = frames or []
+        self.results: list[dict[str, Any]] = []  # every verifier's result, this one ungraded
 
 
 class PolicyCrash(Exception):

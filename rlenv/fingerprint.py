@@ -193,6 +193,10 @@ def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
     """sha256 over the canonical spec (without the policy fields) plus the hash of every
     referenced file and env module, and of every file in the env's python packages."""
     spec = {k: v for k, v in loaded.canonical().items() if k not in POLICY_FIELDS}
+    for verifier in spec.get("verifiers") or []:  # a cassette that only grows: the same env
+        judge = verifier.get("judge") if isinstance(verifier, dict) else None
+        if isinstance(judge, dict) and judge.get("mode") in ("record_missing", "live"):
+            judge.pop("cassette", None)
     modules = python_sources(loaded)
     payload: dict[str, object] = {"spec": spec, "files": file_hashes, "modules": modules}
     packages = package_files(loaded, modules)

@@ -10,7 +10,7 @@ do not exist, listing every one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -50,6 +50,20 @@ class PinResult:
     spec: Path
     pins: list[Pin]
     written: bool
+    waiting: list[str] = field(default_factory=list)  # files `rlenv record` will write
+
+
+RECORDED = ("tools[", "verifiers[")  # cassettes: written by `rlenv record`, fine to lack
+
+
+def _judge_mode(root: yaml.Node, name: str) -> str:
+    """The judge's mode for a ``verifiers[i].judge.cassette`` target ("replay" by default)."""
+    index = int(name.split("[", 1)[1].split("]", 1)[0])
+    verifiers = _value(root, "verifiers")
+    if not isinstance(verifiers, yaml.SequenceNode) or index >= len(verifiers.value):
+        return "replay"
+    mode = _value(_value(verifiers.value[index], "judge"), "mode")
+    return mode.value if isinstance(mode, yaml.ScalarNode) else "replay"
 
 
 def _value(node: yaml.Node | None, key: str) -> yaml.Node | None:
@@ -86,8 +100,13 @@ def _targets(root: yaml.Node) -> Iterator[tuple[str, yaml.MappingNode, str]]:
                 yield name, node, kind
 
 
-def plan(spec_path: str | Path) -> tuple[str, list[tuple[Pin, yaml.MappingNode]]]:
-    """The spec text and, for every file it names, the hash it should pin."""
+def plan(
+    spec_path: str | Path, waiting: list[str] | None = None
+) -> tuple[str, list[tuple[Pin, yaml.MappingNode]]]:
+    """The spec text and, for every file it names, the hash it should pin. A cassette that does
+    not exist yet (`rlenv record` writes it) and a judge cassette that grows as it judges
+    (mode record_missing or live) are not pinned: they are named in `waiting`."""
+    waiting = waiting if waiting is not None else []
     spec = Path(spec_path)
     if not spec.is_file():
         raise SpecError("spec file not found", where=str(spec))
@@ -127,6 +146,17 @@ def plan(spec_path: str | Path) -> tuple[str, list[tuple[Pin, yaml.MappingNode]]
         where = f"{spec}:{path_node.start_mark.line + 1}"
         target = base / path_node.value
         exists = target.is_dir() if kind == "directory" else target.is_file()
+        if name.startswith("verifiers[") and _judge_mode(root, name) != "replay":
+            mode = _judge_mode(root, name)
+            waiting.append(
+                f"{name}: judge mode {mode}: the cassette grows as it judges; not pinned"
+            )
+            continue
+        if not exists and name.startswith(RECORDED):
+            waiting.append(
+                f"{name}: {path_node.value} does not exist yet; `rlenv record` writes it"
+            )
+            continue
         if not exists:
             what = "directory" if kind == "directory" else "file"
             problems.append(SpecError(f"{name}.path: {what} not found: {target}", where=where))
@@ -196,10 +226,17 @@ def _edit(text: str, node: yaml.MappingNode, digest: str) -> str:
     return f"{text[:line_end]}\n{indent}sha256: {digest}{text[line_end:]}"
 
 
-def pin(spec_path: str | Path, *, check_only: bool = False) -> PinResult:
-    """Pin every hash the spec is missing or has wrong; write the spec once (atomically)."""
+def pin(
+    spec_path: str | Path, *, check_only: bool = False, missing_only: bool = False
+) -> PinResult:
+    """Pin every hash the spec is missing or has wrong; write the spec once (atomically).
+    `missing_only` (what `rlenv record` does): add missing hashes, never replace one (a stale
+    input hash means the inputs changed: that stays an error)."""
     spec = Path(spec_path)
-    text, found = plan(spec)
+    waiting: list[str] = []
+    text, found = plan(spec, waiting)
+    if missing_only:
+        found = [(item, node) for item, node in found if item.old is None]
     pins = [item for item, _ in found]
     # edit from the end of the file backwards so earlier offsets stay valid
     edited = text
@@ -210,4 +247,4 @@ def pin(spec_path: str | Path, *, check_only: bool = False) -> PinResult:
     if written:
         yaml.safe_load(edited)  # the edit keeps the document readable (else a bug, not input)
         atomic_write(spec, edited)
-    return PinResult(spec, pins, written)
+    return PinResult(spec, pins, written, waiting)

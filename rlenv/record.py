@@ -41,6 +41,7 @@ class RecordResult:
     services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
     warnings: list[str] = field(default_factory=list)
     record_errors: bool = True  # error responses were kept (scrubbed)
+    pinned: list[str] = field(default_factory=list)  # hashes the spec lacked, written now
 
 
 def record(
@@ -55,12 +56,22 @@ def record(
     """Record every tool's HTTP while the policy runs; `mode="all"` re-records from scratch."""
     if mode not in ("new", "all"):
         raise UserError(f"--mode must be 'new' or 'all', got {mode!r}")
+    from rlenv.pin import pin
+
+    # a fresh spec: the hashes of the files that exist (inputs, snapshot...) are pinned first;
+    # the cassettes this recording writes are pinned at its end
+    early = pin(spec_path, missing_only=True)  # writes the spec only when a hash was missing
     loaded = load_spec(spec_path)
     tools = [tool for tool in loaded.spec.tools if tool.cassette is not None]
-    judges = [verifier for verifier in loaded.spec.verifiers if verifier.judge is not None]
+    judges = [
+        verifier
+        for verifier in loaded.spec.verifiers
+        if verifier.judge is not None and verifier.judge.cassette is not None
+    ]
     if not tools and not judges:
         raise UserError(
-            "no tool or judge verifier in the spec names a cassette to record",
+            "no tool or judge verifier in the spec names a cassette to record (nothing to"
+            " record: give a tool that makes HTTP requests `cassette: {path: ...}`)",
             where=str(loaded.path),
         )
     scratch = Path(tempfile.mkdtemp(prefix="rlenv-record-"))
@@ -72,7 +83,7 @@ def record(
             target = loaded.cassette_path(tool)
             assert target is not None
             before[tool.name] = 0
-            if mode == "new" and target.is_file():
+            if mode == "new" and target.is_file() and target.read_bytes().strip():
                 shutil.copyfile(target, record_dir / f"{tool.name}.yaml")
                 before[tool.name] = len(load_interactions(target))
         with _services(loaded) as routes:
@@ -132,7 +143,7 @@ def record(
             if tool.cassette.sha256 and tool.cassette.sha256 != digest:
                 updated = updated.replace(tool.cassette.sha256, digest)
         for verifier in judges:
-            assert verifier.judge is not None
+            assert verifier.judge is not None and verifier.judge.cassette is not None
             target = loaded.resolve(verifier.judge.cassette.path)
             exchanges, new = merge_recording(
                 record_dir / f"judge-{verifier.label}.jsonl", target, keep=mode == "new"
@@ -150,6 +161,13 @@ def record(
         if updated != text:
             atomic_write(loaded.path, updated.encode("utf-8"))
             outcome.spec_updated = True
+        late = pin(loaded.path, missing_only=True)  # cassettes written now for the first time
+        outcome.pinned = [
+            f"{item.field}.sha256 {item.new}  {item.path}"
+            for item in [*early.pins, *late.pins]
+            if item.changed
+        ]
+        outcome.spec_updated = outcome.spec_updated or early.written or late.written
         warning = date_warning(findings, loaded.spec.time)
         if warning:
             outcome.warnings.append(warning)

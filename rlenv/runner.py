@@ -38,8 +38,10 @@ from rlenv.run_dir import (
 )
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
-from rlenv.summary import _Totals, build_summary
+from rlenv.summary import _Totals, build_summary, judges_block
 from rlenv.verified import read_baseline, seal_run_json
+from rlenv.verifiers.judge import describe as describe_judges
+from rlenv.verifiers.judge import judging_writer
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import numbered_tool_calls, request_maker
@@ -230,6 +232,8 @@ def run(
         meta["group_by"] = settings.group_by
     if base is not None:  # judged against it: a reader reads it again (rlenv.verified)
         meta["baseline"] = base.source
+    if any(verifier.judge is not None for verifier in prepared.loaded.spec.verifiers):
+        meta["judges"] = describe_judges(prepared.loaded)  # model, decoding, rubric digest
     created = not usable_out(run_dir).exists()
     weak = settings.allow_weak_sandbox or weak_sandbox_allowed()
     if weak and world["sandbox"] == "rlimits":
@@ -284,6 +288,9 @@ def run(
                     baseline=base,
                     written=written,
                 )
+                judged = judges_block(meta, run_dir)
+                if judged is not None:
+                    summary["judges"] = judged
                 atomic_write(run_dir / "summary.json", _pretty(seal_run_json(summary, run_dir)))
         except BaseException:
             if not settings.resume:
@@ -436,6 +443,8 @@ def _run_tasks(
     """Start the workers, run the tasks `concurrency` at a time, append each record (and give
     its line to `on_line`)."""
     writer = ResultsWriter(results_path, on_line)
+    if not config.live_tools:  # a judge's live judgments are made here, outside the world
+        writer = judging_writer(prepared.loaded, prepared.inputs, writer, results_path.parent)
     try:
         if tasks:
             executor = make_executor(kind, config, min(concurrency, len(tasks)), address)

@@ -11,7 +11,8 @@ from rlenv.errors import UserError
 
 SPEC = """\
 # {name}: scaffolded by `rlenv init`. Edit the inputs, tools, verifiers and policies, then
-# `rlenv validate envs/{name}.yaml` (it prints the hashes to pin) and `rlenv run envs/{name}.yaml`.
+# `rlenv validate envs/{name}.yaml` (it prints the hash each missing or stale pin should hold;
+# `rlenv pin` writes them) and `rlenv run envs/{name}.yaml`.
 name: {name}
 version: 1
 seed: 1

@@ -28,6 +28,26 @@ from rlenv.user_yaml import (
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
 
+# How rlenv calls each kind of python callable a spec names: the one statement of it, used by
+# the JSON Schema (`rlenv schema`), the signature checks (`rlenv.env.check_signatures`) and the
+# README's table (a test keeps the three equal): kind -> (call, returns).
+CALLABLES: dict[str, tuple[str, str]] = {
+    "tool": ("tool(arguments: dict, ctx)", "str | JSON value"),
+    "verifier": (
+        "check(answer: str | None, input: dict, ctx, **options)",
+        "bool | float | (bool, detail) | {passed, score?, detail?}",
+    ),
+    "reward_model": ("score(prompt: list[message], answer: str | None, ctx, **options)", "float"),
+    "policy": ("policy(messages: list[message], tools: list[tool schema], ctx)", "str | message"),
+    "reward_component": ("fn(prompt: list[message], answer: str | None, ctx)", "float"),
+}
+
+
+def signature(kind: str) -> str:
+    """``def CALL -> RETURNS`` for a kind of callable (:data:`CALLABLES`)."""
+    call, returns = CALLABLES[kind]
+    return f"def {call} -> {returns}"
+
 
 Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
 DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
@@ -114,7 +134,7 @@ class Tool(Strict):
     name: str = Field(pattern=r"^[A-Za-z_][\w-]*$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    function: str = Field(pattern=IMPORT_REF)
+    function: str = Field(pattern=IMPORT_REF, description=signature("tool"))
     cassette: FileRef | None = None
     on_miss: Literal["error"] | Fallback = "error"
 
@@ -122,11 +142,14 @@ class Tool(Strict):
 class Judge(Strict):
     """A model-graded verifier's judge: an OpenAI-compatible chat model and a rubric (jinja2 over
     the input's fields, ``answer`` and ``prompt``); its replies are recorded by `rlenv record`
-    into ``cassette`` and replayed by `rlenv run`."""
+    into ``cassette`` and replayed by `rlenv run`. ``mode``: ``replay`` (only the cassette),
+    ``record_missing`` (a miss is judged live and appended to the cassette), ``live`` (every
+    answer judged live; no cassette needed)."""
 
     model: str = Field(pattern=r"^openai:\S+$")
     rubric: str
-    cassette: FileRef
+    mode: Literal["replay", "record_missing", "live"] = "replay"
+    cassette: FileRef | None = None
     score_pattern: str = r"(?i)score\s*[:=]\s*(-?\d+(?:\.\d+)?)"
     scale: tuple[float, float] = (0.0, 1.0)
     threshold: float = Field(0.5, ge=0, le=1)
@@ -138,12 +161,19 @@ class Judge(Strict):
     def _checks(self) -> Judge:
         if self.scale[1] <= self.scale[0]:
             raise ValueError("judge.scale: [low, high] with high > low")
+        if self.cassette is None and self.mode != "live":
+            raise ValueError(f"judge mode {self.mode!r} needs a cassette: {{path: ...}}")
         try:
             if re.compile(self.score_pattern).groups < 1:
                 raise ValueError("judge.score_pattern needs a group capturing the number")
         except re.error as exc:
             raise ValueError(f"judge.score_pattern: {exc}") from None
         return self
+
+    @property
+    def cassette_path(self) -> str:
+        """The cassette's path as written in the spec ("" in live mode without one)."""
+        return self.cassette.path if self.cassette is not None else ""
 
 
 class When(Strict):
@@ -184,6 +214,8 @@ class Verifier(Strict):
         "python_tests",
         "program_cases",
         "judge",
+        "sqlite_state",
+        "json_state",
     ]
     name: str | None = None
     # what to check against: a literal, or a field of the input record
@@ -204,7 +236,7 @@ class Verifier(Strict):
     all: list[str] = Field(default_factory=list)
     none: list[str] = Field(default_factory=list)
     schema_: dict[str, Any] | None = Field(None, alias="schema")
-    function: str | None = Field(None, pattern=IMPORT_REF)
+    function: str | None = Field(None, pattern=IMPORT_REF, description=signature("verifier"))
     path: str | None = None
     path_field: str | None = None
     sha256: str | None = None
@@ -240,8 +272,12 @@ class Verifier(Strict):
             )
         if (self.type == "judge") != (self.judge is not None):
             raise ValueError("a verifier of type 'judge' needs 'judge' (and only it may have one)")
-        if self.type == "file_state" and self.path is None and self.path_field is None:
-            raise ValueError("verifier of type 'file_state' needs 'path' or 'path_field'")
+        if (
+            self.type in ("file_state", "sqlite_state", "json_state")
+            and self.path is None
+            and self.path_field is None
+        ):
+            raise ValueError(f"verifier of type {self.type!r} needs 'path' or 'path_field'")
         if self.path is not None and (
             Path(self.path).is_absolute() or ".." in Path(self.path).parts
         ):
@@ -288,7 +324,7 @@ class RewardModel(Strict):
 
     type: Literal["python", "uri"] | None = None
     uri: str | None = Field(None, pattern=r"^(rm:|hf-rm:|https?://)\S+$")
-    function: str | None = Field(None, pattern=IMPORT_REF)
+    function: str | None = Field(None, pattern=IMPORT_REF, description=signature("reward_model"))
     options: dict[str, Any] = Field(default_factory=dict)
     train_data: FileRef | None = None
     training_prompts: FileRef | None = None
@@ -376,14 +412,19 @@ class Limits(Strict):
 
 class RewardComponent(Strict):
     """One term of the composite reward: a verifier (its pass as 1/0, or its score), the
-    reward model's score, or a python function ``fn(ctx) -> float`` (ctx as a python reward
-    model's), times `weight`."""
+    reward model's score, or a python function ``fn(prompt, answer, ctx) -> float`` (a python
+    reward model's signature), times `weight`. `fallback`: in training (`rlenv.trl`), the value
+    given when the component cannot score a completion (counted as
+    ``rewards/<name>/errors``); without it, that is an error."""
 
     verifier: str | None = None
     use: Literal["passed", "score"] = "passed"
     reward_model: bool = False
-    function: str | None = Field(None, pattern=IMPORT_REF)
+    function: str | None = Field(
+        None, pattern=IMPORT_REF, description=signature("reward_component")
+    )
     weight: float = 1.0
+    fallback: float | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> RewardComponent:
@@ -431,7 +472,9 @@ class EnvSpec(Strict):
     description: str = ""
     seed: int = Field(ge=-SAFE_INTEGER, le=SAFE_INTEGER)
     time: datetime
-    model: str | None = None
+    model: str | None = Field(  # a policy URI; a python: policy is called as below
+        None, description="policy URI; python:pkg.mod:fn is " + signature("policy")
+    )
     reference: str | None = None
     decoding: Decoding = Field(default_factory=Decoding)  # type: ignore[arg-type]
     system_prompt: str | None = None
@@ -531,6 +574,14 @@ class LoadedSpec:
         data: dict[str, Any] = json.loads(self.spec.model_dump_json(by_alias=True))
         if not data.get("services"):
             data.pop("services", None)
+        # fields added later, at their defaults, leave the fingerprint as it was
+        for verifier in data.get("verifiers") or []:
+            judge = verifier.get("judge") or {}
+            if judge.get("mode") == "replay":
+                judge.pop("mode")
+        for component in ((data.get("reward") or {}).get("components") or {}).values():
+            if component.get("fallback") is None:
+                component.pop("fallback", None)
         return data
 
 

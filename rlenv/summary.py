@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rlenv.integrity import RecordChecks, TamperedRun
@@ -85,6 +86,23 @@ class _Totals:
                 raise TamperedRun(self.refused[position], where=f"{checks.where}:{number}")
             row = next(rows)
             checks.check_key(number, row.input_id, row.rollout, row.input_index)
+
+
+def judges_block(meta: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any] | None:
+    """summary.json's ``judges``: each judge's mode (from run.json) and how many of the run's
+    judgments were made live (the exchanges kept in ``run_dir/judge-<name>.jsonl``), so a
+    reader recomputes it from the run directory as `run` wrote it."""
+    judges = meta.get("judges")
+    if not isinstance(judges, Mapping) or not judges:
+        return None
+    out: dict[str, Any] = {}
+    for label, described in judges.items():
+        if not isinstance(described, Mapping) or Path(str(label)).name != label:
+            raise TamperedRun(f"judges: {label!r} is not a judge run.json describes")
+        log = Path(run_dir) / f"judge-{label}.jsonl"
+        live = sum(1 for line in log.read_text().splitlines() if line) if log.is_file() else 0
+        out[label] = {"mode": described.get("mode"), "live_judgments": live}
+    return out
 
 
 def build_summary(

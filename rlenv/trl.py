@@ -27,13 +27,17 @@ import shutil
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.env import Environment, load_environment
 from rlenv.errors import UserError
+from rlenv.grading import NOT_APPLICABLE, SKIPPED
 from rlenv.inputs import InputRecord, load_inputs
+from rlenv.results import VERIFIER_ERROR, Status
+from rlenv.verifiers.judge import Judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
 
 MODEL = "trl"  # the `model` field of records scored in training
@@ -94,6 +98,8 @@ class FrozenWorld:
         self.loaded = prepared.loaded
         records = _train_records(prepared)
         self.index = {record.id: record.index for record in records}
+        # a judge in record_missing or live mode judges here, outside the world
+        self.judges = Judges(self.loaded, {str(r.id): r.data for r in records}, None)
         self.rollouts: dict[str, int] = {}
         self.work_root = Path(tempfile.mkdtemp(prefix="rlenv-trl-"))
         config = WorkerConfig(
@@ -129,7 +135,8 @@ class FrozenWorld:
 
     def finish(self, task: RolloutTask, trajectory: Trajectory) -> dict[str, Any]:
         timeout = self.loaded.spec.limits.timeout_s
-        return self._run(self.executor.finish(task, trajectory, MODEL, timeout))  # type: ignore[no-any-return]
+        record = self._run(self.executor.finish(task, trajectory, MODEL, timeout))
+        return self.judges.settle(record)
 
     def close(self) -> None:
         executor = getattr(self, "executor", None)
@@ -155,16 +162,38 @@ def world(spec: str | Path) -> FrozenWorld:
 # Reward functions.
 
 
-def _components(prepared: Environment) -> dict[str, float]:
-    """Component name -> weight: the spec's `reward:` block, else the verifiers' pass (1/0)
-    and, when the spec has one, the reward model's score."""
+class RewardError(RuntimeError):
+    """A reward component could not score a completion (and declares no `fallback`): a judge
+    that was never asked this, a verifier or reward function that raised, a rollout that ended
+    before grading. Training on a silent None or 0 would be training on nothing."""
+
+
+UNSCORED = frozenset({NOT_APPLICABLE, SKIPPED})
+"""Why a verifier may give no value without anything being wrong (TRL reads None as "this
+function does not apply to this completion")."""
+
+
+@dataclass(frozen=True)
+class _Component:
+    name: str
+    weight: float
+    verifier: str | None = None  # the verifier it reads (None: reward model or function)
+    fallback: float | None = None
+
+
+def _components(prepared: Environment) -> list[_Component]:
+    """The reward components in order: the spec's `reward:` block, else the verifiers' pass
+    (1/0) and, when the spec has one, the reward model's score."""
     spec = prepared.loaded.spec
     if spec.reward is not None:
-        return {name: c.weight for name, c in spec.reward.components.items()}
-    weights = {"passed": 1.0}
+        return [
+            _Component(name, c.weight, c.verifier, c.fallback)
+            for name, c in spec.reward.components.items()
+        ]
+    components = [_Component("passed", 1.0)]
     if spec.reward_model is not None:
-        weights["reward_model"] = 1.0
-    return weights
+        components.append(_Component("reward_model", 1.0))
+    return components
 
 
 def _value(record: dict[str, Any], name: str) -> float | None:
@@ -176,6 +205,38 @@ def _value(record: dict[str, Any], name: str) -> float | None:
     else:
         value = record.get("reward")
     return None if value is None else float(value)
+
+
+def _failure(record: dict[str, Any], component: _Component, value: float | None) -> str | None:
+    """Why `component` has no honest value for this record (None: it has one, or it rightly
+    has none): the verifier it reads raised or was never graded, the reward function or model
+    raised, or the rollout ended before it was graded."""
+    results = {result["name"]: result for result in record.get("verifiers") or []}
+    if component.verifier is not None:
+        result = results.get(component.verifier)
+        if result is None:
+            return record.get("error") or f"verifier {component.verifier} did not run"
+        detail = result.get("detail") or ""
+        if result.get("passed") is None:
+            return None if detail in UNSCORED else detail or "not graded"
+        if detail.startswith(VERIFIER_ERROR):
+            return f"verifier {component.verifier}: {detail}"
+        return None
+    if component.name == "passed":
+        broken = [
+            f"verifier {r['name']}: {r['detail']}"
+            for r in results.values()
+            if (r.get("detail") or "").startswith(VERIFIER_ERROR)
+            or (r.get("passed") is None and r.get("detail") not in UNSCORED)
+        ]
+        if broken:
+            return broken[0]
+        if record.get("status") in (Status.VERIFIER_ERROR, Status.TIMEOUT):
+            return record.get("error") or str(record.get("status"))
+        return None
+    if value is None:
+        return record.get("reward_error") or record.get("error") or "no value"
+    return None
 
 
 def _messages(prompt: Any, completion: Any) -> list[dict[str, Any]]:
@@ -222,6 +283,7 @@ class _Scorer:
                 task = frozen.task(str(input_id))
                 frozen.prepare(task)
             records.append(frozen.finish(task, trajectory))
+        frozen.judges.close()  # record_missing: this batch's judgments join the cassette
         self.last = (key, records)
         return records
 
@@ -234,27 +296,50 @@ def reward_funcs(spec: str | Path) -> list[Callable[..., list[float | None]]]:
     _train_records(prepared)
     scorer = _Scorer(spec)
     functions = []
-    for name in _components(prepared):
+    for component in _components(prepared):
 
-        def component(
+        def score(
             prompts: list[Any],
             completions: list[Any],
             rlenv_id: list[str],
             environments: list[Any] | None = None,
-            _name: str = name,
+            log_metric: Callable[[str, float], None] | None = None,
+            _component: _Component = component,
             **_: Any,
         ) -> list[float | None]:
             records = scorer.records(prompts, completions, rlenv_id, environments)
-            return [_value(record, _name) for record in records]
+            values: list[float | None] = []
+            errors = 0
+            for record in records:
+                value = _value(record, _component.name)
+                failure = _failure(record, _component, value)
+                if failure is not None:
+                    if _component.fallback is None:
+                        raise RewardError(_one_line(_component.name, record, failure))
+                    errors += 1
+                    value = _component.fallback
+                values.append(value)
+            if log_metric is not None:
+                log_metric(f"rewards/{_component.name}/errors", float(errors))
+            return values
 
-        component.__name__ = component.__qualname__ = name
-        functions.append(component)
+        score.__name__ = score.__qualname__ = component.name
+        functions.append(score)
     return functions
+
+
+def _one_line(name: str, record: dict[str, Any], failure: str) -> str:
+    where = f"input {record.get('input_id')} (rollout {record.get('rollout')})"
+    reason = " ".join(str(failure).split())
+    return (
+        f"reward component {name!r} cannot score {where}: {reason}"
+        " (declare reward.components.NAME.fallback to train on a fallback value instead)"
+    )
 
 
 def reward_weights(spec: str | Path) -> list[float]:
     """The components' weights, in `reward_funcs` order."""
-    return list(_components(_environment(spec)).values())
+    return [component.weight for component in _components(_environment(spec))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -521,6 +606,7 @@ __all__ = [
     "FrozenWorld",
     "RlenvCallback",
     "RlenvEnvironment",
+    "RewardError",
     "dataset",
     "environment_factory",
     "reward_funcs",

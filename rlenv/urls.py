@@ -5,7 +5,8 @@ so a grader need not import a provider for it.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from rlenv.errors import UserError
 
@@ -18,6 +19,20 @@ def strip_credentials(url: str) -> str:
     if parts.port is not None:
         netloc = f"{netloc}:{parts.port}"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+
+SECRET_QUERY = re.compile(r"(?i)(key|token|secret|sig|pass|auth|cred|code|session)")
+"""Query parameter names whose values are secrets (replaced in what is shown or written)."""
+
+
+def public_url(url: str) -> str:
+    """A base URL fit for run.json: no userinfo, secret-named query values replaced."""
+    parts = urlsplit(strip_credentials(url))
+    pairs = [
+        (name, "REDACTED" if SECRET_QUERY.search(name) else value)
+        for name, value in parse_qsl(parts.query, keep_blank_values=True)
+    ]
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(pairs), ""))
 
 
 def normalise_base_url(url: str) -> str:
@@ -38,4 +53,4 @@ def normalise_base_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
-__all__ = ["normalise_base_url", "strip_credentials"]
+__all__ = ["SECRET_QUERY", "normalise_base_url", "public_url", "strip_credentials"]

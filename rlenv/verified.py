@@ -23,7 +23,7 @@ from rlenv.errors import UserError
 from rlenv.integrity import RecordChecks, TamperedRun, expected_inputs, numbered_records
 from rlenv.jsonl import parse_json_line
 from rlenv.results import CompactRecord, compact_for_metrics, read_results
-from rlenv.summary import build_summary
+from rlenv.summary import build_summary, judges_block
 
 
 class BaselineRecords(list[CompactRecord]):
@@ -162,7 +162,7 @@ def recompute_summary(
             count = len(expected) if isinstance(expected, list) else expected or 0
         prepared = SimpleNamespace(inputs=[SimpleNamespace(id=None, data={})] * count)
     try:
-        return build_summary(
+        summary = build_summary(
             prepared,
             {"limit": None, **meta},
             records,
@@ -170,6 +170,10 @@ def recompute_summary(
             str(run_dir / "results.jsonl"),
             baseline=baseline_of(meta, run_dir),
         )
+        judged = judges_block(meta, run_dir)
+        if judged is not None:
+            summary["judges"] = judged
+        return summary
     except (KeyError, TypeError, ValueError) as exc:
         raise TamperedRun(
             f"not an rlenv run record ({type(exc).__name__}: {exc})",

@@ -184,6 +184,7 @@ def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
         "leakage",
         "deferrable",
         "reward_endpoints",
+        "system_packages",
         "seeds_matter",
     ]
     assert all(check.description for check in CHECKS)
@@ -192,8 +193,11 @@ def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
     assert "cassette_files" not in names["probe"] and "cassette_secrets" not in names["probe"]
     # the probe used to skip these two
     assert "importable" in names["probe"] and "leakage" in names["probe"]
-    assert names["validate"] == [name for name in names["run"] if name != "deferrable"]
-    assert names["grade"] == [name for name in names["validate"] if name != "policy_importable"]
+    # what `record` needs of the machine: validate says it too, run (replay) does not need it
+    assert names["record"][-2:] == ["system_packages", "seeds_matter"]
+    validated = [name for name in names["validate"] if name != "system_packages"]
+    assert validated == [name for name in names["run"] if name != "deferrable"]
+    assert names["grade"] == [name for name in validated if name != "policy_importable"]
     with pytest.raises(ValueError):
         checks_for("train")  # type: ignore[arg-type]
 

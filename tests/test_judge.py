@@ -63,7 +63,9 @@ def test_judge_recorded_then_replayed(env_builder: EnvBuilder, tmp_path: Path, c
     records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
     assert records["a"]["passed"] is True and records["a"]["verifiers"][0]["score"] == 0.8
     assert records["b"]["passed"] is False
-    assert records["b"]["verifiers"][0]["detail"] == "judge score 2 (of 0-10)"
+    assert records["b"]["verifiers"][0]["detail"] == (  # the judge's reasoning (issue 28)
+        "judge score 2 (of 0-10): echo: Grade the answer banana to 'say banana'. score: 2"
+    )
     again = cli("run", str(spec), "--out", str(tmp_path / "again"), "--json")
     assert json.loads(again.stdout)["digest"] == json.loads(done.stdout)["digest"]
 

@@ -32,6 +32,7 @@ def pin(
                 "spec": str(result.spec),
                 "written": result.written,
                 "pins": [asdict(item) | {"changed": item.changed} for item in result.pins],
+                "waiting": result.waiting,
             }
         )
     else:
@@ -44,6 +45,8 @@ def pin(
                 state = "pinned "
             was = f" (was {item.old[:12]}…)" if item.changed and item.old else ""
             typer.echo(f"{state} {item.field}.sha256 {item.new}{was}  {item.path}")
+        for note in result.waiting:
+            typer.echo(f"waiting {note}")
         if result.written:
             typer.echo(f"wrote {result.spec}: {len(stale)} hash(es); run `rlenv validate`")
         elif not stale:

@@ -26,9 +26,28 @@ def probe(
     hack: Annotated[
         list[str] | None, typer.Option("--hack", help="Only this hack (repeatable).")
     ] = None,
+    judge: Annotated[
+        bool,
+        typer.Option(
+            "--judge",
+            help="Probe the spec's judge verifiers instead (live calls): prompt injection,"
+            " padding, flattery on gold and null answers.",
+        ),
+    ] = False,
+    limit: Annotated[int | None, typer.Option(help="Judge probe: the first N inputs.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score gold answers with and without hacks (padding, flattery, formatting, ...)."""
+    if judge:
+        from rlenv.verifiers.judge_probe import format_report as judge_report
+        from rlenv.verifiers.judge_probe import probe_judges
+
+        found = probe_judges(spec, limit=limit)
+        if as_json:
+            print_json(found)
+        else:
+            typer.echo(judge_report(found))
+        return
     from rlenv.rm.probe import format_report
     from rlenv.rm.probe import probe as run_probe
 

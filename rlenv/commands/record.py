@@ -56,5 +56,7 @@ def record(
         typer.echo(line)
     for warning in result.warnings:
         typer.echo(warning, err=True)
+    for line in result.pinned:
+        typer.echo(f"pinned {line}")
     if result.spec_updated:
-        typer.echo(f"updated pinned cassette hashes in {spec}")
+        typer.echo(f"updated pinned hashes in {spec}")

@@ -59,7 +59,13 @@ def referenced(loaded: LoadedSpec) -> tuple[list[Path], list[Path]]:
     if spec.snapshot is not None:
         exact.append(spec.snapshot.path)
     exact += [tool.cassette.path for tool in spec.tools if tool.cassette]
-    exact += [v.judge.cassette.path for v in spec.verifiers if v.judge is not None]
+    exact += [
+        v.judge.cassette.path
+        for v in spec.verifiers
+        if v.judge is not None
+        and v.judge.cassette is not None
+        and (v.judge.mode == "replay" or loaded.resolve(v.judge.cassette.path).exists())
+    ]
     reward = spec.reward_model
     if reward is not None:
         if reward.uri is not None and not reward.uri.startswith(("http://", "https://")):

@@ -21,14 +21,15 @@ import json
 import logging
 import os
 import random
-import re
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from rlenv.bounds import bounds_problem, nesting_problem
 from rlenv.errors import InfraError, ModelOutputError, UserError
 from rlenv.providers.base import ModelReply, ModelRequest
+from rlenv.urls import SECRET_QUERY as _SECRET_QUERY
 from rlenv.urls import normalise_base_url as normalise_base_url  # also the judge's (a grader)
+from rlenv.urls import public_url as public_url
 from rlenv.urls import strip_credentials as _strip_credentials
 
 logger = logging.getLogger(__name__)
@@ -49,19 +50,6 @@ class _Transient(Exception):
         self.what = what
         self.detail = detail
         self.retry_after = retry_after
-
-
-_SECRET_QUERY = re.compile(r"(?i)(key|token|secret|sig|pass|auth|cred|code|session)")
-
-
-def public_url(url: str) -> str:
-    """A base URL fit for run.json: no userinfo, secret-named query values replaced."""
-    parts = urlsplit(_strip_credentials(url))
-    pairs = [
-        (name, "REDACTED" if _SECRET_QUERY.search(name) else value)
-        for name, value in parse_qsl(parts.query, keep_blank_values=True)
-    ]
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(pairs), ""))
 
 
 def _server_message(body: bytes) -> str:

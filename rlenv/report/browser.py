@@ -64,13 +64,40 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _show(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def state_rows(state: Any) -> list[list[str]]:
+    """A state verifier's diff (``sqlite_state``/``json_state``) as ``[where, kind, change]``
+    rows: schema changes, then rows inserted/deleted/updated per table, or changed JSON
+    leaves; at most what the record kept (its counts say how many there were)."""
+    if not isinstance(state, Mapping):
+        return []
+    rows = [[str(state.get("file") or ""), "schema", str(s)] for s in state.get("schema") or []]
+    for table, changes in sorted((state.get("tables") or {}).items()):
+        for kind in ("inserted", "deleted", "updated"):
+            for key, value in (changes.get(kind) or {}).items():
+                if kind == "updated" and isinstance(value, Mapping):
+                    text = ", ".join(f"{c}: {_show(a)} → {_show(b)}" for c, (a, b) in value.items())
+                else:
+                    text = _show(value)
+                rows.append([f"{table} {key}", kind, _text(text)])
+    for pointer, pair in (state.get("changed") or {}).items():
+        was, now = pair if isinstance(pair, list) and len(pair) == 2 else (None, pair)
+        rows.append([str(pointer), "changed", _text(f"{_show(was)} → {_show(now)}")])
+    return rows
+
+
 def _verifier(verifier: Mapping[str, Any]) -> list[Any]:
-    """``[name, passed, detail, traceback]``, trailing empty entries left out."""
+    """``[name, passed, detail, traceback, state]`` (state: :func:`state_rows`), trailing
+    empty entries left out."""
     out = [
         verifier.get("name"),
         verifier.get("passed"),
         _text(verifier.get("detail")),
         verifier.get("traceback"),
+        state_rows(verifier.get("state")),
     ]
     while len(out) > 2 and not out[-1]:
         out.pop()
@@ -103,7 +130,7 @@ class SampleTable:
 
     A row is one rollout: ``run`` (index into ``runs``), ``i`` input id, ``r`` rollout, ``s``
     status, ``p`` passed (True/False/None), ``w`` reward, ``a`` answer, ``v`` verifiers
-    ``[name, passed, detail, traceback]``, ``c`` reward components, ``t`` tool calls
+    ``[name, passed, detail, traceback, state]``, ``c`` reward components, ``t`` tool calls
     ``[name, arguments, fixture, ok, error]``, ``q`` index of the prompt (the messages before
     the first assistant turn, stored once in ``prompts``), ``m`` the messages after it (``fa``
     set when the last of them, an assistant message whose text is the answer, is left out to

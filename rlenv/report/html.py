@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.errors import UserError
+from rlenv.report.browser import state_rows
 from rlenv.report.common import (
     COLORS,
     RunData,
@@ -191,7 +192,11 @@ def _with_trajectories(
     out = []
     for index, row in enumerate(rows):
         record = by_key.get((str(row["input_id"]), int(row["rollout"]))) or {}
-        failing = [v for v in record.get("verifiers") or [] if v.get("passed") is not True]
+        failing = [
+            {**v, "diff_rows": state_rows(v.get("state"))}
+            for v in record.get("verifiers") or []
+            if v.get("passed") is not True
+        ]
         out.append(
             {
                 **row,

@@ -311,7 +311,7 @@ def _verdict_rows(
             results = [verifier(context) for verifier in verifiers]
             verdicts[name] = (
                 all(result.passed for result in results),
-                _mean([result.score for result in results]) or 0.0,
+                _mean([result.score or 0.0 for result in results]) or 0.0,
             )
         rows.append(
             {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +21,19 @@ class VerifierContext:
     workdir: Path
     seed: int
     frozen_time: str | None = None
+    snapshot: Path | None = None  # the pristine snapshot (state verifiers diff against it)
+    snapshot_hashes: dict[str, str] = field(default_factory=dict)  # its files when work began
 
 
 @dataclass
 class VerifierResult:
     name: str
     type: str
-    passed: bool
-    score: float
+    passed: bool | None  # None: not graded (a live judgment still to be made)
+    score: float | None
     detail: str | None = None
     traceback: list[str] | None = None  # the env's frames when the verifier itself raised
+    state: dict[str, Any] | None = None  # a state verifier's diff (sqlite_state, json_state)
 
     def as_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {
@@ -42,11 +45,18 @@ class VerifierResult:
         }
         if self.traceback:  # only on a verifier error: other results stay as they were
             result["traceback"] = self.traceback
+        if self.state is not None:
+            result["state"] = self.state
         return result
 
 
-Check = Callable[[VerifierContext], tuple[bool, float, str | None]]
-"""A built verifier: (passed, score, detail) for one rollout."""
+class LiveJudgment(Exception):  # noqa: N818 - a signal, not an error
+    """Raised in the world when a judge's judgment must be made live, outside it."""
+
+
+Check = Callable[[VerifierContext], tuple[Any, ...]]
+"""A built verifier: (passed, score, detail) for one rollout, and a state verifier's diff
+as a fourth element."""
 
 
 def expected_value(config: Verifier, context: VerifierContext) -> Any:

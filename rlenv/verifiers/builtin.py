@@ -18,7 +18,13 @@ from rlenv.errors import FixtureMiss, UserError, VerifierCrash, env_frames
 from rlenv.refs import import_ref
 from rlenv.results import VERIFIER_ERROR
 from rlenv.spec import Verifier
-from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value
+from rlenv.verifiers.base import (
+    Check,
+    LiveJudgment,
+    VerifierContext,
+    VerifierResult,
+    expected_value,
+)
 from rlenv.verifiers.numbers import Rule, Unreadable, read_gold, read_number
 from rlenv.verifiers.text import skeleton
 
@@ -200,6 +206,12 @@ def _judge(config: Verifier) -> Check:
     return build(config)
 
 
+def _state(config: Verifier) -> Check:
+    from rlenv.verifiers.state import build_json, build_sqlite
+
+    return build_sqlite(config) if config.type == "sqlite_state" else build_json(config)
+
+
 _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "exact_match": _exact,
     "regex": _regex,
@@ -211,6 +223,8 @@ _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
     "python_tests": _code,
     "program_cases": _code,
     "judge": _judge,
+    "sqlite_state": _state,
+    "json_state": _state,
 }
 
 
@@ -221,10 +235,18 @@ class BuiltVerifier:
 
     def __call__(self, context: VerifierContext) -> VerifierResult:
         frames: list[str] | None = None
+        state: dict[str, Any] | None = None
         try:
-            passed, score, detail = _checked_output(*self.check(context))
+            output = self.check(context)
+            if len(output) == 4:  # a state verifier's diff
+                state = output[3]
+            passed, score, detail = _checked_output(*output[:3])
         except FixtureMiss as exc:  # a judge reply never recorded: no verdict can be given
             raise VerifierCrash(f"verifier {self.config.label}: {exc}") from None
+        except LiveJudgment:  # made by the orchestrator, outside the world
+            from rlenv.verifiers.judge import PENDING_JUDGMENT
+
+            return VerifierResult(self.config.label, self.config.type, None, None, PENDING_JUDGMENT)
         except Exception as exc:  # a verifier that crashes fails the rollout, not the run
             passed, score, detail = False, 0.0, f"{VERIFIER_ERROR}{type(exc).__name__}: {exc}"
             frames = env_frames(exc)
@@ -232,7 +254,9 @@ class BuiltVerifier:
             raise VerifierCrash(
                 f"verifier {self.config.label}: {type(exc).__name__}: {exc}", env_frames(exc)
             ) from None
-        return VerifierResult(self.config.label, self.config.type, passed, score, detail, frames)
+        return VerifierResult(
+            self.config.label, self.config.type, passed, score, detail, frames, state
+        )
 
 
 def _checked_output(passed: Any, score: Any, detail: Any) -> tuple[bool, float, str | None]:

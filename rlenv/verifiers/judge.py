@@ -3,12 +3,24 @@
 The judge is an OpenAI-compatible chat model given a rubric (a jinja2 template over the input's
 fields, ``answer`` and ``prompt``). `rlenv record` calls it live and keeps each exchange in the
 verifier's cassette (JSON lines ``{"key", "request", "reply"}``, sorted by key, no headers, no
-credentials); `rlenv run` only replays: the same request (model, rendered rubric, decoding) finds
-the same reply, and a request that was never recorded is a `verifier_error` naming its key. So an
-LLM judge is as reproducible as a regex.
+credentials). What `rlenv run` (and `rlenv.trl`) do with a request is the judge's ``mode``:
+
+- ``replay`` (default): only the cassette; a request never recorded is a `verifier_error`
+  naming its key. An LLM judge is then as reproducible as a regex.
+- ``record_missing``: a miss is judged live by the pinned judge (model, rubric, decoding) and
+  appended to the cassette; the cassette only grows, so its hash is not part of the env
+  fingerprint (a run on a grown cassette is the same env), and the run counts its live
+  judgments (summary ``judges``).
+- ``live``: every request is judged live (training on new checkpoints); run.json pins the
+  judge's model, decoding and rubric digest, and the run directory keeps every exchange.
+
+Live judgments are made outside the frozen world, by the orchestrator (:class:`Judges`): the
+worker marks the verifier pending, the orchestrator asks the judge (it holds the endpoint and
+the key; the world has neither) and completes the record.
 
 The reply's score is the first match of ``score_pattern`` (default ``score: N``), mapped from
-``scale`` to [0, 1]; the verifier passes when that is at least ``threshold``.
+``scale`` to [0, 1]; the verifier passes when that is at least ``threshold``. The reply itself
+(the judge's reasoning) is the verifier's ``detail``.
 """
 
 from __future__ import annotations
@@ -24,8 +36,12 @@ from typing import Any
 from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import FixtureMiss, UserError
 from rlenv.jsonl import json_lines, parse_json_line
-from rlenv.spec import Verifier
-from rlenv.verifiers.base import Check, VerifierContext
+from rlenv.spec import Judge, LoadedSpec, Verifier
+from rlenv.verifiers.base import Check, LiveJudgment, VerifierContext
+
+PENDING_JUDGMENT = "judge: awaiting a live judgment"
+"""A judge verifier's detail when the world left the judgment to the orchestrator."""
+DETAIL_LIMIT = 4000  # characters of the judge's reply kept as the verifier's detail
 
 
 @dataclass
@@ -60,12 +76,23 @@ def configure(
 
 def request_of(config: Verifier, context: VerifierContext) -> dict[str, Any]:
     """The chat request a judge makes for a rollout (what its cassette is keyed by)."""
+    return judge_request(config, context.input, context.answer, context.messages)
+
+
+def judge_request(
+    config: Verifier,
+    data: dict[str, Any],
+    answer: str | None,
+    messages: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The request from a rollout's input fields, answer and messages (the world and the
+    orchestrator build it alike)."""
     from rlenv.inputs import render
 
     judge = config.judge
     assert judge is not None
-    prompt = context.messages[0].get("content") if context.messages else None
-    fields = {**context.input, "answer": context.answer or "", "prompt": prompt or ""}
+    prompt = messages[0].get("content") if messages else None
+    fields = {**data, "answer": answer or "", "prompt": prompt or ""}
     return {
         "model": judge.model.removeprefix("openai:"),
         "messages": [{"role": "user", "content": render(judge.rubric, fields)}],
@@ -142,11 +169,25 @@ def merge_recording(recorded: Path, target: Path, *, keep: bool = True) -> tuple
     return len(entries), len(entries) - before
 
 
+def verdict_of(judge: Judge, reply: str) -> tuple[bool, float, str]:
+    """(passed, score, detail) of a judge's reply; the detail is its reasoning, led by the
+    score it gave."""
+    found = re.search(judge.score_pattern, reply)
+    reasoning = " ".join(reply.split())
+    if len(reasoning) > DETAIL_LIMIT:
+        reasoning = reasoning[: DETAIL_LIMIT - 1] + "…"
+    if not found:
+        return False, 0.0, f"judge gave no score matching {judge.score_pattern!r}: {reasoning}"
+    low, high = judge.scale
+    raw = float(found.group(1))
+    score = min(1.0, max(0.0, (raw - low) / (high - low)))
+    detail = f"judge score {raw:g} (of {low:g}-{high:g}): {reasoning}"
+    return score >= judge.threshold, score, detail
+
+
 def build(config: Verifier) -> Check:
     judge = config.judge
     assert judge is not None
-    pattern = re.compile(judge.score_pattern)
-    low, high = judge.scale
     cache: dict[str, str] | None = None
 
     def check(context: VerifierContext) -> tuple[bool, float, str | None]:
@@ -161,22 +202,217 @@ def build(config: Verifier) -> Check:
                     f"judge {config.label}: no reply to record ({type(exc).__name__}: {exc})"
                 ) from None
             _record(config.label, key, request, reply)
+        elif judge.mode == "live":
+            raise LiveJudgment(key)
         else:
             if cache is None:
                 root = MODE.spec_root or Path.cwd()
-                cache = load_cassette((root / judge.cassette.path).resolve())
+                cache = load_cassette((root / judge.cassette_path).resolve())
             if key not in cache:
+                if judge.mode == "record_missing":
+                    raise LiveJudgment(key)
                 raise FixtureMiss(
-                    f"judge {config.label}: request {key[:19]}… was never recorded"
-                    " (run `rlenv record` with the judge reachable)"
+                    f"judge {config.label}: request {key[:19]}… was never recorded (judge mode"
+                    " replay: run `rlenv record` with the judge reachable, or set judge.mode"
+                    " record_missing or live to judge new answers)"
                 )
             reply = cache[key]
-        found = pattern.search(reply)
-        if not found:
-            return False, 0.0, f"judge gave no score matching {judge.score_pattern!r}"
-        raw = float(found.group(1))
-        score = min(1.0, max(0.0, (raw - low) / (high - low)))
-        passed = score >= judge.threshold
-        return passed, score, None if passed else f"judge score {raw:g} (of {low:g}-{high:g})"
+        return verdict_of(judge, reply)
 
     return check
+
+
+# ---------------------------------------------------------------------------------------------
+# Live judgments, made by the orchestrator (outside the frozen world).
+
+
+def describe(loaded: LoadedSpec) -> dict[str, Any]:
+    """run.json's ``judges``: each judge's mode, model, decoding and rubric digest (what a live
+    judgment depended on)."""
+    from rlenv.urls import public_url
+
+    out: dict[str, Any] = {}
+    for verifier in loaded.spec.verifiers:
+        judge = verifier.judge
+        if judge is None:
+            continue
+        out[verifier.label] = {
+            "mode": judge.mode,
+            "model": judge.model,
+            "temperature": judge.temperature,
+            "max_tokens": judge.max_tokens,
+            "rubric_sha256": sha256_bytes(judge.rubric.encode("utf-8")),
+            "score_pattern": judge.score_pattern,
+            "scale": list(judge.scale),
+            "threshold": judge.threshold,
+            **({"base_url": public_url(judge.base_url)} if judge.base_url else {}),
+        }
+    return out
+
+
+class Judges:
+    """Completes records whose judge verifiers the world left pending: each request judged
+    once (a cassette's reply first in ``record_missing`` mode, else live), the exchange
+    appended to ``log_dir/judge-<name>.jsonl`` (a run directory) and, in ``record_missing``
+    mode, merged into the cassette by :meth:`close`."""
+
+    def __init__(
+        self,
+        loaded: LoadedSpec,
+        inputs: dict[str, dict[str, Any]],
+        log_dir: Path | None,
+        base_url: str | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.inputs = inputs
+        self.log_dir = log_dir
+        self.base_url = base_url
+        self.configs = {
+            v.label: v
+            for v in loaded.spec.verifiers
+            if v.judge is not None and v.judge.mode != "replay"
+        }
+        self.known: dict[str, dict[str, str]] = {}  # label -> key -> reply (this process)
+        self.new: dict[str, list[str]] = {}  # label -> exchanges (JSON lines) made live
+        self.counts: dict[str, dict[str, int]] = {
+            label: {"live": 0, "replayed": 0} for label in self.configs
+        }
+        self.lock = threading.Lock()
+
+    def __bool__(self) -> bool:
+        return bool(self.configs)
+
+    def _reply(self, config: Verifier, request: dict[str, Any]) -> str:
+        judge = config.judge
+        assert judge is not None
+        label = config.label
+        if label not in self.known:
+            path = self.cassette(config)
+            self.known[label] = load_cassette(path) if path is not None else {}
+        key = key_of(request)
+        if key in self.known[label] and judge.mode == "record_missing":
+            self.counts[label]["replayed"] += 1
+            return self.known[label][key]
+        reply = _live_reply(request, judge.base_url or self.base_url)
+        self.counts[label]["live"] += 1
+        self.known[label][key] = reply
+        line = json.dumps({"key": key, "reply": reply, "request": request}, sort_keys=True)
+        self.new.setdefault(label, []).append(line)
+        if self.log_dir is not None:
+            with open(self.log_dir / f"judge-{label}.jsonl", "a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        return reply
+
+    def cassette(self, config: Verifier) -> Path | None:
+        assert config.judge is not None
+        if config.judge.cassette is None:
+            return None
+        return self.loaded.resolve(config.judge.cassette.path)
+
+    def settle(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record with its pending judgments made (passed, rewards and digest again)."""
+        results = record.get("verifiers") or []
+        pending = [
+            (i, r)
+            for i, r in enumerate(results)
+            if r.get("detail") == PENDING_JUDGMENT and r.get("name") in self.configs
+        ]
+        if not pending:
+            return record
+        data = self.inputs.get(str(record.get("input_id")), {})
+        with self.lock:
+            for index, result in pending:
+                config = self.configs[result["name"]]
+                assert config.judge is not None
+                request = judge_request(
+                    config, data, record.get("answer"), record.get("messages") or []
+                )
+                try:
+                    reply = self._reply(config, request)
+                except Exception as exc:  # no verdict can be given: the rollout does not pass
+                    detail = f"judge {config.label}: no live judgment ({type(exc).__name__}: {exc})"
+                    results[index] = {**result, "detail": detail}
+                    if record.get("status") != "verifier_error":
+                        record["status"], record["error"] = "verifier_error", detail
+                    continue
+                passed, score, detail = verdict_of(config.judge, reply)
+                results[index] = {**result, "passed": passed, "score": score, "detail": detail}
+        return _regraded(self.loaded, record)
+
+    def close(self) -> dict[str, dict[str, int]]:
+        """Merge ``record_missing`` judgments into their cassettes; the counts per judge."""
+        from filelock import FileLock
+
+        for label, lines in self.new.items():
+            config = self.configs[label]
+            path = self.cassette(config)
+            if path is None or config.judge is None or config.judge.mode != "record_missing":
+                continue
+            staged = path.with_name(path.name + f".{os.getpid()}.new")
+            staged.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            try:
+                with FileLock(str(path) + ".lock"):
+                    merge_recording(staged, path, keep=True)
+            finally:
+                staged.unlink(missing_ok=True)
+        self.new = {}
+        return self.counts
+
+
+def _regraded(loaded: LoadedSpec, record: dict[str, Any]) -> dict[str, Any]:
+    """`passed` and the verifier components of `rewards` from the record's verifier results
+    (as the worker computes them), and the record's digest again."""
+    import math
+
+    from rlenv.results import seal
+
+    results = record.get("verifiers") or []
+    graded = [r for r in results if r.get("passed") is not None]
+    failed = record.get("status") == "verifier_error"
+    record["passed"] = not failed and all(r["passed"] for r in graded)  # as the worker decides
+    reward = loaded.spec.reward
+    rewards = record.get("rewards")
+    if reward is not None and isinstance(rewards, dict):
+        by_name = {r["name"]: r for r in results}
+        for name, component in reward.components.items():
+            if component.verifier is None:
+                continue
+            result = by_name.get(component.verifier)
+            value = None
+            if result is not None and result.get("passed") is not None:
+                raw = float(result["passed"]) if component.use == "passed" else result["score"]
+                value = None if raw is None else float(raw)
+            rewards[name] = value
+        present = [
+            (reward.components[name].weight, value)
+            for name, value in rewards.items()
+            if name != "total" and value is not None
+        ]
+        total = math.fsum(w * v for w, v in present) if present and not failed else None
+        rewards["total"] = total  # never a partial total
+    record.pop("digest", None)
+    return seal(record)
+
+
+class JudgingWriter:
+    """A results writer that makes a record's pending judgments (:class:`Judges`) before it
+    is written; closing it merges the ``record_missing`` judgments into their cassettes."""
+
+    def __init__(self, writer: Any, judges: Judges) -> None:
+        self.writer = writer
+        self.judges = judges
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.writer.write(self.judges.settle(record))
+
+    def close(self) -> None:
+        try:
+            self.judges.close()
+        finally:
+            self.writer.close()
+
+
+def judging_writer(loaded: LoadedSpec, inputs: list[Any], writer: Any, run_dir: Path) -> Any:
+    """`writer`, completing live judgments first when a judge's mode asks for them."""
+    judges = Judges(loaded, {str(record.id): record.data for record in inputs}, run_dir)
+    return JudgingWriter(writer, judges) if judges else writer

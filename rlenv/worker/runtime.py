@@ -272,23 +272,25 @@ class WorldRuntime:
             workdir=workdir,
             seed=seed,
             frozen_time=self._frozen_time,
+            snapshot=self.snapshot_path,
+            snapshot_hashes=dict(self.snapshot_manifest),
         )
         seed_globals(derive_seed(seed, "verifiers"))
         verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
         hits, misses = self.cache_counts()
         try:
             verdict.results = self.verifiers.run(context, task, record.id, verdict.changes)
-        except VerifierCrash as exc:
+        except VerifierCrash as exc:  # the other verifiers' results and rewards are kept
             verdict.passed, verdict.status, verdict.error = False, "verifier_error", str(exc)
             verdict.traceback = exc.frames
-            return verdict
+            verdict.results = exc.results
         if self.cache is not None:
             verdict.cache_counts = {
                 "hits": self.cache.hits - hits,
                 "misses": self.cache.misses - misses,
             }
         graded = [result for result in verdict.results if result["passed"] is not None]
-        verdict.passed = all(result["passed"] for result in graded)
+        verdict.passed = verdict.status is None and all(result["passed"] for result in graded)
         if self.reward is None and self.loaded.spec.reward is None:
             return verdict  # no reward model, no composite reward: no prompt to render again
         reward_context = RewardContext(
@@ -322,6 +324,8 @@ class WorldRuntime:
             )
             if error and not verdict.reward_error:
                 verdict.reward_error = self.sanitise(error)
+            if verdict.status == "verifier_error":  # the parts that scored; never a partial total
+                verdict.rewards["total"] = None
         return verdict
 
     def grade_late(self, record: dict[str, Any]) -> dict[str, Any]:
@@ -341,6 +345,8 @@ class WorldRuntime:
                     workdir=workdir,
                     seed=int(record["seed"]),
                     frozen_time=self._frozen_time,
+                    snapshot=self.snapshot_path,
+                    snapshot_hashes=dict(self.snapshot_manifest),
                 )
                 results = self.verifiers.run(
                     context, task, record["input_id"], record["world"], only=pending, late=True

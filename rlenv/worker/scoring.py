@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.agent import Trajectory
+from rlenv.errors import VerifierCrash
 from rlenv.grading import (
     NOT_APPLICABLE,
     PENDING,
@@ -136,6 +137,7 @@ class Verifiers:
         """Run the verifiers in order; expensive ones sampled, deferred or served from cache."""
         results: list[dict[str, Any]] = []
         content: str | None = None
+        crash: VerifierCrash | None = None
         set_phase("verifier")
         for verifier in self.functions:
             config = verifier.config
@@ -161,9 +163,21 @@ class Verifiers:
                     key = self.cache.key(self.identities[config.label], content)
                     cached = self.cache.get(key)
                     if cached is None:
-                        cached = verifier(context).as_dict()
+                        try:
+                            cached = verifier(context).as_dict()
+                        except VerifierCrash as exc:  # not cached; the others still run
+                            crash = crash or exc
+                            results.append(ungraded(config, str(exc)))
+                            continue
                         self.cache.put(key, cached)
                     results.append(cached)
                     continue
-            results.append(verifier(context).as_dict())
+            try:
+                results.append(verifier(context).as_dict())
+            except VerifierCrash as exc:  # the rollout is a verifier_error; the others still run
+                crash = crash or exc
+                results.append(ungraded(config, str(exc)))
+        if crash is not None:
+            crash.results = results
+            raise crash
         return results

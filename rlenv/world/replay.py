@@ -91,6 +91,12 @@ def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
     """Read a vcrpy cassette file as (vcr Request, response dict) pairs."""
     from vcr.persisters.filesystem import FilesystemPersister
 
+    with contextlib.suppress(OSError):
+        if not path.read_bytes().strip():  # vcrpy's "CassetteNotFoundError: " (no text)
+            raise SpecError(
+                "cassette is empty (no recorded interactions): write it with `rlenv record`",
+                where=str(path),
+            )
     try:
         loaded = FilesystemPersister.load_cassette(str(path), serializer=_serializer_for(path))
     except Exception as exc:  # vcrpy raises several kinds for unreadable files
