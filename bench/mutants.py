@@ -49,7 +49,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/metrics/flagging.py": ["tests/test_flagging.py"],
     "rlenv/world/secrets.py": SECRET_TESTS,
     "rlenv/world/scrub.py": SECRET_TESTS,
-    "rlenv/metrics/stats.py": ["tests/test_metrics.py"],
+    "rlenv/metrics/stats.py": ["tests/test_stats.py", "tests/test_metrics.py"],
     "rlenv/policy_shift/kl.py": ["tests/test_kl.py"],
     "rlenv/verifiers/base.py": VERIFIER_TESTS,
     "rlenv/verifiers/builtin.py": VERIFIER_TESTS,
