@@ -44,7 +44,7 @@ TARGET_SCORE = 0.90
 # mutant costs one run of the tests of its set that call the mutated function).
 VERIFIER_TESTS = ["tests/test_verifier_catalog.py"]
 SECRET_TESTS = ["tests/test_secret_values.py"]
-RESULT_TESTS = ["tests/test_results_digest.py", "tests/test_integrity.py"]
+RESULT_TESTS = ["tests/test_results_digest.py"]
 TARGETS: dict[str, list[str]] = {
     "rlenv/metrics/flagging.py": ["tests/test_flagging.py"],
     "rlenv/world/secrets.py": SECRET_TESTS,
@@ -60,7 +60,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/verifiers/judge.py": VERIFIER_TESTS + ["tests/test_judge.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
     "rlenv/results.py": RESULT_TESTS,
-    "rlenv/check.py": RESULT_TESTS,
+    "rlenv/check.py": RESULT_TESTS + ["tests/test_integrity.py"],
     "rlenv/world/replay.py": ["tests/test_replay.py"],
 }
 # what the copied tests read besides rlenv/ and tests/
@@ -122,9 +122,7 @@ def _statuses(work: Path, module: str) -> dict[str, str]:
     if not meta.exists():
         return {}
     data = json.loads(meta.read_text(encoding="utf-8"))
-    return {
-        name: STATUS.get(code, "suspicious") for name, code in data["exit_code_by_key"].items()
-    }
+    return {name: STATUS.get(code, "suspicious") for name, code in data["exit_code_by_key"].items()}
 
 
 def run_module(module: str, root: Path, max_children: int) -> tuple[dict[str, str], float]:

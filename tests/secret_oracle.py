@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import re
 from urllib.parse import unquote, unquote_plus
@@ -37,10 +38,8 @@ def readable(text: str, secret: str) -> bool:
     """True when `secret` can be read back from `text` in any form."""
     raw = secret.encode()
     plain = [text, unquote(text), unquote_plus(text)]
-    try:
+    with contextlib.suppress(ValueError):
         plain.append(json.loads(f'"{text}"'))
-    except ValueError:
-        pass
     if any(secret in form for form in plain):
         return True
     return any(raw in payload for payload in _base64_payloads(text))

@@ -47,9 +47,7 @@ def test_exact_kl_entropy_and_estimators() -> None:
         exact_kl(np.zeros((2, 3)), np.zeros((2, 4)))
     lp, lq = [math.log(0.5), math.log(0.2)], [math.log(0.25), math.log(0.4)]
     assert k1(lp, lq).tolist() == pytest.approx([math.log(2.0), math.log(0.5)])
-    assert k3(lp, lq).tolist() == pytest.approx(
-        [0.5 - 1 - math.log(0.5), 2.0 - 1 - math.log(2.0)]
-    )
+    assert k3(lp, lq).tolist() == pytest.approx([0.5 - 1 - math.log(0.5), 2.0 - 1 - math.log(2.0)])
     assert ESTIMATORS == ("exact", "sampled_k1_k3", "server_logprobs")
 
 

@@ -17,8 +17,8 @@ from urllib.parse import quote, quote_plus
 import pytest
 import yaml
 
-from tests.secret_oracle import readable
 from tests.conftest import EnvBuilder, cli, read_jsonl
+from tests.secret_oracle import readable
 
 
 def literal(form: str) -> str:

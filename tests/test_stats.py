@@ -235,12 +235,8 @@ def test_pass_k_table() -> None:
     counts = [(3, 2), (2, 0), (2, 2)]
     assert sorted(table["pass@k"]) == [1, 2] and sorted(table["pass^k"]) == [1, 2]
     for k in (1, 2):
-        assert table["pass@k"][k] == pytest.approx(
-            sum(pass_at_k(n, c, k) for n, c in counts) / 3
-        )
-        assert table["pass^k"][k] == pytest.approx(
-            sum(pass_hat_k(n, c, k) for n, c in counts) / 3
-        )
+        assert table["pass@k"][k] == pytest.approx(sum(pass_at_k(n, c, k) for n, c in counts) / 3)
+        assert table["pass^k"][k] == pytest.approx(sum(pass_hat_k(n, c, k) for n, c in counts) / 3)
     assert pass_k_table(rows, ks=[2, 5, 0, 2]) == {
         "pass@k": {2: table["pass@k"][2]},
         "pass^k": {2: table["pass^k"][2]},
