@@ -442,3 +442,85 @@ def test_scan_labels_plugins_and_bodies_it_cannot_read() -> None:
         assert scan([(request("https://h/", body=body), response())], REDACTED) == []
     long_line = "x" * 5000 + f' password = "{hex_token}"'
     assert scan([(request("https://h/", body=long_line), response())], REDACTED) == []
+
+
+def test_scrubbing_keeps_what_is_not_secret_exactly() -> None:
+    """Blank query and form values, a query without secrets and field order are kept: the
+    scrubbed request is still the request that was made, only its secrets replaced."""
+    scrub = scrubber()
+    assert scrub.url("https://h/p?a=&token=tok-abcdefgh&b=1") == (
+        f"https://h/p?a=&token={REDACTED}&b=1"
+    )
+    assert scrub.body("a=&password=hunter2-long", "") == f"a=&password={REDACTED}"
+    assert scrub.body("a=&password=hunter2-long", "application/x-www-form-urlencoded") == (
+        f"a=&password={REDACTED}"
+    )
+    assert scrub.body("x y=1", "APPLICATION/X-WWW-FORM-URLENCODED") == "x y=1"
+    assert scrub.body("x y=1", "application/x-www-form-urlencoded") == "x+y=1"
+    assert scrub.body("x y=1", "application/json") == "x y=1"
+
+
+def test_credentials_in_the_userinfo() -> None:
+    scrub = scrubber()
+    assert scrub.url("https://bob:pa:ss-word-1@host/p") == f"https://{REDACTED}@host/p"
+    assert "pa:ss-word-1" in scrub.seen and "bob" not in scrub.seen
+    scrub = scrubber()
+    assert scrub.url("https://a@b:pass-word-2@host/") == f"https://{REDACTED}@host/"
+    assert "pass-word-2" in scrub.seen
+    scrub = scrubber()
+    scrub.url("https://only-user-token@host/")
+    assert "only-user-token" in scrub.seen
+
+
+def test_multipart_secret_is_remembered_and_types_match_case() -> None:
+    scrub = scrubber()
+    multipart = (
+        '--XyZ\r\nContent-Disposition: form-data; name="token"\r\n\r\nmp-secret-123\r\n--XyZ--\r\n'
+    )
+    scrub.body(multipart, "")
+    assert "mp-secret-123" in scrub.seen
+    assert scrub.redact_seen("echo mp-secret-123") == f"echo {REDACTED}"
+    body = 'name="token"\r\n\r\nmp-secret-456\r\n--B'
+    content = "Content-Disposition: form-data; " + body
+    assert scrub.body(content, "multipart/form-data") != content
+    assert scrubber().body(content, "MULTIPART/form-data") == content  # types are lowercase
+    assert scrub.body('{"token": "t"}', "JSON") == '{"token":"t"}'.replace('"t"', f'"{REDACTED}"')
+
+
+def test_header_names() -> None:
+    scrub = scrubber()
+    assert scrub.is_secret_header("X-Password")
+    assert not scrub.is_secret_header("x-xpassword")
+    assert scrub.is_secret_header("Foo-Subscription-Key")
+    assert not scrub.is_secret_header("Foo-Subscription-Keys")
+    assert scrub.is_secret_name("authToken") and not scrub.is_secret_name("auth_Tokens")
+    assert not scrub.is_secret_name("myapiKeyring")
+
+
+def test_secret_name_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rlenv.world.scrub._NAMES_KEPT", 2)
+    scrub = scrubber()
+    assert scrub.is_secret_name("token") and not scrub.is_secret_name("query")
+    assert not scrub.is_secret_name("other")
+    assert scrub._secret_names == {"token": True, "query": False}
+
+
+def test_find_secrets_details() -> None:
+    scrub = scrubber()
+    interactions = [
+        (request("https://h/?password="), response()),
+        (request("https://h/", headers={"X-Api-Key": [REDACTED, "leak"]}), response()),
+        (request("https://h/", headers={"Authorization": [REDACTED]}), response()),
+        (request("https://h/"), response(headers={"Set-Cookie": [REDACTED]})),
+        (request("https://h/", body="a=&password="), response()),
+        (request("https://h/", body=b"\x1f\x8b broken gzip"), response()),
+        (request("https://h/", body=b"\xff\xfe ghp_abcdefghijklmnopqrstuvwxyz"), response()),
+        (request("https://h/", body='  {"secret": "v"}'), response()),
+        (request("https://h/", body="[1, 2]"), response(body='{"x": 1}')),
+    ]
+    found = find_secrets(interactions, scrub)
+    assert "interaction 1: request header X-Api-Key" in found
+    assert "interaction 6: request body contains a token-like value ghp_…" in found
+    assert "interaction 7: request body has a secret-named field" in found
+    for number in (0, 2, 3, 5, 8):
+        assert not [line for line in found if line.startswith(f"interaction {number}:")], number
