@@ -4,6 +4,8 @@ in process: the mutation run's fast set for the module."""
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -156,3 +158,55 @@ def test_aggregate_exact_and_non_finite() -> None:
     assert empty["rollouts"] == 0 and empty["non_finite_tokens"] == 0
     mixed = aggregate([{"kl": [1.0], "k1": [1.0], "k3": [2.0]}, {"k1": [1.0], "k3": [4.0]}])
     assert mixed["estimator"] == "sampled_k1_k3" and mixed["mean_token_kl"] == pytest.approx(3.0)
+
+
+def test_float64_whatever_comes_in_and_no_numpy_warnings() -> None:
+    """Integer inputs are read as float64; infinities and empty inputs raise no warning (they
+    are handled, not stumbled on)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert k1([1], [0]).dtype == np.float64 and k3([0], [1]).dtype == np.float64
+        assert exact_kl(np.array([[0, -1]]), np.array([[0, 0]])).dtype == np.float64
+        assert entropy(np.array([[0, -1]])).dtype == np.float64
+        assert to_bits([1, 2]).dtype == np.float64
+        minus_inf = np.array([[-math.inf, 0.0]])
+        assert exact_kl(minus_inf, minus_inf).tolist() == [0.0]
+        assert exact_kl(np.array([[0.0, -math.inf]]), np.array([[-math.inf, 0.0]]))[0] == math.inf
+        assert entropy(minus_inf).tolist() == [0.0]
+        one = aggregate([{"k1": [2.0], "k3": [1.0]}])
+        assert one["k1_stderr"] is None
+        assert aggregate([{}])["tokens"] == 0
+        assert aggregate([{"k1": [], "k3": []}])["mean_seq_mean_k1"] is None
+        assert aggregate([{"k1": [1, 2], "k3": [1, 1]}])["mean_k1"] == 1.5
+
+
+def test_last_axis_of_batched_distributions() -> None:
+    batch = np.array([[logs(P), logs(Q)], [logs(Q), logs(Q)]])  # [B, T, V]
+    reference = np.array([[logs(Q), logs(Q)], [logs(Q), logs(Q)]])
+    expected = sum(p * (math.log(p) - math.log(q)) for p, q in zip(P, Q, strict=True))
+    got = exact_kl(batch, reference)
+    assert got.shape == (2, 2)
+    assert got.ravel().tolist() == pytest.approx([expected, 0.0, 0.0, 0.0])
+    assert entropy(batch).shape == (2, 2)
+
+
+def test_two_tokens_have_a_standard_error_and_sums_that_overflow_are_none() -> None:
+    two = aggregate([{"k1": [1.0, 3.0], "k3": [0.0, 0.0]}])
+    assert two["k1_stderr"] == pytest.approx(math.sqrt(2.0) / math.sqrt(2.0))
+    with np.errstate(over="ignore"):
+        huge = aggregate([{"k1": [1e308, 1e308], "k3": [1e308, 1e308]}])
+    assert huge["mean_sequence_k1"] is None and huge["mean_sequence_kl"] is None
+
+
+def test_merge_keeps_the_logprobs() -> None:
+    def part(logprob: list[float]) -> dict[str, Any]:
+        values = np.array(logprob)
+        tokens = {"kl": None, "k1": values, "k3": values, "entropy": None}
+        record = shift_record("sampled_k1_k3", tokens)
+        record["per_token"]["logprob"] = logprob
+        record["per_token"]["ref_logprob"] = [v - 1 for v in logprob]
+        return record
+
+    merged = merge_shift_records([part([-1.0]), part([-2.0, -3.0])])
+    assert merged["per_token"]["logprob"] == [-1.0, -2.0, -3.0]
+    assert merged["per_token"]["ref_logprob"] == [-2.0, -3.0, -4.0]
