@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import warnings
 from itertools import product
 from typing import Any
 
@@ -242,3 +243,53 @@ def test_pass_k_table() -> None:
         "pass^k": {2: table["pass^k"][2]},
     }
     assert pass_k_table([]) == {"pass@k": {}, "pass^k": {}}
+
+
+def test_values_are_read_as_floats() -> None:
+    """Whatever array-like comes in is read as float64 (numbers written as text included)."""
+    text_x, text_y = ["1", "2", "3", "5"], ["2", "1", "4", "3"]
+    floats_x, floats_y = [1.0, 2.0, 3.0, 5.0], [2.0, 1.0, 4.0, 3.0]
+    assert pearson(text_x, text_y) == pytest.approx(pearson(floats_x, floats_y))
+    assert spearman(text_x, text_y) == pytest.approx(spearman(floats_x, floats_y))
+    assert auc(["3", "2"], ["1"]) == 1.0
+    assert rankdata(["10", "9"]).tolist() == [2.0, 1.0]
+    assert bootstrap_ci([["1", "1"], ["0"]], n_boot=20) == bootstrap_ci(
+        [[1.0, 1.0], [0.0]], n_boot=20
+    )
+    assert noise_floor(records({"a": [True], "b": [False]})) == pytest.approx(
+        (statistics.NormalDist().inv_cdf(0.975) + statistics.NormalDist().inv_cdf(0.8))
+        * math.sqrt(2 * 0.5 / 2)
+    )
+
+
+def test_exact_messages_and_boundaries() -> None:
+    with pytest.raises(ValueError, match="^x and y must have the same length$"):
+        pearson([1.0, 2.0, 3.0], [1.0])
+    with pytest.raises(ValueError, match="^x and y must have the same length$"):
+        spearman([1.0, 2.0, 3.0], [1.0])
+    # a y whose sum of squares is exactly 1 is an ordinary y
+    assert pearson([1.0, 2.0, 3.0, 4.0], [-0.5, 0.5, -0.5, 0.5]) == pytest.approx(
+        scipy_stats.pearsonr([1.0, 2.0, 3.0, 4.0], [-0.5, 0.5, -0.5, 0.5])[0]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert pearson([1e200, -1e200, 0.0], [1.0, 2.0, 3.0]) is None
+        assert pearson([1e300, -1e300, 1e300], [1.0, 2.0, 3.0]) is None
+
+
+def test_bootstrap_defaults_and_draws_by_hand() -> None:
+    clusters = [[1.0, 1.0], [0.0, 0.0], [1.0, 0.0], [1.0], [0.0]]
+    sums = np.array([2.0, 0.0, 1.0, 1.0, 0.0])
+    counts = np.array([2.0, 2.0, 2.0, 1.0, 1.0])
+
+    def by_hand(n_boot: int, seed: int) -> tuple[float, float]:
+        indices = np.random.default_rng(seed).integers(0, 5, size=(n_boot, 5))
+        means = sums[indices].sum(axis=1) / counts[indices].sum(axis=1)
+        lo, hi = np.quantile(means, [0.025, 0.975])
+        return float(lo), float(hi)
+
+    assert bootstrap_ci(clusters) == by_hand(1000, 0)
+    assert bootstrap_ci(clusters, n_boot=3, seed=5) == by_hand(3, 5)
+    assert bootstrap_ci(clusters, n_boot=1, seed=5) == by_hand(1, 5)
+    custom = bootstrap_ci(clusters, statistic=lambda r: float(len(r)), n_boot=1)
+    assert custom == (5.0, 5.0)
