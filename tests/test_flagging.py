@@ -246,3 +246,11 @@ def test_flag_order_and_kinds() -> None:
     ]
     assert [flag["kind"] for flag in found] == ["note"] * 4 + ["failure"] * 2
     assert set(KINDS.values()) == {"note"}
+
+
+def test_part_names_with_spaces_and_a_missing_count() -> None:
+    assert names(flags({"errors": [part("verifier my exact check", 3, 4)]})) == ["verifier_failed"]
+    assert names(flags({"errors": [part("tool web search", 4, 4)]})) == ["tool_failed"]
+    metrics = bias(0.5, 0.001)
+    del metrics["length_bias"]["n"]
+    assert flags(metrics, min_length_n=1) == []
