@@ -150,11 +150,15 @@ def run_module(module: str, root: Path, max_children: int) -> tuple[dict[str, st
 
 
 def _pragmas() -> list[str]:
+    """Each line marked `# pragma: no mutate`, with the comment line above it (the reason)."""
     found = []
     for module in TARGETS:
-        for number, line in enumerate((ROOT / module).read_text().splitlines(), 1):
+        lines = (ROOT / module).read_text().splitlines()
+        for number, line in enumerate(lines, 1):
             if "pragma: no mutate" in line:
-                found.append(f"  {module}:{number}: {line.strip()}")
+                above = lines[number - 2].strip() if number > 1 else ""
+                reason = f"    {above}" if above.startswith("#") else ""
+                found += [f"  {module}:{number}: {line.strip()}", *([reason] if reason else [])]
     return found
 
 
@@ -195,7 +199,7 @@ def report(
         f"modules not run yet ({len(not_run)}):",
         *(f"  {module}" for module in not_run),
         "",
-        "equivalent mutants, not generated (`# pragma: no mutate`, reason on the line):",
+        "equivalent mutants, not generated (`# pragma: no mutate`; the reason on or above it):",
         *(_pragmas() or ["  none"]),
     ]
     return "\n".join(lines) + "\n", overall
