@@ -524,3 +524,34 @@ def test_find_secrets_details() -> None:
     assert "interaction 7: request body has a secret-named field" in found
     for number in (0, 2, 3, 5, 8):
         assert not [line for line in found if line.startswith(f"interaction {number}:")], number
+
+
+def test_vcr_request_reads_the_content_type_header() -> None:
+    for value in ("application/x-www-form-urlencoded", ["application/x-www-form-urlencoded"]):
+        req = request("https://h/", body="x y=1&token=abcdefgh1", headers={"Content-Type": value})
+        scrubber().vcr_request(req)
+        assert req.body == f"x+y=1&token={REDACTED}"
+    untyped = request("https://h/", body="x y=1&token=abcdefgh1", headers={"Accept": "*/*"})
+    scrubber().vcr_request(untyped)
+    assert untyped.body == "x y=1&token=abcdefgh1"
+
+
+def test_vcr_response_json_is_compact_and_sorted() -> None:
+    resp = response(body='{"token": "t", "a": 1}')
+    scrubber().vcr_response(resp)
+    assert resp["body"]["string"] == f'{{"a":1,"token":"{REDACTED}"}}'
+
+
+def test_hidden_values_split_on_separators_and_basic_passwords() -> None:
+    scrub = scrubber()
+    scrub.vcr_response(response(headers={"Set-Cookie": ["sid=first-val-1,other-val-2"]}))
+    assert {"first-val-1", "other-val-2"} <= scrub.seen
+    basic = b64(b"alice:pass:word-9")
+    scrub.vcr_request(request("https://h/", headers={"Authorization": basic}))
+    assert "pass:word-9" in scrub.seen
+
+
+def test_camel_case_names_and_short_masks() -> None:
+    assert scrubber().is_secret_name("myToken") and scrubber().is_secret_name("clientSecret")
+    found = find_secrets([(request("https://h/?password=abcd"), response())], scrubber())
+    assert found == ["interaction 0: query parameter password=…"]
