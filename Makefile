@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= test,dev,hf,report,rm,ray,trl,datasets,math
 
-.PHONY: venv inspect-venv lmeval-venv demo test lint fmt bench bench-readme clean search-service record-search
+.PHONY: venv inspect-venv lmeval-venv demo test lint fmt bench bench-readme mutants clean search-service record-search
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -90,6 +90,13 @@ bench: venv inspect-venv
 
 bench-readme: venv
 	$(BIN)/python bench/all.py --readme
+
+# Mutation testing of the trust-critical modules (bench/mutants.py: each module against its fast
+# test set, mutmut): the score per module and overall in bench/results/mutants.txt. Long (hours
+# on 2 cores for all); `make mutants MUTANTS=rlenv/metrics/flagging.py` reruns one module.
+MUTANTS ?=
+mutants: venv
+	$(BIN)/python bench/mutants.py $(MUTANTS)
 
 clean:
 	rm -rf $(VENV) $(INSPECT_VENV) $(LMEVAL_VENV) runs

@@ -17,11 +17,11 @@ from rlenv.sandbox import SandboxLimits, probe_mechanism
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import VerifierContext
 from rlenv.verifiers.code import run_program_cases, run_python_tests, sandboxed_check
+from tests.conftest import needs
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=5, memory_mb=256, file_size_mb=8)
-pytestmark = pytest.mark.skipif(
-    probe_mechanism() == "rlimits", reason="no namespace sandbox here (scripts/system-deps.sh)"
-)
+# A missing sandbox skips here but fails under CI (conftest.require): never a silent green.
+pytestmark = needs(probe_mechanism() != "rlimits", "a namespace sandbox (bubblewrap or unshare)")
 
 TESTS = {
     "functions": "from solution import add\n\ndef test_small():\n    assert add(1, 2) == 3\n\n"
@@ -173,6 +173,9 @@ ATTACKS: dict[str, str] = {
             return a - b
         """
     ),
+    # issue 27: a mutant counting skipped unittest tests as passed survived the suite
+    "skip_the_tests": "import unittest\ndef add(a, b):\n    raise unittest.SkipTest('later')\n",
+    "skip_at_import": "import unittest\nraise unittest.SkipTest('later')\n",
     "excepthook_and_del": "import sys\nsys.excepthook = lambda *a: None\n" + WRONG,
     "infinite_recursion": "def add(a, b):\n    return add(a, b)\n",
     "close_stdout_then_print": "import os, sys\n"
@@ -306,3 +309,36 @@ def test_values_cross_as_plain_json_only(tmp_path: Path) -> None:
     verdict = run_python_tests(code, objects, tmp_path, LIMITS)
     assert verdict["passed"] is False
     assert "not JSON of plain types" in verdict["detail"]
+
+
+SKIPPING = textwrap.dedent(
+    """
+    import unittest
+    from solution import add
+
+    class T(unittest.TestCase):
+        def test_one(self):
+            self.assertEqual(add(1, 2), 3)
+
+        @unittest.skip("later")
+        def test_skipped(self):
+            self.assertEqual(add(0, 5), 5)
+
+        def test_skips_itself(self):
+            self.skipTest("not today")
+
+        @unittest.expectedFailure
+        def test_unexpected_success(self):
+            self.assertEqual(add(1, 1), 2)
+    """
+)
+
+
+def test_a_skipped_test_is_not_a_passed_one(tmp_path: Path) -> None:
+    """Issue 27: a mutant counting skipped tests (and unexpected successes) as passed survived
+    the suite. Only the one test that ran and held is passed; the verdict fails."""
+    right = "def add(a, b):\n    return a + b\n"
+    verdict = run_python_tests(right, SKIPPING, tmp_path, LIMITS)
+    assert verdict["passed"] is False, verdict
+    assert verdict["score"] == 0.25, verdict
+    assert verdict["detail"].startswith("1/4 tests passed"), verdict

@@ -65,7 +65,9 @@ def flags(
         _negative_kl(summary_metrics.get("kl") or {}),
         _infra_errors(summary_metrics.get("counts") or {}, rows.get("endpoint")),
     ]
-    found += [_failing_part(row) for row in rows.values() if row["component"] != "endpoint"]
+    # pragma: _failing_part has no flag for "endpoint" either (it is infra_errors' row)
+    parts = [row for row in rows.values() if row["component"] != "endpoint"]  # pragma: no mutate
+    found += [_failing_part(row) for row in parts]
     return [
         {"fails_run": False, "kind": KINDS.get(flag["name"], "failure"), **flag}
         for flag in found
@@ -164,7 +166,7 @@ def _first(row: Mapping[str, Any] | None) -> str:
 
 
 def _infra_errors(counts: Mapping[str, Any], row: Mapping[str, Any] | None) -> Flag | None:
-    infra = counts.get(Status.INFRA_ERROR, 0)
+    infra = counts.get(Status.INFRA_ERROR, 0)  # pragma: no mutate (None is falsy as 0 is)
     if not infra:
         return None
     flag: Flag = {

@@ -109,5 +109,7 @@ def merge_shift_records(parts: list[dict[str, Any]]) -> dict[str, Any]:
             else np.asarray([value for piece in pieces for value in piece], dtype=np.float64)
         )
     estimators = {part.get("estimator") for part in parts}
-    estimator = "exact" if estimators == {"exact"} else sorted(e for e in estimators if e)[0]
+    # pragma: {"exact"} alone sorts to "exact" too, so mutants of the test are equivalent
+    named = sorted(e for e in estimators if e)
+    estimator = "exact" if estimators == {"exact"} else named[0]  # pragma: no mutate
     return shift_record(estimator, per_token)
