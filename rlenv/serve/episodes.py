@@ -46,7 +46,7 @@ SPLITS = ("heldout", "train")
 DEFAULT_MODEL = "openenv"
 MAX_ACTION_BYTES = MAX_REPLY_BYTES
 """An action (one assistant message) larger than a model reply may be is refused."""
-_ACTION_FIELDS = frozenset({"content", "tool_calls", "usage", "metadata"})
+_ACTION_FIELDS = frozenset({"role", "content", "tool_calls", "usage", "metadata"})
 
 
 class ServeError(Exception):
@@ -63,6 +63,8 @@ def model_reply(action: dict[str, Any]) -> ModelReply:
             f"unknown action field {unknown[0]!r}: an action is an assistant message"
             " (content, tool_calls, usage)"
         )
+    if action.get("role", "assistant") != "assistant":
+        raise ServeError(f"an action is the assistant's message, not {action['role']!r}'s")
     size = len(json.dumps(action, default=str).encode())
     if size > MAX_ACTION_BYTES:
         raise ServeError(f"the action is {size} bytes, more than the limit of {MAX_ACTION_BYTES}")

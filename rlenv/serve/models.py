@@ -21,6 +21,11 @@ class RlenvAction(Action):
 
     model_config = ConfigDict(extra="allow", validate_assignment=True)
 
+    role: Any = Field(
+        default=None,
+        description='"assistant" or left out.',
+        json_schema_extra={"type": ["string", "null"]},
+    )
     content: Any = Field(
         default=None,
         description="The assistant message's text (the final answer when there are no tool calls).",
