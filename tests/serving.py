@@ -85,7 +85,10 @@ def served(
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """`rlenv serve SPEC --port 0 --out OUT` as a subprocess: its URL once it listens (read
     from its announce line on stderr); stopped with SIGTERM (the summary is written then)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     process = subprocess.Popen(
         [str(RLENV), "serve", str(spec), "--port", "0", "--out", str(out), *options],
         cwd=ROOT,

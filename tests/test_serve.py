@@ -124,9 +124,7 @@ def test_bad_requests_get_one_clear_error_and_cost_nothing(
     assert "malformed action" in _error(session(reset("h0"), act({"tool_calls": "lookup"})))
     assert "unknown action field 'answer'" in _error(session(reset("h0"), act({"answer": "x"})))
     assert "neither content nor tool_calls" in _error(session(reset("h0"), act({})))
-    assert "more than the limit" in _error(
-        session(reset("h0"), act({"content": "x" * (9 << 20)}))
-    )
+    assert "more than the limit" in _error(session(reset("h0"), act({"content": "x" * (9 << 20)})))
     message = _error(session(reset("h2"), act({"content": "w2"}), act({"content": "again"})))
     assert "is over (done): reset to start another" in message
     assert message.count("\n") == 0
@@ -179,12 +177,17 @@ def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) 
     from search_env.policies import baseline
 
     model = "python:search_env.policies:baseline"
-    ran = cli("run", "envs/search.yaml", "--limit", "2", "--rollouts", "1", "--out", str(tmp_path / "run"))
+    ran = cli(
+        "run", "envs/search.yaml", "--limit", "2", "--rollouts", "1", "--out", str(tmp_path / "run")
+    )
     assert ran.returncode == 0, ran.stderr
     expected = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
 
     out = tmp_path / "served"
-    with served(Path("envs/search.yaml"), out, "--workers", "1", "--model", model) as (url, process):
+    with served(Path("envs/search.yaml"), out, "--workers", "1", "--model", model) as (
+        url,
+        process,
+    ):
 
         async def play(input_id: str) -> dict[str, Any]:
             async with GenericEnvClient(base_url=url, message_timeout_s=300) as env:
@@ -203,7 +206,7 @@ def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) 
         output, errors = stop(process)
     for input_id, record in served_records.items():
         assert record["digest"] == expected[input_id]["digest"], (record, expected[input_id])
-    assert f"served 2 episodes; digest" in output, errors
+    assert "served 2 episodes; digest" in output, errors
     checked = cli("check", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     report = cli("report", str(out))

@@ -47,7 +47,9 @@ def observation(episode: Episode, step: Step, tools: list[dict[str, Any]]) -> Rl
     done = record is not None
     reward = None
     if record is not None:
-        reward = composite_reward(record, episode.world.prepared.loaded.spec.reward_model is not None)
+        reward = composite_reward(
+            record, episode.world.prepared.loaded.spec.reward_model is not None
+        )
     return RlenvObservation(
         done=done,
         reward=reward,
@@ -82,10 +84,14 @@ class ServedEnvironment(Environment[RlenvAction, RlenvObservation, RlenvState]):
 
     # -- the protocol ----------------------------------------------------------------------
 
-    def reset(self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any) -> RlenvObservation:
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> RlenvObservation:
         raise ServeError("this env is asynchronous: reset is served by reset_async")
 
-    def step(self, action: RlenvAction, timeout_s: float | None = None, **kwargs: Any) -> RlenvObservation:
+    def step(
+        self, action: RlenvAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> RlenvObservation:
         raise ServeError("this env is asynchronous: step is served by step_async")
 
     async def reset_async(
@@ -190,7 +196,9 @@ class ServedEnvironment(Environment[RlenvAction, RlenvObservation, RlenvState]):
         if self.episode is None:
             raise ServeError("no episode: reset first")
         if episode_id is not None and episode_id != self.episode.episode_id:
-            raise ServeError(f"this session's episode is {self.episode.episode_id!r}, not {episode_id!r}")
+            raise ServeError(
+                f"this session's episode is {self.episode.episode_id!r}, not {episode_id!r}"
+            )
         return self.episode
 
     def _abandon(self) -> None:
@@ -220,9 +228,8 @@ class _Requests:
             return
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            body = json.dumps(
-                {"detail": f"the request is {int(length)} bytes, more than the limit of {MAX_BODY_BYTES}"}
-            ).encode()
+            detail = f"the request is {int(length)} bytes, more than the limit of {MAX_BODY_BYTES}"
+            body = json.dumps({"detail": detail}).encode()
             await send(
                 {
                     "type": "http.response.start",

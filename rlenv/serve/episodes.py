@@ -148,9 +148,7 @@ class Episode:
 
     async def step(self, reply: ModelReply) -> Step:
         if self.done:
-            raise ServeError(
-                f"episode {self.episode_id} is over (done): reset to start another"
-            )
+            raise ServeError(f"episode {self.episode_id} is over (done): reset to start another")
         if not self.waiting:
             raise ServeError(f"episode {self.episode_id} is busy with the previous action")
         self.waiting = False
@@ -215,7 +213,12 @@ class Episode:
                 )
             except WorkerLost as lost:  # killed for overrunning, or died: as `rlenv run` says it
                 record = lost_record(
-                    world.prepared.loaded, world.inputs, self.task, world.model, lost.status, lost.error
+                    world.prepared.loaded,
+                    world.inputs,
+                    self.task,
+                    world.model,
+                    lost.status,
+                    lost.error,
                 )
             world.write(record)
         except asyncio.CancelledError:
@@ -224,7 +227,11 @@ class Episode:
             self.events.put_nowait(exc)
             return
         self.record = record
-        final = [dict(message) for message in self.messages[self.shown :] if message["role"] != "assistant"]
+        final = [
+            dict(message)
+            for message in self.messages[self.shown :]
+            if message["role"] != "assistant"
+        ]
         self.events.put_nowait(Step(messages=final, turn=self.turn, record=record))
 
 
@@ -300,7 +307,11 @@ class ServedWorld:
     def _meta(self) -> dict[str, Any]:
         spec = self.prepared.loaded.spec
         return {
-            "env": {"name": spec.name, "version": spec.version, "fingerprint": self.prepared.fingerprint},
+            "env": {
+                "name": spec.name,
+                "version": spec.version,
+                "fingerprint": self.prepared.fingerprint,
+            },
             "model": {"uri": self.model},
             "decoding": spec.decoding.model_dump(),
             # episodes per input are the trainer's choice: no fixed K (check reads no gaps)

@@ -33,7 +33,7 @@ class RlenvAction(Action):
     )
     tool_calls: Any = Field(
         default=None,
-        description="OpenAI-format tool calls: [{id, type: function, function: {name, arguments}}].",
+        description="OpenAI tool calls: [{id, type: function, function: {name, arguments}}].",
         json_schema_extra={"type": ["array", "null"], "items": {"type": "object"}},
     )
     usage: Any = Field(
