@@ -135,6 +135,7 @@ class Episode:
     waiting: bool = False  # the loop waits for the client's next turn
     record: dict[str, Any] | None = None
     runner: asyncio.Task[None] | None = None
+    abandoned: bool = False
 
     @property
     def done(self) -> bool:
@@ -156,8 +157,11 @@ class Episode:
         return await self._next()
 
     def cancel(self) -> None:
-        """Abandon the episode (its client went away): nothing is written for it."""
-        if self.runner is not None and not self.runner.done():
+        """Abandon the episode (its client went away): nothing is written for it. A loop
+        waiting for the model stops at once; one inside a worker call finishes that call
+        first (a call cut off would leave its answer in the worker's pipe for the next one)."""
+        self.abandoned = True
+        if self.runner is not None and not self.runner.done() and self.waiting:
             self.runner.cancel()
 
     async def _next(self) -> Step:
@@ -172,6 +176,8 @@ class Episode:
         self.shown = len(current)
         self.waiting = True
         self.events.put_nowait(Step(messages=new, turn=turn))
+        if self.abandoned:
+            raise asyncio.CancelledError
         reply = await self.replies.get()
         self.shown += 1  # the assistant message the client sent
         return reply
@@ -220,6 +226,8 @@ class Episode:
                     lost.status,
                     lost.error,
                 )
+            if self.abandoned:
+                return
             world.write(record)
         except asyncio.CancelledError:
             raise
