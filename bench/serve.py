@@ -7,9 +7,9 @@ side is one `rlenv serve --workers 2` process; C WebSocket clients (openenv-core
 GenericEnvClient) each play episodes back to back until E episodes are done, timed from the
 first reset to the last graded answer (the server's start is left out; it is printed apart).
 `rlenv run` plays the same E episodes with the env's python policy (the same actions) at
-`--concurrency C` (its workers: one per core, 2 here); its rate is over the whole process,
-and steady: (E - 64) / (wall of E episodes - wall of 64), both runs at the same concurrency, so
-its start and end cancel out.
+`--concurrency C` (its workers: one per core, 2 here); its rate is over the whole process of
+1024 episodes (16 per input), and steady: (1024 - 64) / (wall of 1024 - wall of 64), both runs
+at the same concurrency, so its start and end cancel out.
 Both share this machine's cores with the clients. No target: the figures are for the README.
 Run: `.venv/bin/python bench/serve.py [--quick]`.
 """
@@ -37,6 +37,7 @@ from tests.conftest import sha256  # noqa: E402
 CONCURRENCIES = (1, 16, 64)
 INPUTS = 64
 WORKERS = 2
+RUN_PER_INPUT = 16  # rlenv run's longer run: 1024 episodes (--quick 512), so its start is small
 
 
 def bench_env(root: Path, episodes_per_input: int) -> Path:
@@ -107,17 +108,22 @@ def _timed(command: list[str]) -> float:
     return time.perf_counter() - began
 
 
-def run_rates(spec: Path, work: Path, episodes: int) -> dict[int, tuple[float, float]]:
-    """{C: (whole-process episodes/s, steady episodes/s)}: the steady rate is the difference
-    of a run of every episode and a run of one rollout per input at the same concurrency
-    (their starts and ends cancel out)."""
+def run_rates(spec: Path, work: Path, per_input: int) -> dict[int, tuple[float, float]]:
+    """{C: (whole-process episodes/s, steady episodes/s)} of `rlenv run` over `per_input`
+    rollouts of every input: the steady rate is the difference of that run and a run of one
+    rollout per input at the same concurrency (their starts and ends cancel out)."""
+    episodes = INPUTS * per_input
     rates: dict[int, tuple[float, float]] = {}
     for concurrency in CONCURRENCIES:
         options = ("--concurrency", str(concurrency))
         small = _timed(
             common.rlenv_run(spec, work / f"one-{concurrency}", *options, "--rollouts", "1")
         )
-        seconds = _timed(common.rlenv_run(spec, work / f"run-{concurrency}", *options))
+        seconds = _timed(
+            common.rlenv_run(
+                spec, work / f"run-{concurrency}", *options, "--rollouts", str(per_input)
+            )
+        )
         extra = episodes - INPUTS
         steady = extra / (seconds - small) if seconds > small else float("nan")
         rates[concurrency] = (episodes / seconds, steady)
@@ -131,11 +137,12 @@ def main() -> None:
     common.header("rlenv serve: episodes per second beside rlenv run")
     per_input = 2 if args.quick else 4
     episodes = INPUTS * per_input
+    run_per_input = RUN_PER_INPUT // (2 if args.quick else 1)
     work = Path(tempfile.mkdtemp(prefix="rlenv-bench-serve-"))
     try:
         spec = bench_env(work / "env", per_input)
         start_s, served = served_rates(spec, work, episodes)
-        ran = run_rates(spec, work, episodes)
+        ran = run_rates(spec, work, run_per_input)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(
