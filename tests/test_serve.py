@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import cli, read_jsonl
+from tests.conftest import ROOT, cli, read_jsonl
 from tests.serving import search_policy_path, served, stop, tool_call, tool_env
 
 pytest.importorskip("openenv.core", reason="the serve extra (openenv-core)")
@@ -169,10 +170,19 @@ def test_plain_http_contract(tool_server: tuple[str, Path]) -> None:
         assert big.status_code == 413 and "more than the limit" in big.json()["detail"]
 
 
+def _readme_client_snippet() -> str:
+    """The README's example of openenv-core's client against a served env."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    [block] = [b for b in blocks if "GenericEnvClient(base_url=" in b]
+    return block
+
+
 def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) -> None:
     """The search env, its baseline policy run client-side through openenv-core's client:
-    each record equals (digest and all) the one `rlenv run` writes for the same answers, and
-    report and check read the served run directory."""
+    each record equals (digest and all) the one `rlenv run` writes for the same answers; the
+    README's client example works as written; report and check read the served run
+    directory."""
     search_policy_path()
     from search_env.policies import baseline
 
@@ -203,12 +213,45 @@ def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) 
                 return dict(result.observation["record"])
 
         served_records = {i: asyncio.run(play(i)) for i in sorted(expected)}
+        readme = _readme_client_snippet().replace("http://envhost:8000", url)
+        scope: dict[str, Any] = {}
+        exec(compile(readme, "README.md", "exec"), scope)  # the README's example, as written
+        assert scope["last"].done and scope["last"].observation["record"]["passed"] is True
         output, errors = stop(process)
     for input_id, record in served_records.items():
         assert record["digest"] == expected[input_id]["digest"], (record, expected[input_id])
-    assert "served 2 episodes; digest" in output, errors
+    assert "served 3 episodes; digest" in output, errors
     checked = cli("check", str(out))
     assert checked.returncode == 0, checked.stdout + checked.stderr
     report = cli("report", str(out))
     assert report.returncode == 0, report.stderr
     assert json.loads((out / "run.json").read_text())["model"]["uri"] == model
+
+
+def test_help_stays_light_and_bad_arguments_are_one_line(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, rlenv.cli\n"
+        "names = {m.split('.')[0] for m in sys.modules}\n"
+        "heavy = sorted(names & {'openenv', 'fastapi', 'uvicorn'})\n"
+        "print(heavy)"
+    )
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
+    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    assert "serve" in cli("--help").stdout
+    spec = tool_env(tmp_path / "env")
+    missing = cli("serve", str(tmp_path / "nope.yaml"), "--port", "0")
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    split = cli("serve", str(spec), "--port", "0", "--split", "test", "--out", str(tmp_path / "o"))
+    assert split.returncode == 2 and "--split must be heldout or train" in split.stderr
+    assert not (tmp_path / "o").exists()  # refused before the run directory was made
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = cli("serve", str(spec), "--port", port, "--out", str(tmp_path / "b"))
+    assert busy.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in busy.stderr
+    assert busy.stderr.count("\n") == 1 and not (tmp_path / "b").exists()
