@@ -181,7 +181,7 @@ def _readme_client_snippet() -> str:
 def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) -> None:
     """The search env, its baseline policy run client-side through openenv-core's client:
     each record equals (digest and all) the one `rlenv run` writes for the same answers; the
-    README's client example works as written; report and check read the served run
+    README's client example works as written; report, compare and check read the served run
     directory."""
     search_policy_path()
     from search_env.policies import baseline
@@ -225,6 +225,8 @@ def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) 
     assert checked.returncode == 0, checked.stdout + checked.stderr
     report = cli("report", str(out))
     assert report.returncode == 0, report.stderr
+    compared = cli("compare", str(tmp_path / "run"), str(out), "--out", str(tmp_path / "cmp"))
+    assert compared.returncode == 0, compared.stderr
     assert json.loads((out / "run.json").read_text())["model"]["uri"] == model
 
 
