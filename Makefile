@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 EXTRAS ?= test,dev,hf,report,rm,ray,trl,datasets,math,serve
 
-.PHONY: venv inspect-venv demo test lint fmt bench bench-readme clean search-service record-search
+.PHONY: venv inspect-venv lmeval-venv demo test lint fmt bench bench-readme clean search-service record-search
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,22 @@ $(INSPECT_STAMP):
 
 inspect-venv: $(INSPECT_STAMP)
 
+# lm-evaluation-harness's own filters and exact_match, which tests/test_import_lm_eval.py scores
+# imported tasks with, in their own venv: lm-eval without its model stack (torch, datasets),
+# plus what its scoring modules import.
+LMEVAL_VENV := .venv-lmeval
+LMEVAL_VERSION := 0.4.13
+LMEVAL_STAMP := $(LMEVAL_VENV)/.installed-$(LMEVAL_VERSION)
+
+$(LMEVAL_STAMP):
+	test -x $(LMEVAL_VENV)/bin/python || $(PYTHON) -m venv $(LMEVAL_VENV)
+	$(LMEVAL_VENV)/bin/python -m pip install -q --no-deps lm-eval==$(LMEVAL_VERSION)
+	$(LMEVAL_VENV)/bin/python -m pip install -q numpy sacrebleu jinja2 pyyaml requests
+	rm -f $(LMEVAL_VENV)/.installed-*
+	touch $(LMEVAL_STAMP)
+
+lmeval-venv: $(LMEVAL_STAMP)
+
 demo: venv
 	$(BIN)/rlenv validate envs/search.yaml
 	$(BIN)/rlenv run envs/search.yaml
@@ -49,7 +65,8 @@ record-search: venv
 
 # The suite's sandbox (bubblewrap), clock (libfaketime) and browser (chromium) are promised, not
 # optional: a missing one stops `make test` here rather than turning its tests into skips.
-test: venv
+# Inspect and lm-eval in their own venvs: the import tests compare scores with theirs.
+test: venv inspect-venv lmeval-venv
 	bash scripts/system-deps.sh
 	$(BIN)/python -m pytest
 
@@ -75,4 +92,4 @@ bench-readme: venv
 	$(BIN)/python bench/all.py --readme
 
 clean:
-	rm -rf $(VENV) $(INSPECT_VENV) runs
+	rm -rf $(VENV) $(INSPECT_VENV) $(LMEVAL_VENV) runs

@@ -645,13 +645,13 @@ def _profile_orchestrator(spec: str, limit: int, top: int) -> None:
     """cProfile of `rlenv.runner.run(..., concurrency=1)` in this process (workers not profiled)."""
     import cProfile
 
-    from rlenv.runner import run
+    from rlenv.runner import RunSettings, run
 
     out = Path(tempfile.mkdtemp(prefix="bench-prof-")) / "run"
     profile = cProfile.Profile()
     started = time.perf_counter()
     profile.enable()
-    run(spec, out=out, limit=limit, concurrency=1)
+    run(spec, RunSettings(out=out, limit=limit, concurrency=1))
     profile.disable()
     elapsed = time.perf_counter() - started
     shutil.rmtree(out.parent, ignore_errors=True)
@@ -668,7 +668,8 @@ def _profile_worker(spec: str, model: str, count: int, top: int) -> None:
     import resource
 
     clock = time.perf_counter  # kept before freezegun replaces time.perf_counter
-    from rlenv.worker import RolloutTask, WorkerConfig, WorldRuntime
+    from rlenv.worker.config import RolloutTask, WorkerConfig
+    from rlenv.worker.runtime import WorldRuntime
 
     work = Path(tempfile.mkdtemp(prefix="bench-worker-"))
     config = WorkerConfig(spec_path=spec, work_root=str(work), model_uri=model)
@@ -700,26 +701,27 @@ def _profile_worker(spec: str, model: str, count: int, top: int) -> None:
 
 def _worker_cost(spec: str, model: str, count: int) -> None:
     """CPU per rollout of a frozen-world worker in this process, no profiler, through the
-    entry point a worker serves (`worker_run_rollout`: output capture and the leftover-process
-    check included), after 200 warm-up rollouts; RSS after start."""
+    call a worker answers (`protocol.handle("run_rollout", ...)`: output capture and the
+    leftover-process check included), after 200 warm-up rollouts; RSS after start."""
     cpu = time.process_time  # every thread of this process (the output drains too)
 
     def rss_mb() -> float:
         status = _status_kib(os.getpid())
         return status[1] / 1024 if status else 0.0
 
-    from rlenv import worker
+    from rlenv.worker import protocol
+    from rlenv.worker.config import RolloutTask, WorkerConfig
 
     work = Path(tempfile.mkdtemp(prefix="bench-worker-"))
-    worker.init_worker(worker.WorkerConfig(spec_path=spec, work_root=str(work), model_uri=model))
+    protocol.init_worker(WorkerConfig(spec_path=spec, work_root=str(work), model_uri=model))
     started_mb = rss_mb()
-    runtime = worker._get()
+    runtime = protocol._get()
     total = len(runtime.inputs)
     for number in range(200):
-        worker.worker_run_rollout(worker.RolloutTask(number % total, 10_000 + number // total))
+        protocol.handle("run_rollout", RolloutTask(number % total, 10_000 + number // total))
     started = cpu()
     for number in range(count):
-        worker.worker_run_rollout(worker.RolloutTask(number % total, number // total))
+        protocol.handle("run_rollout", RolloutTask(number % total, number // total))
     spent = cpu() - started
     print(
         f"worker: {spent / count * 1e6:.0f} us CPU per rollout over {count};"

@@ -76,7 +76,7 @@ def _profile_memory(spec: str, rollouts: int, top: int) -> None:
     runner.build_summary = traced
     out = Path(tempfile.mkdtemp(prefix="bench-memprof-")) / "run"
     tracemalloc.start()
-    runner.run(spec, out=out, rollouts=rollouts)
+    runner.run(spec, runner.RunSettings(out=out, rollouts=rollouts))
     tracemalloc.stop()
     print(f"orchestrator tracemalloc, {INPUTS * rollouts} rollouts")
     print("\n".join(report))

@@ -49,7 +49,7 @@ def worker_start_seconds(runs: int) -> tuple[list[float], list[float]]:
     libfaketime (before issue 26 a worker started without it), alternated `runs` times so
     that a busy machine weighs on both alike."""
     from rlenv.executors import local
-    from rlenv.worker import WorkerConfig
+    from rlenv.worker.config import WorkerConfig
 
     real = local._with_frozen_clock
     times: tuple[list[float], list[float]] = ([], [])

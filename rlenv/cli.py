@@ -14,6 +14,7 @@ from rlenv.commands import (
     check,
     compare,
     grade,
+    import_,
     init,
     pin,
     probe,
@@ -65,6 +66,18 @@ rm_app.command("train")(rm.train)
 rm_app.command("eval")(rm.evaluate)
 rm_app.command("calibrate")(rm.calibrate)
 app.add_typer(rm_app, name="rm")
+
+import_app = typer.Typer(
+    name="import",
+    help="Write a frozen spec from an Inspect AI task or an lm-eval YAML task.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+import_app.command("inspect")(import_.inspect)
+import_app.command("lm-eval")(import_.lm_eval)
+app.add_typer(import_app, name="import")
 
 
 def main() -> None:

@@ -21,7 +21,8 @@ from rlenv.executors.local import LocalExecutor
 from rlenv.files import atomic_write
 from rlenv.results import encode_line, order_key
 from rlenv.runner import _cache_dir, _pretty, build_summary, weak_sandbox_allowed
-from rlenv.worker import WorkerConfig, late_grade_lost
+from rlenv.worker.config import WorkerConfig
+from rlenv.worker.lost import late_grade_lost
 
 
 @dataclass

@@ -26,7 +26,7 @@ from rlenv.clock import wall_now
 from rlenv.errors import RunFailed, UserError
 from rlenv.files import atomic_write
 from rlenv.results import iter_results
-from rlenv.runner import run
+from rlenv.runner import RunSettings, run
 from rlenv.spec import LoadedSpec, load_spec
 from rlenv.verifiers.judge import merge_recording
 from rlenv.world.replay import load_interactions
@@ -78,16 +78,18 @@ def record(
         with _services(loaded) as routes:
             result = run(
                 spec_path,
-                model=model,
-                rollouts=rollouts,
-                limit=limit,
-                out=scratch / "run",
-                base_url=base_url,
-                record_dir=record_dir,
-                service_routes=routes,
+                RunSettings(
+                    model=model,
+                    rollouts=rollouts,
+                    limit=limit,
+                    out=scratch / "run",
+                    base_url=base_url,
+                    record_dir=record_dir,
+                    service_routes=routes,
+                ),
             )
         _refuse_broken_recording(scratch / "run" / "results.jsonl")
-        from rlenv.worker import record_errors
+        from rlenv.worker.tools import record_errors
 
         outcome = RecordResult(
             summary={"counts": result.summary["counts"]}, record_errors=record_errors(loaded)

@@ -34,7 +34,7 @@ class Status(StrEnum):
     TIMEOUT = "timeout"
     """The rollout (policy, tools, verifiers, reward model) exceeded ``limits.timeout_s``:
     stopped by the in-worker alarm or, past a grace, by killing its worker. Not graded; only
-    the prompt is kept (``rlenv.worker.lost_record``)."""
+    the prompt is kept (``rlenv.worker.lost.lost_record``)."""
     MODEL_ERROR = "model_error"
     """The model answered, but in a form the environment cannot use."""
     INFRA_ERROR = "infra_error"
@@ -134,7 +134,7 @@ class HumanLabels:
 
 VOLATILE_FIELDS = ("timing", "digest", "output")
 """Left out of a record's digest: wall times, the digest itself, and what in-world code
-printed (``output``: kept for debugging, not the policy's behaviour; see rlenv.worker)."""
+printed (``output``: kept for debugging, not the policy's behaviour; see rlenv.worker.capture)."""
 
 
 def stable(record: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.errors import UserError
-from rlenv.providers.base import import_ref
+from rlenv.refs import import_ref
 from rlenv.spec import CompositeReward, RewardModel
 
 

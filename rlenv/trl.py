@@ -34,7 +34,7 @@ from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.env import Environment, load_environment
 from rlenv.errors import UserError
 from rlenv.inputs import InputRecord, load_inputs
-from rlenv.worker import RolloutTask, WorkerConfig
+from rlenv.worker.config import RolloutTask, WorkerConfig
 
 MODEL = "trl"  # the `model` field of records scored in training
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlenv.errors import RunFailed, UserError
 from rlenv.results import first_divergence, read_results
-from rlenv.runner import DEFAULT_CONCURRENCY, run
+from rlenv.runner import DEFAULT_CONCURRENCY, RunSettings, run
 
 
 @dataclass
@@ -71,14 +71,16 @@ def verify(
             level = concurrencies[number % len(concurrencies)] if concurrencies else concurrency
             result = run(
                 spec_path,
-                model=model,
-                rollouts=rollouts,
-                limit=limit,
-                out=root / f"run-{number + 1}",
-                concurrency=level,
-                base_url=base_url,
+                RunSettings(
+                    model=model,
+                    rollouts=rollouts,
+                    limit=limit,
+                    out=root / f"run-{number + 1}",
+                    concurrency=level,
+                    base_url=base_url,
+                    grader_cache=cache,
+                ),
                 progress=progress,
-                grader_cache=cache,
             )
             digests.append(result.digest)
             run_dirs.append(result.run_dir)
@@ -178,12 +180,14 @@ def _verify_perturbed(
     try:
         reference = run(
             spec,
-            model=model,
-            rollouts=rollouts,
-            limit=limit,
-            out=root / "reference",
-            concurrency=concurrency,
-            base_url=base_url,
+            RunSettings(
+                model=model,
+                rollouts=rollouts,
+                limit=limit,
+                out=root / "reference",
+                concurrency=concurrency,
+                base_url=base_url,
+            ),
         )
         digests, labels = [reference.digest], ["reference"]
         divergence = None

@@ -136,7 +136,7 @@ def evaluate_checkpoint(
     is reused, so a restarted watcher or trainer does not score a checkpoint twice)."""
     import json
 
-    from rlenv.runner import run
+    from rlenv.runner import RunSettings, run
 
     run_dir = Path(out_root) / f"step-{step}"
     finished = run_dir / "summary.json"
@@ -146,12 +146,14 @@ def evaluate_checkpoint(
     started = time.monotonic()
     result = run(
         spec,
-        model=f"hf:{Path(checkpoint).resolve()}",
-        reference=f"hf:{Path(reference).resolve()}" if reference else None,
-        out=run_dir,
-        limit=limit,
-        rollouts=rollouts,
-        concurrency=concurrency,
+        RunSettings(
+            model=f"hf:{Path(checkpoint).resolve()}",
+            reference=f"hf:{Path(reference).resolve()}" if reference else None,
+            out=run_dir,
+            limit=limit,
+            rollouts=rollouts,
+            concurrency=concurrency,
+        ),
     )
     return Evaluation(step, Path(checkpoint), run_dir, result.summary, time.monotonic() - started)
 

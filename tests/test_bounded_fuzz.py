@@ -27,7 +27,7 @@ from rlenv.executors import wire
 from rlenv.executors.local import LocalExecutor, _checked
 from rlenv.providers.python import normalise_reply
 from rlenv.results import ResultsWriter, encode_line
-from rlenv.worker import RolloutTask
+from rlenv.worker.config import RolloutTask
 
 TASK = RolloutTask(1, 0)
 ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=40)  # surrogates too

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 import pytest
 
-from rlenv.runner import run
+from rlenv.runner import RunSettings, run
 from tests.conftest import RLENV, EnvBuilder, cli, read_jsonl, sha256
 
 LIMITS = {"timeout_s": 1}
@@ -381,7 +381,10 @@ def test_overruns_with_the_policy_outside_the_world(
         verifiers=[{"type": "python", "function": "MOD:check"}],
     )
     result = run(
-        spec, model="openai:tiny", base_url=server.base_url, out=tmp_path / "run", concurrency=2
+        spec,
+        RunSettings(
+            model="openai:tiny", base_url=server.base_url, out=tmp_path / "run", concurrency=2
+        ),
     )
     assert result.summary["counts"] == {"ok": 2, "timeout": 2}
     records = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}

@@ -20,8 +20,8 @@ ray = pytest.importorskip("ray")
 
 from rlenv.errors import RunFailed, UserError  # noqa: E402
 from rlenv.executors.ray import RayExecutor, import_ray  # noqa: E402
-from rlenv.runner import RunResult, run  # noqa: E402
-from rlenv.worker import WorkerConfig  # noqa: E402
+from rlenv.runner import RunResult, RunSettings, run  # noqa: E402
+from rlenv.worker.config import WorkerConfig  # noqa: E402
 from tests.chat_server import ChatServer  # noqa: E402
 from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl  # noqa: E402
 
@@ -44,8 +44,8 @@ def ray_cluster() -> Iterator[None]:
 
 
 def both(spec: Path, tmp_path: Path, **options: Any) -> tuple[RunResult, RunResult]:
-    local = run(spec, out=tmp_path / "local", **options)
-    on_ray = run(spec, out=tmp_path / "ray", executor="ray", **options)
+    local = run(spec, RunSettings(out=tmp_path / "local", **options))
+    on_ray = run(spec, RunSettings(out=tmp_path / "ray", executor="ray", **options))
     return local, on_ray
 
 
@@ -132,10 +132,12 @@ def test_actor_world_is_frozen_like_a_local_worker(
         local, on_ray = both(spec, tmp_path)
         outside = run(
             spec,
-            out=tmp_path / "outside",
-            executor="ray",
-            model="openai:tiny",
-            base_url=server.base_url,
+            RunSettings(
+                out=tmp_path / "outside",
+                executor="ray",
+                model="openai:tiny",
+                base_url=server.base_url,
+            ),
         )
         with pytest.raises(BlockingIOError):
             other.accept()  # no world connected
@@ -221,7 +223,7 @@ def test_an_env_check_failing_in_an_actor_names_the_drivers_spec_line(
     unpacked copy of it)."""
     spec = env_builder.write("raise ImportError('no such thing on this node')\n")
     with pytest.raises(UserError) as caught:
-        run(spec, executor="ray", out=tmp_path / "out")
+        run(spec, RunSettings(executor="ray", out=tmp_path / "out"))
     message = str(caught.value)
     assert message.startswith(f"{spec}:"), message
     assert "cannot import module" in message and "no such thing on this node" in message
@@ -277,9 +279,9 @@ def test_without_ray_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) 
 def test_executor_and_address_are_checked(env_builder: EnvBuilder, tmp_path: Path) -> None:
     spec = env_builder.write("def policy(messages, tools, ctx):\n    return 'a'\n")
     with pytest.raises(UserError, match="--executor must be local or ray"):
-        run(spec, out=tmp_path / "x", executor="dask")
+        run(spec, RunSettings(out=tmp_path / "x", executor="dask"))
     with pytest.raises(UserError, match="--address needs --executor ray"):
-        run(spec, out=tmp_path / "y", address="auto")
+        run(spec, RunSettings(out=tmp_path / "y", address="auto"))
 
 
 def test_cli_executor_ray_matches_local(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlenv.sandbox import SandboxLimits
-from rlenv.sandbox.mechanism import _mechanism_works
+from rlenv.sandbox.run import _mechanism_works
 from rlenv.verifiers.code import run_program_cases
 from tests.conftest import ROOT, require
 

@@ -11,13 +11,14 @@ from tests.conftest import EnvBuilder
 
 PROBE = """
 import json, sys, tempfile
-from rlenv import worker
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask, WorkerConfig
 
-config = worker.WorkerConfig(
+config = WorkerConfig(
     spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2]
 )
-worker.init_worker(config)
-record = worker.worker_run_rollout(worker.RolloutTask(0, 0))
+protocol.init_worker(config)
+record = protocol.handle("run_rollout", RolloutTask(0, 0))
 loaded = sorted({name.split(".")[0] for name in sys.modules})
 import httpx._main  # env code that wants httpx's command-line client still gets it
 print(json.dumps({"status": record["status"], "loaded": loaded}), file=sys.stderr)

@@ -24,8 +24,8 @@ SCRIPT = """\
 import json, os
 with open({marker!r}, "a") as marker:  # module-level work, as a training script has
     marker.write(f"{{os.getpid()}}\\n")
-from rlenv.runner import run
-result = run({spec!r}, out={out!r}, concurrency=2)
+from rlenv.runner import RunSettings, run
+result = run({spec!r}, RunSettings(out={out!r}, concurrency=2))
 print(json.dumps({{"digest": result.summary["digest"], "rollouts": result.summary["rollouts"]}}))
 """
 

@@ -10,7 +10,7 @@ import sys
 
 SCRIPT = r"""
 import json, os, subprocess, sys
-from rlenv.worker import OUTPUT_LIMIT, CapturedOutput
+from rlenv.worker.capture import OUTPUT_LIMIT, CapturedOutput
 
 results = []
 def call(action):

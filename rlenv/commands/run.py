@@ -104,6 +104,7 @@ def run(
 
     retry = ["infra_error"] * retry_errors + ["timeout"] * retry_timeouts
     from rlenv.report.text import format_summary
+    from rlenv.runner import RunSettings
     from rlenv.runner import run as run_env
 
     chosen_ids = [part.strip() for part in ids.split(",") if part.strip()] if ids else None
@@ -111,28 +112,30 @@ def run(
     with progress_bar(not as_json, "rollouts") as advance:
         result = run_env(
             spec,
-            model=model,
-            rollouts=rollouts,
-            limit=limit,
-            out=out,
-            concurrency=concurrency,
-            resume=resume,
-            base_url=base_url,
+            RunSettings(
+                model=model,
+                rollouts=rollouts,
+                limit=limit,
+                out=out,
+                concurrency=concurrency,
+                resume=resume,
+                base_url=base_url,
+                reference=reference,
+                expensive_fraction=expensive_fraction,
+                defer_expensive=defer_expensive,
+                grader_cache=not no_grader_cache,
+                executor=executor.value,
+                address=address,
+                ids=chosen_ids,
+                where=parse_where(where or []),
+                group_by=group_by,
+                baseline=baseline,
+                retry=retry,
+                retries=retries,
+                request_timeout=request_timeout,
+                allow_weak_sandbox=allow_weak_sandbox,
+            ),
             progress=advance,
-            reference=reference,
-            expensive_fraction=expensive_fraction,
-            defer_expensive=defer_expensive,
-            grader_cache=not no_grader_cache,
-            executor=executor.value,
-            address=address,
-            ids=chosen_ids,
-            where=parse_where(where or []),
-            group_by=group_by,
-            baseline=baseline,
-            retry=retry,
-            retries=retries,
-            request_timeout=request_timeout,
-            allow_weak_sandbox=allow_weak_sandbox,
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})

@@ -7,7 +7,7 @@ import os
 
 from rlenv.errors import UserError
 from rlenv.executors.base import Executor
-from rlenv.worker import WorkerConfig
+from rlenv.worker.config import WorkerConfig
 
 KINDS = ("local", "ray")
 

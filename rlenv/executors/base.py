@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import WorkerLost
-from rlenv.worker import RolloutTask
+from rlenv.worker.config import RolloutTask
 
 START_TIMEOUT_S = 1800.0
 """How long a (replacement) worker may take to enter the frozen world (loading a reward model
@@ -49,7 +49,7 @@ class Executor(Protocol):
     """Every call that runs env code is limited: past `backstop(timeout)` the worker is killed
     (with everything it started) and replaced, and the call raises `rlenv.errors.WorkerLost`
     (so does a call whose worker died). The runner records such a rollout with
-    `rlenv.worker.lost_record`."""
+    `rlenv.worker.lost.lost_record`."""
 
     @property
     def workers(self) -> int:

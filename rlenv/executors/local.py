@@ -32,12 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, WorkerLost
 from rlenv.executors import replies, wire
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
-from rlenv.worker import RolloutTask, WorkerConfig
+from rlenv.worker import protocol, timers
+from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.world.environment import world_environment
 from rlenv.world.freeze import FROZEN_ENV
 from rlenv.world.netguard import netns_prefix
@@ -156,7 +156,7 @@ class LocalExecutor:
         phase = self.context.RawValue("i", 0)
         ours, theirs = self.context.Pipe(duplex=True)
         process = self.context.Process(
-            target=worker.serve, args=(theirs, self.config, phase), name="rlenv-worker"
+            target=protocol.serve, args=(theirs, self.config, phase), name="rlenv-worker"
         )
         with _SPAWN_LOCK:  # os.environ and spawn's globals are the process's: one at a time
             process = self._spawn(process)
@@ -335,14 +335,14 @@ class LocalExecutor:
         """The worker overran (`message` None: no answer within the limit) or died under
         `name`: it goes (with what it left of `task`'s workdir) and a fresh one comes; what
         the rollout's record says about it."""
-        phase = worker.phase_of(slot.phase)
+        phase = timers.phase_of(slot.phase)
         if message is None:
-            status, error = "timeout", worker.timeout_message(timeout or 0)
+            status, error = "timeout", timers.timeout_message(timeout or 0)
         else:
             status, where = CALLS[name]
             if message[0] in ("dead", "ready", "error"):
-                if phase in worker.PHASE_STATUS:
-                    status, where = worker.PHASE_STATUS[phase], phase
+                if phase in timers.PHASE_STATUS:
+                    status, where = timers.PHASE_STATUS[phase], phase
                 error = death_error(where, self._death(slot))
             else:  # alive, but what it sent is not a reply: in-world code wrote to the pipe
                 # (the call's own status: the worker has moved on, its phase says nothing)
@@ -381,7 +381,7 @@ class LocalExecutor:
         self, tasks: list[RolloutTask], timeout: float
     ) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
         """Whole rollouts on one worker, sent in one request and answered one by one (see
-        `rlenv.worker._serve_batch`). Yields (task, record); when the worker overruns or dies,
+        `rlenv.worker.protocol`). Yields (task, record); when the worker overruns or dies,
         (task, WorkerLost) for the rollout it was in (the first not answered: each rollout is
         limited on its own) and (task, None) for each one it did not reach, to run again."""
         slot = await self._idle()

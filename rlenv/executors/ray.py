@@ -5,10 +5,10 @@ awaits each call's ObjectRef in its own event loop, so finished rollouts stream 
 completion order and the digest is the local executor's (every call is a pure function of the
 task and the spec's files).
 
-Each actor builds a `rlenv.worker.WorldRuntime` in its own Ray worker process, started with the
-frozen environment variables (hash seed, TZ, locale) through the actor's `runtime_env`, so the
-interpreter starts with them as a spawned local worker does. A rollout's calls (prepare, every
-tool call, finish) go to the actor that prepared it, because its snapshot copy lives on that
+Each actor builds a `rlenv.worker.runtime.WorldRuntime` in its own Ray worker process, started
+with the frozen environment variables (hash seed, TZ, locale) through the actor's `runtime_env`,
+so the interpreter starts with them as a spawned local worker does. A rollout's calls (prepare,
+every tool call, finish) go to the actor that prepared it, because its snapshot copy lives on that
 actor's disk. Limits compared with the local executor:
 
 - no fresh network or pid namespace: the actor must talk to its raylet, so outbound TCP is
@@ -58,13 +58,15 @@ from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlenv import worker
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError, WorkerLost
 from rlenv.executors import bundle
 from rlenv.executors.base import CALLS, backstop, death_error, one_by_one
 from rlenv.version import __version__
-from rlenv.worker import RolloutTask, WorkerConfig
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask, WorkerConfig
+from rlenv.worker.runtime import WorldChecksFailed
+from rlenv.worker.timers import timeout_message
 from rlenv.world.environment import (
     PLACE_VARIABLES,
     scrub_process_environment,
@@ -148,7 +150,7 @@ class WorldActor:
             self._start(config, env, spec, work_root)
         except Exception as exc:  # reported by ready() as one line, not a remote traceback
             self.error = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, worker.WorldChecksFailed):
+            if isinstance(exc, WorldChecksFailed):
                 self.problems = exc.problems
 
     def _start(self, config: WorkerConfig, env: bytes, spec: str, work_root: str | None) -> None:
@@ -167,7 +169,7 @@ class WorldActor:
         config = dataclasses.replace(
             config, spec_path=self.spec_path, work_root=str(self.work_root), thread_filter=True
         )
-        worker.init_worker(config, whole_process=False)
+        protocol.init_worker(config, whole_process=False)
 
     def ready(self) -> dict[str, Any]:
         """What the driver checks before dispatching: a start error, rlenv and Python versions,
@@ -186,23 +188,23 @@ class WorldActor:
         }
 
     def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
-        return worker.worker_run_rollout(task)
+        return protocol.handle("run_rollout", task)
 
     def prepare(self, task: RolloutTask) -> None:
-        worker.worker_prepare(task)
+        protocol.handle("prepare", task)
 
     def tool(
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
     ) -> ToolOutcome:
-        return worker.worker_tool(task, call, turn, number, timeout)
+        return protocol.handle("tool", task, call, turn, number, timeout)
 
     def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
     ) -> dict[str, Any]:
-        return worker.worker_finish(task, trajectory, model, timeout)
+        return protocol.handle("finish", task, trajectory, model, timeout)
 
     def grade(self, record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
-        return worker.worker_grade(record, timeout)
+        return protocol.handle("grade", record, timeout)
 
     def shutdown(self) -> None:
         if self.work_root is not None:
@@ -341,7 +343,7 @@ class RayExecutor:
                     return await asyncio.wait_for(reply, backstop(timeout))
                 except TimeoutError:
                     await self._replace(index)
-                    error = worker.timeout_message(timeout or 0)
+                    error = timeout_message(timeout or 0)
                     raise WorkerLost("timeout", error) from None
                 except ray.exceptions.RayActorError:
                     await self._replace(index)
@@ -362,7 +364,7 @@ class RayExecutor:
         index = self._pick()
         self.busy[index] += 1
         try:
-            return await self._call(index, "run_rollout", task, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "run_rollout", task, timeout=timeout)
         finally:
             self.busy[index] -= 1
 
@@ -389,7 +391,7 @@ class RayExecutor:
         index = self._owner(task)
         try:
             args = (task, call, turn, number, timeout)
-            return await self._call(index, "tool", *args, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "tool", *args, timeout=timeout)
         except WorkerLost:  # the rollout ends here: finish is never called
             del self.assigned[(task.input_index, task.rollout)]
             self.busy[index] -= 1
@@ -401,7 +403,7 @@ class RayExecutor:
         index = self._owner(task)
         try:
             args = (task, trajectory, model, timeout)
-            return await self._call(index, "finish", *args, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "finish", *args, timeout=timeout)
         finally:
             del self.assigned[(task.input_index, task.rollout)]
             self.busy[index] -= 1
@@ -412,7 +414,7 @@ class RayExecutor:
         index = self._pick()
         self.busy[index] += 1
         try:
-            return await self._call(index, "grade", record, timeout, timeout=timeout)  # type: ignore[no-any-return]
+            return await self._call(index, "grade", record, timeout, timeout=timeout)
         finally:
             self.busy[index] -= 1
 

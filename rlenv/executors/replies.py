@@ -18,7 +18,7 @@ from rlenv.bounds import MAX_ERROR_CHARS, MAX_RECORD_BYTES, MAX_REPLY_BYTES, bou
 from rlenv.canonical import MAX_DEPTH
 from rlenv.errors import FixtureMiss, RunFailed
 from rlenv.results import Status
-from rlenv.worker import RolloutTask
+from rlenv.worker.config import RolloutTask
 
 RAISED: dict[str, tuple[type[BaseException], ...]] = {
     "tool": (FixtureMiss, ToolCrash, RolloutTimeout, RunFailed),

@@ -12,8 +12,8 @@ Percentiles use numpy's default linear interpolation. Text lengths and n-grams u
 tokens of ``answer`` (case-sensitive).
 
 Modules: ``stats`` (intervals, correlations, pass@k, noise floor), ``run`` (one run's
-diagnostics and :func:`compute_all`), ``length``, ``similarity`` (diversity and collapse),
-``alignment`` (human labels), ``flagging`` (warnings and the greedy-decoding rule) and
+measures), ``diagnostics`` (:func:`compute_all`), ``length``, ``similarity`` (diversity and
+collapse), ``alignment`` (human labels), ``flagging`` (warnings and the greedy-decoding rule) and
 ``compare`` (checkpoints side by side). Human labels are read by :func:`rlenv.jsonl.load_human`.
 """
 
@@ -21,10 +21,10 @@ from rlenv.metrics._records import _reward as proxy_reward
 from rlenv.metrics.alignment import alignment_gap
 from rlenv.metrics.calibration import apply_calibration, calibrated_reward
 from rlenv.metrics.compare import compare_runs
+from rlenv.metrics.diagnostics import compute_all
 from rlenv.metrics.flagging import flags, is_greedy
 from rlenv.metrics.length import length_bias, length_explained_gain
 from rlenv.metrics.run import (
-    compute_all,
     disagreements,
     group_stats,
     reward_stats,

@@ -28,6 +28,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from rlenv.bounds import bounds_problem, nesting_problem
 from rlenv.errors import InfraError, ModelOutputError, UserError
 from rlenv.providers.base import ModelReply, ModelRequest
+from rlenv.urls import normalise_base_url as normalise_base_url  # also the judge's (a grader)
+from rlenv.urls import strip_credentials as _strip_credentials
 
 logger = logging.getLogger(__name__)
 
@@ -49,16 +51,6 @@ class _Transient(Exception):
         self.retry_after = retry_after
 
 
-def _strip_credentials(url: str) -> str:
-    parts = urlsplit(url)
-    netloc = parts.hostname or ""
-    if ":" in netloc:  # IPv6 literal
-        netloc = f"[{netloc}]"
-    if parts.port is not None:
-        netloc = f"{netloc}:{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
-
-
 _SECRET_QUERY = re.compile(r"(?i)(key|token|secret|sig|pass|auth|cred|code|session)")
 
 
@@ -70,24 +62,6 @@ def public_url(url: str) -> str:
         for name, value in parse_qsl(parts.query, keep_blank_values=True)
     ]
     return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(pairs), ""))
-
-
-def normalise_base_url(url: str) -> str:
-    """`http://h:p`, `http://h:p/` and `http://h:p/v1` all mean `http://h:p/v1`."""
-    parts = urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UserError(
-            f"openai: base URL {_strip_credentials(url)!r} is not an http(s) URL",
-            where="--base-url",
-        )
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise UserError(f"openai: base URL {url!r} has a bad port", where="--base-url") from None
-    path = parts.path.rstrip("/")
-    if not path.endswith("/v1"):
-        path = f"{path}/v1"
-    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
 def _server_message(body: bytes) -> str:

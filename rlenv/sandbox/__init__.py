@@ -50,9 +50,8 @@ from rlenv.sandbox.limits import (
     SandboxResult,
     sandbox_python,
 )
-from rlenv.sandbox.mechanism import _mechanism_works as _mechanism_works  # for the tests
-from rlenv.sandbox.mechanism import probe_mechanism
-from rlenv.sandbox.run import run_sandboxed
+from rlenv.sandbox.run import _mechanism_works as _mechanism_works  # for the tests
+from rlenv.sandbox.run import probe_mechanism, run_sandboxed
 
 HARNESS = Path(__file__).with_name("harness.py")
 """The in-sandbox half of ``rlenv.verifiers.code.run_python_tests``: copied into the workdir and

@@ -8,7 +8,6 @@ only. See the package docstring for what each one guarantees.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import shutil
@@ -20,7 +19,6 @@ from rlenv.sandbox.faketime import SITE_DIR_INSIDE
 from rlenv.sandbox.limits import (
     SANDBOX_UID,
     SANDBOX_WORKDIR,
-    SandboxLimits,
     is_root,
     python_prefix,
     sandbox_python,
@@ -68,30 +66,7 @@ _UNSHARE_FLAGS = ("--net", "--pid", "--fork", "--kill-child", "--mount", "--moun
 
 
 # --------------------------------------------------------------------------- discovery
-
-
-@functools.cache
-def _mechanism_works(mechanism: str) -> bool:
-    """Run a trivial Python command through ``mechanism``; True when it exits 0 with output."""
-    if mechanism == "bwrap" and shutil.which("bwrap") is None:
-        return False
-    if mechanism == "unshare" and shutil.which("unshare") is None:
-        return False
-    import tempfile
-
-    from rlenv.sandbox.run import run_sandboxed  # run.py defaults to probe_mechanism()
-
-    with tempfile.TemporaryDirectory(prefix="rlenv-sandbox-probe-") as tmp:
-        try:
-            result = run_sandboxed(
-                [sandbox_python(), "-S", "-c", "print('ok')"],
-                Path(tmp),
-                limits=SandboxLimits(cpu_seconds=5, wall_seconds=15, memory_mb=256),
-                mechanism=mechanism,
-            )
-        except OSError:
-            return False
-    return result.returncode == 0 and result.stdout.strip() == b"ok"
+# (probing runs a command through a mechanism: `probe_mechanism` lives in rlenv.sandbox.run)
 
 
 FORCE_VARIABLE = "RLENV_SANDBOX"
@@ -108,20 +83,6 @@ def forced_mechanism() -> str | None:
     from rlenv.errors import UserError
 
     raise UserError(f"{FORCE_VARIABLE}={forced[:40]!r}: choose bwrap, unshare or rlimits")
-
-
-def probe_mechanism() -> str:
-    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (probed once);
-    RLENV_SANDBOX=NAME forces one (read at every call: a bad name is always refused)."""
-    return forced_mechanism() or _best_mechanism()
-
-
-@functools.lru_cache(maxsize=1)
-def _best_mechanism() -> str:
-    for mechanism in ("bwrap", "unshare"):
-        if _mechanism_works(mechanism):
-            return mechanism
-    return "rlimits"
 
 
 # --------------------------------------------------------------------------- paths

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import select
+import shutil
 import signal
 import subprocess
 import threading
@@ -30,14 +32,15 @@ from rlenv.sandbox.limits import (
     SandboxResult,
     is_root,
     python_prefix,
+    sandbox_python,
 )
 from rlenv.sandbox.mechanism import (
     Launch,
     cover_list,
+    forced_mechanism,
     hide_list,
     launch,
     mechanism_notes,
-    probe_mechanism,
     within,
 )
 from rlenv.world import seccomp
@@ -353,3 +356,42 @@ def _wait_for_end(
         select.select([pidfd], [], [], 10.0)
     assert returncode is not None
     return returncode, timed_out, cpu_used
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+@functools.cache
+def _mechanism_works(mechanism: str) -> bool:
+    """Run a trivial Python command through ``mechanism``; True when it exits 0 with output."""
+    if mechanism == "bwrap" and shutil.which("bwrap") is None:
+        return False
+    if mechanism == "unshare" and shutil.which("unshare") is None:
+        return False
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rlenv-sandbox-probe-") as tmp:
+        try:
+            result = run_sandboxed(
+                [sandbox_python(), "-S", "-c", "print('ok')"],
+                Path(tmp),
+                limits=SandboxLimits(cpu_seconds=5, wall_seconds=15, memory_mb=256),
+                mechanism=mechanism,
+            )
+        except OSError:
+            return False
+    return result.returncode == 0 and result.stdout.strip() == b"ok"
+
+
+def probe_mechanism() -> str:
+    """Best isolation that works here: "bwrap", else "unshare", else "rlimits" (probed once);
+    RLENV_SANDBOX=NAME forces one (read at every call: a bad name is always refused)."""
+    return forced_mechanism() or _best_mechanism()
+
+
+@functools.lru_cache(maxsize=1)
+def _best_mechanism() -> str:
+    for mechanism in ("bwrap", "unshare"):
+        if _mechanism_works(mechanism):
+            return mechanism
+    return "rlimits"

@@ -31,16 +31,12 @@ from rlenv.inputs import InputRecord, load_inputs
 from rlenv.providers.base import ModelReply
 from rlenv.providers.python import normalise_reply
 from rlenv.results import ResultsWriter, iter_results
-from rlenv.runner import (
-    _open_run_dir,
-    _pretty,
-    _run_dir_lock,
-    build_summary,
-    default_run_dir,
-    world_modes,
-)
+from rlenv.run_dir import _open_run_dir, _pretty, _run_dir_lock, default_run_dir
 from rlenv.seeding import derive_seed
-from rlenv.worker import RolloutTask, WorkerConfig, lost_record, tool_schemas
+from rlenv.summary import build_summary, world_modes
+from rlenv.worker.config import RolloutTask, WorkerConfig
+from rlenv.worker.lost import lost_record
+from rlenv.worker.tools import tool_schemas
 
 SPLITS = ("heldout", "train")
 DEFAULT_MODEL = "openenv"

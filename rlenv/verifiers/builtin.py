@@ -15,7 +15,7 @@ from typing import Any
 
 from rlenv.canonical import sha256_file
 from rlenv.errors import FixtureMiss, UserError, VerifierCrash, env_frames
-from rlenv.providers.base import import_ref
+from rlenv.refs import import_ref
 from rlenv.results import VERIFIER_ERROR
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Check, VerifierContext, VerifierResult, expected_value

@@ -101,7 +101,7 @@ def load_cassette(path: Path) -> dict[str, str]:
 def _live_reply(request: dict[str, Any], base_url: str | None) -> str:
     import httpx
 
-    from rlenv.providers.openai import normalise_base_url
+    from rlenv.urls import normalise_base_url
 
     base = base_url or MODE.base_url or os.environ.get("OPENAI_BASE_URL") or ""
     if not base:

@@ -255,19 +255,6 @@ def _fallback_response(fallback: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class PlainRequest:
-    """A request as the index reads it (what vcrpy's Request gives `ToolIndex.key_for`): the
-    method, the absolute URI, the body (bytes, or None) and the content type, if any."""
-
-    __slots__ = ("body", "headers", "method", "uri")
-
-    def __init__(self, method: str, uri: str, body: bytes | None, content_type: Any) -> None:
-        self.method = method
-        self.uri = uri
-        self.body = body
-        self.headers = {} if content_type is None else {"content-type": content_type}
-
-
 def lookup(state: Any, request: Any) -> tuple[str, dict[str, Any] | None]:
     """The outcome ("hit", "fallback" or "miss") and response for `request`, from the index of
     the tool `state.current` names (`state`: the replay cassette class)."""
@@ -292,8 +279,14 @@ def missed(state: Any, request: Any) -> FixtureMiss:
     else:
         event = index.event("miss", request)
     state.events.append(event)
+    return miss_error(state.current, event)
+
+
+def miss_error(tool: str | None, event: FixtureEvent) -> FixtureMiss:
+    """The error of a tool's request that no cassette holds: one message, whether the miss
+    ends the request here or, after the tool caught it, its rollout in the worker."""
     return FixtureMiss(
-        f"unrecorded request for tool {state.current!r}: {event.method} {event.url}"
+        f"unrecorded request for tool {tool!r}: {event.method} {event.url}"
         + (f" body sha256:{event.body_sha256[:16]}" if event.body_sha256 else "")
         + " (record it with `rlenv record`, or declare an on_miss fallback)"
     )
@@ -390,5 +383,5 @@ def replay_cassette(
             return
         from rlenv.world.replay_http import light_replay
 
-        with light_replay(cassette_class):
+        with light_replay(cassette_class, serve):
             yield cassette

@@ -3,12 +3,13 @@
 Under vcrpy every replayed request builds a vcrpy Request (headers copied into its own dict),
 goes through vcrpy's stub and, for requests, through urllib3's pool and a fake connection.
 Here the request is read once into a `PlainRequest` (method, URI, body, content type: all that
-`ToolIndex.key_for` reads) and served by `rlenv.world.replay.serve`, the lookup vcrpy's cassette
-uses too, so keys, hits, fallbacks, misses and their events are the same. The response is built
-as vcrpy's stub builds it (httpx: an `httpx.Response` over the recorded bytes; requests: vcrpy's
-`VCRHTTPResponse`, headers as urllib3 gives them). What the light path does not take goes on to
-vcrpy's patches underneath: other libraries, requests bodies that are files or iterators, and
-adapters whose urllib3 retries act on a response's status.
+`ToolIndex.key_for` reads) and served by `rlenv.world.replay.serve` (passed in, so this module
+imports nothing of replay), the lookup vcrpy's cassette uses too, so keys, hits, fallbacks,
+misses and their events are the same. The response is built as vcrpy's stub builds it (httpx: an
+`httpx.Response` over the recorded bytes; requests: vcrpy's `VCRHTTPResponse`, headers as
+urllib3 gives them). What the light path does not take goes on to vcrpy's patches underneath:
+other libraries, requests bodies that are files or iterators, and adapters whose urllib3 retries
+act on a response's status.
 
 The patches are installed over vcrpy's (inside its cassette context) and removed before it
 exits, so recording (vcrpy alone) is untouched.
@@ -20,28 +21,49 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from rlenv.world.replay import PlainRequest, serve
+
+class PlainRequest:
+    """A request as the index reads it (what vcrpy's Request gives `ToolIndex.key_for`): the
+    method, the absolute URI, the body (bytes, or None) and the content type, if any."""
+
+    __slots__ = ("body", "headers", "method", "uri")
+
+    def __init__(self, method: str, uri: str, body: bytes | None, content_type: Any) -> None:
+        self.method = method
+        self.uri = uri
+        self.body = body
+        self.headers = {} if content_type is None else {"content-type": content_type}
+
+
+Answer = Callable[[PlainRequest], dict[str, Any]]
+Serve = Callable[[Any, PlainRequest], dict[str, Any]]
+
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @contextlib.contextmanager
-def light_replay(state: Any) -> Iterator[None]:
-    """Patch httpx and requests (those importable) to answer from `state`'s indexes."""
+def light_replay(state: Any, serve: Serve) -> Iterator[None]:
+    """Patch httpx and requests (those importable) to answer from `state`'s indexes through
+    `serve(state, request)` (`rlenv.world.replay.serve`)."""
+
+    def answer(request: PlainRequest) -> dict[str, Any]:
+        return serve(state, request)
+
     patches: list[tuple[Any, str, Callable[..., Any]]] = []
     try:
         import httpx
     except ImportError:  # pragma: no cover - httpx is a dependency
         pass
     else:
-        patches += _httpx_patches(state, httpx)
+        patches += _httpx_patches(answer, httpx)
     try:
         import requests.adapters
     except ImportError:  # pragma: no cover - vcrpy imports requests when it is there
         pass
     else:
         original = requests.adapters.HTTPAdapter.send
-        patches.append((requests.adapters.HTTPAdapter, "send", _requests_send(state, original)))
+        patches.append((requests.adapters.HTTPAdapter, "send", _requests_send(answer, original)))
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
     try:
         for owner, name, replacement in patches:
@@ -55,14 +77,14 @@ def light_replay(state: Any) -> Iterator[None]:
 # -- httpx -----------------------------------------------------------------------------------
 
 
-def _httpx_patches(state: Any, httpx: Any) -> list[tuple[Any, str, Callable[..., Any]]]:
+def _httpx_patches(answer: Answer, httpx: Any) -> list[tuple[Any, str, Callable[..., Any]]]:
     def handle_request(self: Any, request: Any) -> Any:
         body = request.read()
-        return _httpx_response(httpx, serve(state, _plain_httpx(request, body)))
+        return _httpx_response(httpx, answer(_plain_httpx(request, body)))
 
     async def handle_async_request(self: Any, request: Any) -> Any:
         body = await request.aread()
-        return _httpx_response(httpx, serve(state, _plain_httpx(request, body)))
+        return _httpx_response(httpx, answer(_plain_httpx(request, body)))
 
     return [
         (httpx.HTTPTransport, "handle_request", handle_request),
@@ -111,7 +133,7 @@ def _httpx_response(httpx: Any, recorded: dict[str, Any]) -> Any:
 # -- requests --------------------------------------------------------------------------------
 
 
-def _requests_send(state: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _requests_send(answer: Answer, original: Callable[..., Any]) -> Callable[..., Any]:
     from requests.exceptions import InvalidURL
     from urllib3 import HTTPHeaderDict
     from urllib3.exceptions import LocationValueError
@@ -166,7 +188,7 @@ def _requests_send(state: Any, original: Callable[..., Any]) -> Callable[..., An
             body.encode("utf-8") if isinstance(body, str) else body,
             request.headers.get("content-type"),
         )
-        raw = VCRHTTPResponse(serve(state, plain), uri)
+        raw = VCRHTTPResponse(answer(plain), uri)
         # as vcrpy's urllib3 stub sets them (`getheaders()`, without parsing them again)
         raw.headers = HTTPHeaderDict(list(get_header_items(raw.msg)))
         raw.retries = self.max_retries

@@ -44,7 +44,7 @@ def directory_state(path: Path | str) -> tuple[Any, ...] | None:
     after they go), extended attributes (ACLs and security labels among them), inode flags
     and project id. None when it is not an empty directory (or cannot be read).
 
-    Two directories with equal states look the same from inside; `rlenv.worker` reuses an
+    Two directories with equal states look the same from inside; `rlenv.worker.runtime` reuses an
     emptied workdir for the next rollout only when its state equals a fresh one's."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

@@ -1,0 +1,203 @@
+"""summary.json: what a run's records add up to (counts, pass rates, rewards, flags, the digest),
+tallied one record at a time as the runner writes them (`_Totals`) and built by
+`build_summary`, which `rlenv grade` and the benchmarks call too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlenv.env import Environment
+from rlenv.integrity import RecordChecks, TamperedRun
+from rlenv.results import (
+    CompactRecord,
+    compact_for_metrics,
+    decode_line,
+    digest_in_order,
+    unpacked,
+)
+from rlenv.version import __version__
+
+
+def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Decoding settings that make sampled KL estimates biased or exploitable."""
+    from rlenv.policy_shift.hazards import decoding_hazards
+
+    return decoding_hazards(meta["decoding"])
+
+
+def world_modes(executor: str = "local") -> dict[str, str]:
+    """Which isolation mechanisms were in force (not part of the digest)."""
+    from rlenv.sandbox import faketime_library, probe_mechanism
+    from rlenv.world.netguard import network_guard_mode
+
+    return {
+        "sandbox": probe_mechanism(),
+        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
+        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
+        "subprocess_clock": "libfaketime" if faketime_library() else "real",
+        "python_clock": "freezegun",
+    }
+
+
+@dataclass
+class _Totals:
+    """What a summary needs of each record, gathered one record at a time: as this process
+    writes it to results.jsonl (:meth:`add_line`: the line decoded back, so what is tallied is
+    what is on disk), and as the summary reads the records that were there before (:meth:`add`).
+    Counts are summed on the way; of each record only a :class:`CompactRecord` is kept."""
+
+    fixtures: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+    cache: dict[str, int] = field(default_factory=lambda: {"hits": 0, "misses": 0})
+    pending: int = 0
+    compact: list[CompactRecord] = field(default_factory=list)
+    shared: dict[Any, Any] = field(default_factory=dict)
+    written: int = 0
+    """Lines this process wrote; the first `written - len(refused)` rows of `compact` are theirs."""
+    refused: dict[int, str] = field(default_factory=dict)
+    """Position among the lines written -> why it is no rollout record (said in line order)."""
+
+    def add(self, record: dict[str, Any]) -> None:
+        for call in record.get("tool_calls") or []:
+            self.fixtures[call["fixture"]] = self.fixtures.get(call["fixture"], 0) + 1
+        for key, value in (record.get("usage") or {}).items():
+            if isinstance(value, int):
+                self.usage[key] = self.usage.get(key, 0) + value
+        for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
+            self.cache[key] = self.cache.get(key, 0) + int(value)
+        self.pending += record.get("grading") == "pending"
+        self.compact.append(compact_for_metrics(record, self.shared))
+
+    def add_line(self, line: bytes) -> None:
+        """A line this process just appended to results.jsonl. Its digest was sealed where the
+        record was made (the worker) and is not recomputed here: later readers recompute it
+        from the file. What the summary checks of every record is checked too, at its end
+        (:meth:`check_written`): a rollout record, with a digest, in its place in the run."""
+        record = decode_line(line)
+        position, self.written = self.written, self.written + 1
+        try:
+            str(record["input_id"]), int(record["rollout"]), int(record.get("input_index", 0))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.refused[position] = "not a rollout record"
+            return
+        if not record.get("digest"):
+            self.refused[position] = "record has no digest"
+            return
+        self.add(record)
+
+    def check_written(self, checks: RecordChecks, first_line: int) -> None:
+        """The lines this process wrote, checked in their place after the earlier ones (lines
+        `first_line`...), as the summary checks every record of results.jsonl."""
+        rows = iter(self.compact)
+        for position in range(self.written):
+            number = first_line + position
+            if position in self.refused:
+                raise TamperedRun(self.refused[position], where=f"{checks.where}:{number}")
+            row = next(rows)
+            checks.check_key(number, row.input_id, row.rollout, row.input_index)
+
+
+def build_summary(
+    prepared: Environment,
+    meta: dict[str, Any],
+    records: Iterable[dict[str, Any]],
+    model_uri: str,
+    where: str = "results.jsonl",
+    baseline: Sequence[Mapping[str, Any]] | None = None,
+    written: _Totals | None = None,
+) -> dict[str, Any]:
+    """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest.
+
+    `records` is consumed once (a generator over results.jsonl is fine): totals are summed on
+    the way and only a compact form of each record is kept for the metrics, so a 100k-rollout
+    run is summarised in little memory. Each record's digest is recomputed from its content on
+    the way, and a duplicate or missing (input, rollout) is refused: TamperedRun naming
+    ``where:LINE`` (line = position in `records`, as in results.jsonl).
+
+    `written` holds what `run` tallied of the lines it appended itself (after `records`, the
+    lines that were there before: none, or an earlier run's on --resume); their digests were
+    sealed by the workers, and they are checked in their place after `records`.
+    """
+    from rlenv import metrics
+
+    expected_inputs = meta.get("input_indices") or len(
+        prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
+    )
+    checks = RecordChecks(
+        where, rollouts_per_input=meta["rollouts_per_input"], inputs=expected_inputs
+    )
+    totals = written if written is not None else _Totals()
+    line = 0
+    for line, record in enumerate(records, start=1):
+        checks.check(line, record)
+        totals.add(record)
+    totals.check_written(checks, first_line=line + 1)
+    checks.finish()
+    totals.compact.sort(key=lambda r: (r.input_index, r.rollout))
+    # (input index, rollout) is unique once checked: the run digest's own order
+    digest = digest_in_order(unpacked(row.digest) for row in totals.compact)
+    diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"], baseline=baseline)
+    group_by = meta.get("group_by")
+    groups = None
+    if group_by:
+        labels = {record.id: record.data.get(group_by) for record in prepared.inputs}
+        groups = {"field": group_by, **metrics.group_stats(totals.compact, labels)}
+    n_records = len(totals.compact)
+    n_inputs = len({record["input_id"] for record in totals.compact})
+    calibration = meta.get("reward_calibration")
+    totals_compact, totals.compact = totals.compact, []
+    return {
+        "verdict": diagnostics["verdict"],
+        "env": meta["env"],
+        "model": meta["model"],
+        "decoding": meta["decoding"],
+        "rollouts_per_input": meta["rollouts_per_input"],
+        "inputs": n_inputs,
+        "rollouts": n_records,
+        # a served session (`rlenv serve`) has no fixed number of rollouts per input
+        "expected_rollouts": None
+        if meta["rollouts_per_input"] is None
+        else (expected_inputs if isinstance(expected_inputs, int) else len(expected_inputs))
+        * meta["rollouts_per_input"],
+        "counts": diagnostics["counts"]["by_status"],
+        "pass_rate": diagnostics["pass_rate"],
+        "pass_at_k": diagnostics["pass_k"]["pass@k"],
+        "pass_hat_k": diagnostics["pass_k"]["pass^k"],
+        "verifiers": diagnostics["verifiers"],
+        "reward": diagnostics["reward"] if diagnostics["reward"].get("count") else None,
+        **(
+            {"reward_components": diagnostics["reward_components"]}
+            if diagnostics.get("reward_components")
+            else {}
+        ),
+        "fixtures": dict(sorted(totals.fixtures.items())),
+        "usage": dict(sorted(totals.usage.items())),
+        "diagnostics": {
+            key: diagnostics[key]
+            for key in (
+                "disagreements",
+                "reward_auc",
+                "length_bias",
+                "diversity",
+                "sample_efficiency",
+                "kl",
+            )
+        },
+        "kl": diagnostics["kl"],
+        **({"groups": groups} if groups is not None else {}),
+        **(
+            {"reward_calibrated": metrics.calibrated_reward(totals_compact, calibration)}
+            if calibration is not None
+            else {}
+        ),
+        "hazards": _hazards(meta) if meta.get("reference") else [],
+        "world": meta.get("world") or world_modes(meta.get("executor", "local")),
+        "grading": {"pending_rollouts": totals.pending, "grader_cache": totals.cache},
+        "errors": diagnostics["errors"],
+        "flags": diagnostics["flags"],
+        "digest": digest,
+        "rlenv_version": __version__,
+    }

@@ -1,0 +1,62 @@
+"""The records of rollouts that were lost: stopped by their timer, or whose worker died. Made
+the same way in a worker and in the orchestrator, so a record does not depend on which one
+stopped the rollout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlenv.agent import Trajectory
+from rlenv.grading import PENDING
+from rlenv.inputs import InputRecord
+from rlenv.results import seal
+from rlenv.seeding import derive_seed
+from rlenv.spec import LoadedSpec
+from rlenv.worker.config import RolloutTask
+
+
+def lost_record(
+    loaded: LoadedSpec,
+    inputs: list[InputRecord],
+    task: RolloutTask,
+    model: str,
+    status: str,
+    error: str,
+) -> dict[str, Any]:
+    """The sealed record of a rollout that was stopped (timeout) or whose worker died: nothing
+    of what it did is kept (how far it got depends on timing), it is not graded and does not
+    pass. Made the same way in a worker (the alarm fired) and in the orchestrator (it killed the
+    worker), so the record does not depend on which one stopped it."""
+    record = inputs[task.input_index]
+    messages = record.messages(loaded.spec.system_prompt)
+    return seal(
+        {
+            "input_id": record.id,
+            "input_index": record.index,
+            "rollout": task.rollout,
+            "seed": derive_seed(loaded.spec.seed, record.id, task.rollout),
+            "model": model,
+            "status": status,
+            "error": error,
+            "messages": messages,
+            "tool_calls": [],
+            "answer": None,
+            "verifiers": [],
+            "passed": False,
+            "reward": None,
+            "usage": Trajectory(messages=[]).usage,
+            "world": {},
+        }
+    )
+
+
+def late_grade_lost(record: dict[str, Any], status: str, error: str) -> dict[str, Any]:
+    """A record whose late grading was stopped (timeout) or whose worker died: its deferred
+    verifiers stay ungraded, the status says why, and it does not pass."""
+    updated = {key: value for key, value in record.items() if key not in ("grading", "digest")}
+    updated["verifiers"] = [
+        dict(v, detail=f"not graded: {status}") if v["detail"] == PENDING else v
+        for v in record["verifiers"]
+    ]
+    updated.update(status=status, error=error, passed=False)
+    return seal(updated)

@@ -1,0 +1,311 @@
+"""The worker process's protocol: entering the frozen world (`init_worker`), then answering
+calls (`serve` for a local worker, the Ray actor's methods) through one table of entry points.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory
+from rlenv.errors import RunFailed, UserError
+from rlenv.worker.capture import CapturedOutput, merge_output
+from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
+from rlenv.worker.lost import late_grade_lost
+from rlenv.worker.runtime import WorldChecksFailed, WorldRuntime
+from rlenv.worker.timers import (
+    rollout_timer,
+    set_phase,
+    timed_out,
+    timeout_message,
+    use_phase_cell,
+)
+from rlenv.worker.tools import describe
+
+# -- process entry points (module-level: a worker process or a Ray actor calls them) --------
+
+_runtime: WorldRuntime | None = None
+_start_error: str | None = None
+
+
+def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
+    """Enter the frozen world. Before any env code is imported: stray output goes to stderr,
+    never stdout, and (outside recording) the kernel socket filter is installed, on every
+    thread (``whole_process``) or, in a Ray actor whose own threads need other sockets, on
+    the calling thread only. A world that cannot start raises, and is told once, in one line
+    (`worker_ready`)."""
+    global _runtime, _start_error
+    os.dup2(2, 1)
+    if not config.live_tools:
+        _import_httpx_without_cli()
+        from rlenv.world import sockets
+
+        sockets.install(whole_process=whole_process)
+    if config.parent_pid is not None:
+        from rlenv.world.reaper import bind_to_parent
+
+        bind_to_parent(config.parent_pid)
+    try:
+        _runtime = WorldRuntime(config)
+    except WorldChecksFailed as exc:  # its problems are sent as data (serve, the Ray actor)
+        _start_error = str(exc)
+        raise
+    except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
+        _start_error = exc.message if isinstance(exc, UserError) else describe(exc)
+        raise
+
+
+def _import_httpx_without_cli() -> None:
+    """Import httpx (tool replay's vcrpy patches it) without its command-line client: httpx
+    imports the client's libraries (rich, pygments, click: ~5 MB of a worker) when they are
+    installed, and falls back to a stub `httpx.main` when they are not, as here. Env code
+    that imports ``httpx._main`` itself still can."""
+    if "httpx" in sys.modules:
+        return
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]
+    try:
+        import httpx  # noqa: F401
+    except ImportError:  # not installed: vcrpy has nothing to patch
+        pass
+    finally:
+        if "httpx._main" in sys.modules and sys.modules["httpx._main"] is None:
+            del sys.modules["httpx._main"]
+
+
+def worker_ready() -> int:
+    """The first call into a new worker: its pid, or RunFailed saying why it could not start
+    (the pool's own report would be a traceback per worker on stderr)."""
+    if _start_error is not None:
+        raise RunFailed(f"frozen-world worker failed to start: {_start_error}")
+    return os.getpid()
+
+
+class _Printed:
+    """What in-world code printed during an `_in_world` block (the record's ``output``)."""
+
+    output: dict[str, Any] | None = None
+
+
+@contextlib.contextmanager
+def _in_world() -> Iterator[_Printed]:
+    """The body of a call that runs env code: what in-world code prints in it is captured (in
+    the yielded `_Printed` once the block ends), and nothing it started is left running."""
+    from rlenv.world.reaper import no_leftovers
+
+    runtime = _get()
+    if not runtime.config.live_tools and runtime.config.thread_filter:
+        from rlenv.world import sockets
+
+        sockets.install(whole_process=False)
+    printed = _Printed()
+    with CapturedOutput() as captured, no_leftovers():
+        yield printed
+    printed.output = captured.as_record(runtime.sanitise)
+
+
+def _get() -> WorldRuntime:
+    worker_ready()
+    assert _runtime is not None, "worker not initialised"
+    return _runtime
+
+
+def _timeout_record(task: RolloutTask, model: str) -> dict[str, Any]:
+    runtime = _get()
+    return runtime.lost(
+        task, model, "timeout", timeout_message(runtime.loaded.spec.limits.timeout_s)
+    )
+
+
+def _output_path(task: RolloutTask) -> Path:
+    """Where the output of a rollout's earlier calls (tools, driven from outside) waits."""
+    return _get().work_root / f"{task.input_index}-{task.rollout}.output.json"
+
+
+def _keep_output(task: RolloutTask, output: dict[str, Any] | None) -> None:
+    if output is None:
+        return
+    path = _output_path(task)
+    earlier = json.loads(path.read_text()) if path.exists() else None
+    path.write_text(json.dumps(merge_output(earlier, output)))
+
+
+def _take_output(task: RolloutTask) -> dict[str, Any] | None:
+    path = _output_path(task)
+    if not path.exists():
+        return None
+    output = json.loads(path.read_text())
+    path.unlink()
+    return output  # type: ignore[no-any-return]
+
+
+def _with_output(record: dict[str, Any], output: dict[str, Any] | None) -> dict[str, Any]:
+    """The sealed record with its ``output`` (volatile: not in the digest)."""
+    output = merge_output(record.get("output"), output)
+    if output is not None:
+        record["output"] = output
+    return record
+
+
+# -- the calls a worker answers, by name (`HANDLERS`) ---------------------------------------
+
+
+def _run_rollout(task: RolloutTask) -> dict[str, Any]:
+    """A whole rollout, policy in the world; the sealed record."""
+    runtime = _get()
+    with _in_world() as printed:
+        try:
+            record = runtime.run_rollout(task)
+        except RolloutTimeout:  # the timer fired after grading, while the record was being made
+            runtime.release(task)
+            record = _timeout_record(task, runtime.config.model_uri or "")
+    return _with_output(record, printed.output)
+
+
+def _prepare(task: RolloutTask) -> None:
+    """A fresh snapshot copy for a rollout driven from outside (no env code runs)."""
+    _output_path(task).unlink(missing_ok=True)
+    _get().prepare(task)
+
+
+def _prepared(task: RolloutTask) -> None:
+    """The rollout's workdir, made now if nothing prepared it (an env without a snapshot
+    driven from outside: `WorkerConfig.empty_workdir`)."""
+    runtime = _get()
+    if runtime.snapshot_path is None and not runtime.workdir_of(task).exists():
+        _prepare(task)
+
+
+def _tool(
+    task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
+) -> ToolOutcome:
+    """One tool call, under what is left of the rollout's time (`timeout` seconds); a tool that
+    swallowed the timer's exception still ends the rollout as a timeout."""
+    _prepared(task)
+    runtime = _get()
+    with _in_world() as printed, rollout_timer(timeout):
+        outcome = runtime.call_tool(task, call, turn, number)
+        if timed_out():
+            raise RolloutTimeout("rollout timed out")
+    _keep_output(task, printed.output)
+    return outcome
+
+
+def _finish(
+    task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
+) -> dict[str, Any]:
+    """Grade a rollout driven from outside; the sealed record, with all its calls' output."""
+    _prepared(task)
+    runtime = _get()
+    with _in_world() as printed:
+        try:
+            with rollout_timer(timeout):
+                record = runtime.finish(task, trajectory, model)
+        except RolloutTimeout:  # the timer fired after grading, while the record was made
+            runtime.release(task)
+            record = _timeout_record(task, model)
+    return _with_output(record, merge_output(_take_output(task), printed.output))
+
+
+def _grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
+    """A record graded late, with the grader-cache hits and misses it took."""
+    runtime = _get()
+    with _in_world() as printed:
+        hits, misses = runtime.cache_counts()
+        with rollout_timer(timeout):
+            try:
+                updated = runtime.grade_late(record)
+            except RolloutTimeout:
+                updated = None
+            if updated is None or timed_out():
+                updated = late_grade_lost(record, "timeout", timeout_message(timeout))
+        if runtime.cache is not None:
+            hits, misses = runtime.cache.hits - hits, runtime.cache.misses - misses
+        else:
+            hits, misses = 0, 0
+    return _with_output(updated, printed.output), hits, misses
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "run_rollout": _run_rollout,
+    "prepare": _prepare,
+    "tool": _tool,
+    "finish": _finish,
+    "grade": _grade,
+}
+"""The calls a worker answers, by name: a local worker's `serve` and the Ray actor's methods
+both dispatch through it (`handle`); `rlenv.executors.base.CALLS` and
+`rlenv.executors.replies` know the same names."""
+
+
+def handle(name: str, *args: Any) -> Any:
+    """Answer call `name` in this worker (`init_worker` first)."""
+    return HANDLERS[name](*args)
+
+
+def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
+    """A local worker process's life: start the frozen world, then answer one call at a time
+    on `connection` (("ok", value) or ("raise", exception)) until told to stop (None).
+
+    `phase` is a shared int the worker keeps up to date (`set_phase`), read by the orchestrator
+    when the worker died or had to be killed."""
+    use_phase_cell(phase)
+    import gc
+
+    gc.set_threshold(*GC_THRESHOLD)  # this process is ours: fewer scans of what it keeps
+    try:
+        init_worker(config)
+    except WorldChecksFailed as exc:
+        connection.send(("problems", exc.problems))
+        return
+    except Exception as exc:
+        connection.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    connection.send(("ready", os.getpid()))
+    while True:
+        try:
+            message = connection.recv()
+        except (EOFError, OSError):
+            return
+        if message is None:
+            return
+        name, args = message
+        if name == "run_batch":
+            _serve_batch(connection, *args)
+            continue
+        _answer_call(connection, HANDLERS[name], *args)
+
+
+def _answer_call(connection: Any, entry: Callable[..., Any], *args: Any) -> None:
+    """Call an entry point (idle before and after) and send ("ok", value) or ("raise",
+    exception): what a call raises is the caller's (FixtureMiss, ToolCrash, RolloutTimeout...)."""
+    set_phase("idle")
+    try:
+        reply: tuple[str, Any] = ("ok", entry(*args))
+    except Exception as exc:
+        reply = ("raise", exc)
+    except BaseException as exc:  # pragma: no cover - entry points contain env code's
+        reply = ("raise", RuntimeError(f"worker: {describe(exc)}"))
+    set_phase("idle")
+    _send(connection, reply)
+
+
+def _send(connection: Any, reply: tuple[str, Any]) -> None:
+    try:
+        connection.send(reply)
+    except Exception as exc:  # an exception that does not pickle
+        connection.send(("raise", RuntimeError(f"worker: unpicklable reply: {exc}")))
+
+
+def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
+    """Whole rollouts one after another, each answered as soon as it is sealed (("ok",
+    record) or ("raise", exception)), then ("done", None): one request for many rollouts, and
+    the orchestrator knows the rollout a death or an overrun happened in without asking this
+    process (in-world code could lie): the first one not answered."""
+    for task in tasks:
+        _answer_call(connection, _run_rollout, task)
+    connection.send(("done", None))

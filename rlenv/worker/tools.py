@@ -1,0 +1,192 @@
+"""Tools in the frozen world: what a tool function is given (`ToolContext`), the spec's tools
+as the model sees them, and how a tool call's errors and fixture use are judged."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlenv.agent import RolloutTimeout, ToolCrash, ToolOutcome, parse_arguments
+from rlenv.bounds import OutOfBounds, tool_content
+from rlenv.errors import env_frames
+from rlenv.providers.base import import_ref
+from rlenv.spec import LoadedSpec
+from rlenv.worker.config import WorkerConfig
+from rlenv.world.replay import FixtureEvent, miss_error
+from rlenv.world.scrub import spec_scrubber
+
+
+@dataclass
+class ToolContext:
+    seed: int
+    rng: Any
+    input_id: str
+    rollout: int
+    workdir: Path
+    turn: int
+    services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
+
+
+def tool_schemas(loaded: LoadedSpec) -> list[dict[str, Any]]:
+    """The spec's tools as OpenAI function tools."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+            },
+        }
+        for tool in loaded.spec.tools
+    ]
+
+
+def describe(exc: BaseException) -> str:
+    """``SystemExit: 0``: the exception's type and message, for a record's error."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether an error (or one it was raised from) is a connection that could not be made:
+    refused, unknown host, or a client library's connect error (httpx, requests, urllib3,
+    aiohttp, urllib). `rlenv record` refuses a recording where a service was not there."""
+    import socket
+
+    names = {"ConnectError", "ConnectTimeout", "ConnectionError", "NewConnectionError"}
+    names |= {"ClientConnectorError", "NetworkRefused"}
+    seen: set[int] = set()
+    queue: list[BaseException | None] = [exc]
+    while queue:
+        current = queue.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, ConnectionError | socket.gaierror):
+            return True
+        if any(kind.__name__ in names for kind in type(current).__mro__):
+            return True
+        reason = getattr(current, "reason", None)  # urllib's URLError(reason=OSError)
+        queue += [current.__cause__, current.__context__]
+        if isinstance(reason, BaseException):
+            queue.append(reason)
+    return False
+
+
+def record_errors(loaded: LoadedSpec) -> bool:
+    """Whether `rlenv record` keeps error responses (HTTP >= 400, empty bodies): yes unless
+    the spec says ``scrub: {record_errors: false}``."""
+    scrub = loaded.spec.scrub
+    return scrub is None or scrub.record_errors
+
+
+def fixture_use(name: str, events: list[FixtureEvent]) -> str:
+    """How a tool call used its fixtures: hit, fallback or none; a miss ends the rollout even
+    if the tool caught the exception."""
+    misses = [event for event in events if event.outcome == "miss"]
+    if misses:
+        first = misses[0]
+        raise miss_error(name, first)
+    outcomes = {event.outcome for event in events}
+    return "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
+
+
+class WorldTools:
+    """The spec's tools in the world: each function imported once, a call checked against its
+    tool's schema, run in the rollout's workdir (its HTTP replayed, or recorded by `rlenv
+    record`), and its fixture use judged."""
+
+    def __init__(
+        self, loaded: LoadedSpec, config: WorkerConfig, sanitise: Callable[[str], str]
+    ) -> None:
+        self.loaded = loaded
+        self.config = config
+        self.sanitise = sanitise
+        self.cassette: Any = None  # the replay cassette, once the world has entered it
+        tools = loaded.spec.tools
+        self.functions = {
+            tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in tools
+        }
+        self.validators: dict[str, Any] = {}
+        self.schemas: list[dict[str, Any]] = []
+        if not tools:
+            return
+        import jsonschema  # ~3 MB a worker without tools does not need
+
+        self.validators = {
+            tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
+            for tool in tools
+        }
+        self.schemas = tool_schemas(loaded)
+
+    def parse(self, call: dict[str, Any]) -> tuple[str, dict[str, Any]] | ToolOutcome:
+        """The tool a call names and its arguments; or, for a call that names no tool or whose
+        arguments do not fit the tool's schema, the error the model gets as the answer."""
+        function = call.get("function") or {}
+        name = function.get("name")
+        if name not in self.functions:
+            return ToolOutcome(f"error: unknown tool {name!r}", "none", False)
+        try:
+            arguments = parse_arguments(function.get("arguments", ""))
+        except ValueError as exc:
+            return ToolOutcome(f"error: {exc}", "none", False)
+        errors = sorted(self.validators[name].iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
+        return name, arguments
+
+    def run(self, name: str, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+        """Run a parsed call in `context.workdir`; its fixture use judged (a miss raises)."""
+        outcome, events = self._invoke(name, arguments, context)
+        outcome.fixture = fixture_use(name, events)
+        return outcome
+
+    def _invoke(
+        self, name: str, arguments: dict[str, Any], context: ToolContext
+    ) -> tuple[ToolOutcome, list[FixtureEvent]]:
+        """The tool's outcome (fixture use not yet judged), and the fixture events its HTTP
+        produced."""
+        cassette = self.cassette
+        events_before = len(cassette.events) if cassette else 0
+        if cassette is not None:
+            type(cassette).current = name
+        events: list[FixtureEvent] = []
+        with contextlib.chdir(context.workdir):
+            try:
+                with self._recording(name):
+                    result = self.functions[name](arguments, context)
+                outcome = ToolOutcome(tool_content(name, result), "none", True)
+            except RolloutTimeout:
+                raise
+            except OutOfBounds as exc:  # not data the rollout can keep: the tool's failure
+                raise ToolCrash(str(exc)) from None
+            except Exception as exc:  # a fixture miss is judged from the events
+                error = self.sanitise(describe(exc))
+                outcome = ToolOutcome(
+                    f"error: {error}", "none", False, error, env_frames(exc), unreachable(exc)
+                )
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt: never the run's end
+                raise ToolCrash(
+                    self.sanitise(f"tool {name}: {describe(exc)}"), env_frames(exc)
+                ) from None
+            finally:
+                if cassette is not None:
+                    type(cassette).current = None
+                    events = cassette.events[events_before:]
+                    del cassette.events[events_before:]
+        return outcome, events
+
+    def _recording(self, name: str) -> Any:
+        """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""
+        if not self.config.live_tools or not self.config.record_dir:
+            return contextlib.nullcontext()
+        from rlenv.world.record import recording_cassette
+
+        return recording_cassette(
+            Path(self.config.record_dir) / f"{name}.yaml",
+            spec_scrubber(self.loaded),
+            record_errors=record_errors(self.loaded),
+        )
