@@ -42,6 +42,7 @@ SCRIPTS: list[tuple[str, bool]] = [
     ("overhead", True),
     ("memory", True),
     ("concurrency", True),
+    ("serve", True),
     ("failing_endpoint", True),
     ("bad_inputs", False),
     ("isolation", False),

@@ -23,6 +23,7 @@ from rlenv.commands import (
     rm,
     run,
     schema,
+    serve,
     validate,
     verify,
     watch,
@@ -51,6 +52,7 @@ app.command("check")(check.check)
 app.command("pin")(pin.pin)
 app.command("schema")(schema.schema)
 app.command("watch")(watch.watch)
+app.command("serve")(serve.serve)
 
 rm_app = typer.Typer(
     name="rm",

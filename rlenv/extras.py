@@ -18,6 +18,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "hf": ("torch", "transformers"),
     "datasets": ("datasets",),
     "ray": ("ray",),
+    "serve": ("openenv", "fastapi", "uvicorn"),
 }
 """The modules each extra of pyproject.toml brings, as they are imported."""
 

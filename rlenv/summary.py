@@ -162,9 +162,10 @@ def build_summary(
         "rollouts_per_input": meta["rollouts_per_input"],
         "inputs": n_inputs,
         "rollouts": n_records,
-        "expected_rollouts": (
-            expected_inputs if isinstance(expected_inputs, int) else len(expected_inputs)
-        )
+        # a served session (`rlenv serve`) has no fixed number of rollouts per input
+        "expected_rollouts": None
+        if meta["rollouts_per_input"] is None
+        else (expected_inputs if isinstance(expected_inputs, int) else len(expected_inputs))
         * meta["rollouts_per_input"],
         "counts": diagnostics["counts"]["by_status"],
         "pass_rate": diagnostics["pass_rate"],

@@ -1,0 +1,78 @@
+"""Issue 29 item 2: a real TRL GRPOTrainer (2 steps, a tiny model built here) whose rollouts
+go through `rlenv serve` on loopback: the env's tool is a method of the environment class
+`rlenv.serve.client.environment_factory` builds from the server, each call a step of an
+episode, and the reward the one the server graded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import cli, read_jsonl
+from tests.serving import served, tool_env
+
+pytest.importorskip("openenv.core", reason="the serve extra (openenv-core)")
+pytest.importorskip("trl", reason="the trl extra")
+
+
+def test_grpo_trains_on_the_served_env(tmp_path: Path) -> None:
+    import trl
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import add_response_schema
+
+    from rlenv.serve.client import environment_factory, reward_func
+    from tests.tiny_models import build_checkpoint
+
+    spec = tool_env(tmp_path / "env")
+    out = tmp_path / "served"
+    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0, n_positions=4096)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    tokenizer.chat_template = (
+        Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
+    ).read_text()
+    with served(spec, out, "--split", "train", "--workers", "1", "--model", "tiny-grpo") as (
+        url,
+        process,
+    ):
+        Env = environment_factory(url)
+        assert [name for name in vars(Env) if not name.startswith("_")] == ["base_url", "lookup"]
+        dataset = Dataset.from_list(
+            [
+                {"prompt": [{"role": "user", "content": "repeat cherry"}], "rlenv_id": "t1"},
+                {"prompt": [{"role": "user", "content": "repeat DATE"}], "rlenv_id": "t2"},
+            ]
+        )
+        trainer = GRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(checkpoint),
+            processing_class=add_response_schema(tokenizer),
+            reward_funcs=[reward_func],
+            train_dataset=dataset,
+            environment_factory=Env,
+            args=GRPOConfig(
+                output_dir=str(tmp_path / "out"),
+                per_device_train_batch_size=2,
+                num_generations=2,
+                max_completion_length=6,
+                max_steps=2,
+                logging_steps=1,
+                learning_rate=1e-3,
+                use_cpu=True,
+                seed=0,
+                report_to=[],
+                save_strategy="no",
+            ),
+        )
+        trainer.train()
+        assert trainer.state.global_step == 2
+        logged = {key for entry in trainer.state.log_history for key in entry}
+        assert "rewards/reward_func/mean" in logged, sorted(logged)
+    records = read_jsonl(out / "results.jsonl")
+    # every rollout of the 2 steps (2 prompts x 2 generations each) was a served episode
+    assert len(records) >= 4
+    assert {r["input_id"] for r in records} == {"t1", "t2"}
+    assert all(r["model"] == "tiny-grpo" for r in records)
+    checked = cli("check", str(out))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
