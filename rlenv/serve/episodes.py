@@ -32,8 +32,10 @@ from rlenv.providers.base import ModelReply
 from rlenv.providers.python import normalise_reply
 from rlenv.results import ResultsWriter, iter_results
 from rlenv.run_dir import _open_run_dir, _pretty, _run_dir_lock, default_run_dir
+from rlenv.runner import world_modes
 from rlenv.seeding import derive_seed
-from rlenv.summary import build_summary, world_modes
+from rlenv.summary import build_summary
+from rlenv.verified import seal_run_json
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.tools import tool_schemas
@@ -375,6 +377,7 @@ class ServedWorld:
         summary = build_summary(
             self.prepared, self.meta, iter_results(self.results), self.model, str(self.results)
         )
+        summary = seal_run_json(summary, self.run_dir)  # run.json's digest: readers check it
         atomic_write(self.run_dir / "summary.json", _pretty(summary))
         return summary
 
