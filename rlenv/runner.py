@@ -40,6 +40,8 @@ from rlenv.run_dir import (
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.summary import _Totals, build_summary, world_modes
+from rlenv.verifiers.judge import describe as describe_judges
+from rlenv.verifiers.judge import judge_summary, judging_writer
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import numbered_tool_calls, request_maker

@@ -17,10 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from rlenv.canonical import SAFE_INTEGER
 from rlenv.errors import Problems, SpecError, UserError
+from rlenv.spec_compose import EXTENDS, compose
 from rlenv.user_yaml import (
     describe_error,
     error_location,
     format_loc,
+    hash_hint,
     line_at,
     read_user_text,
     read_yaml,
@@ -615,6 +617,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
             f"expected a mapping of fields at the top level, got {type(raw).__name__}",
             where=f"{spec_path}:1",
         )
+    if EXTENDS in raw:  # a variant: its base's fields under its own
+        raw = compose(spec_path, node, raw)
     try:
         spec = EnvSpec.model_validate(raw)
     except ValidationError as exc:
@@ -623,6 +627,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
             loc = error_location(tuple(error["loc"]))
             line = line_at(node, loc)
             where = f"{spec_path}:{line}" if line else str(spec_path)
-            problems.append(SpecError(f"{format_loc(loc)}: {describe_error(error)}", where=where))
+            described = describe_error(error) + hash_hint(spec_path, raw, loc, error)
+            problems.append(SpecError(f"{format_loc(loc)}: {described}", where=where))
         raise (problems[0] if len(problems) == 1 else Problems(problems)) from None
     return LoadedSpec(spec, spec_path.resolve(), raw)
