@@ -26,6 +26,7 @@ PINNED: tuple[tuple[tuple[str, ...], str], ...] = (
     (("snapshot",), "directory"),
     (("tools", "*", "cassette"), "file"),
     (("verifiers", "*", "judge", "cassette"), "file"),
+    (("user", "cassette"), "file"),
     (("reward_model", "train_data"), "file"),
     (("reward_model", "training_prompts"), "file"),
     (("reward_model", "training_pairs"), "file"),
@@ -54,7 +55,7 @@ class PinResult:
     waiting: list[str] = field(default_factory=list)  # files `rlenv record` will write
 
 
-RECORDED = ("tools[", "verifiers[")  # cassettes: written by `rlenv record`, fine to lack
+RECORDED = ("tools[", "verifiers[", "user.")  # cassettes: written by `rlenv record`, fine to lack
 
 
 def _judge_mode(root: yaml.Node, name: str) -> str:

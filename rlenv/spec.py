@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rlenv.canonical import SAFE_INTEGER
 from rlenv.errors import Problems, SpecError, UserError
 from rlenv.spec_compose import EXTENDS, compose
+from rlenv.spec_user import SimulatedUser
 from rlenv.user_yaml import (
     describe_error,
     error_location,
@@ -487,6 +488,7 @@ class EnvSpec(Strict):
     snapshot: PinnedFile | None = None
     tools: list[Tool] = Field(default_factory=list)
     services: list[Service] = Field(default_factory=list)
+    user: SimulatedUser | None = None  # a conversation with a simulated user (rlenv.spec_user)
     verifiers: list[Verifier] = Field(min_length=1)
     reward_model: RewardModel | None = None
     reward: CompositeReward | None = None
@@ -576,6 +578,8 @@ class LoadedSpec:
         data: dict[str, Any] = json.loads(self.spec.model_dump_json(by_alias=True))
         if not data.get("services"):
             data.pop("services", None)
+        if data.get("user") is None:
+            data.pop("user", None)
         # fields added later, at their defaults, leave the fingerprint as it was
         for verifier in data.get("verifiers") or []:
             judge = verifier.get("judge") or {}

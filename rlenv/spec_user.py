@@ -1,0 +1,54 @@
+"""The ``user:`` block of a spec: the simulated user a conversation alternates with.
+
+Exactly one of: ``turns`` (scripted: the user's messages after the first, in order),
+``function`` (python, ``fn(messages, input, ctx) -> str | None``; None ends the conversation)
+or ``model`` (an OpenAI-compatible model told its ``instructions`` from an input field; its
+replies are recorded by `rlenv record` into ``cassette``, keyed by the conversation so far, and
+replayed by `rlenv run`). The user ends the conversation with ``stop`` in its reply (or a
+function's None, or the end of its turns); ``max_turns`` bounds the user's turns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+USER_SIGNATURE = "user(messages: list[message], input: dict, ctx) -> str | None"
+USER_CASSETTE = "user"  # the name its recorded HTTP is kept under, beside the tools'
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UserCassette(_Strict):
+    path: str
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+
+class SimulatedUser(_Strict):
+    turns: list[str] | None = None
+    function: str | None = Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", description=USER_SIGNATURE
+    )
+    model: str | None = Field(None, pattern=r"^openai:\S+$")
+    instructions_field: str = "user_instructions"
+    base_url: str | None = None  # where `record` reaches the user model (else OPENAI_BASE_URL)
+    temperature: float = Field(0.0, ge=0)
+    max_tokens: int = Field(256, ge=1)
+    cassette: UserCassette | None = None
+    stop: str = "###STOP###"
+    max_turns: int = Field(8, ge=1, le=1000)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SimulatedUser:
+        kinds = [self.turns is not None, self.function is not None, self.model is not None]
+        if sum(kinds) != 1:
+            raise ValueError("a user needs exactly one of turns, function, model")
+        if self.model is not None and self.cassette is None:
+            raise ValueError("a user model needs a cassette: {path: ...} (`rlenv record` fills it)")
+        return self
+
+    def canonical(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
