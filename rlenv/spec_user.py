@@ -10,34 +10,22 @@ function's None, or the end of its turns); ``max_turns`` bounds the user's turns
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field, model_validator
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from rlenv.spec_base import IMPORT_REF, FileRef, Strict, signature
 
-USER_SIGNATURE = "user(messages: list[message], input: dict, ctx) -> str | None"
 USER_CASSETTE = "user"  # the name its recorded HTTP is kept under, beside the tools'
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class UserCassette(_Strict):
-    path: str
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-
-
-class SimulatedUser(_Strict):
+class SimulatedUser(Strict):
     turns: list[str] | None = None
-    function: str | None = Field(
-        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", description=USER_SIGNATURE
-    )
+    function: str | None = Field(None, pattern=IMPORT_REF, description=signature("user"))
     model: str | None = Field(None, pattern=r"^openai:\S+$")
     instructions_field: str = "user_instructions"
-    base_url: str | None = None  # where `record` reaches the user model (else OPENAI_BASE_URL)
+    base_url: str | None = None  # where `record` reaches the user model (its URL is recorded)
     temperature: float = Field(0.0, ge=0)
     max_tokens: int = Field(256, ge=1)
-    cassette: UserCassette | None = None
+    cassette: FileRef | None = None
     stop: str = "###STOP###"
     max_turns: int = Field(8, ge=1, le=1000)
 
@@ -46,9 +34,8 @@ class SimulatedUser(_Strict):
         kinds = [self.turns is not None, self.function is not None, self.model is not None]
         if sum(kinds) != 1:
             raise ValueError("a user needs exactly one of turns, function, model")
-        if self.model is not None and self.cassette is None:
-            raise ValueError("a user model needs a cassette: {path: ...} (`rlenv record` fills it)")
+        if self.model is not None and (self.cassette is None or self.base_url is None):
+            raise ValueError(
+                "a user model needs base_url and cassette: {path: ...} (`rlenv record` fills it)"
+            )
         return self
-
-    def canonical(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
