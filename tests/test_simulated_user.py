@@ -127,3 +127,20 @@ def test_a_bad_user_block_is_one_line(env_builder: EnvBuilder) -> None:
     assert done.returncode == 2
     assert "exactly one of turns, function, model" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_browser_shows_the_turns(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    from rlenv.report.browser import SampleTable
+
+    spec = env_builder.write(CODE, inputs=INPUTS, user={"turns": ["where?", "bye ###STOP###"]})
+    _run(spec, tmp_path / "run")
+    report = cli("report", str(tmp_path / "run"))
+    assert report.returncode == 0, report.stderr
+    html = next((tmp_path / "run").glob("*.html")).read_text()
+    assert "sb-user-turns" in html and "simulated, turn" in html
+    table = SampleTable({})
+    table.add_run("run", read_jsonl(tmp_path / "run" / "results.jsonl"))
+    row = table.rows[0]
+    assert row["u"] == [[1, 0, "where?", None], [2, 1, "bye", True]]
+    assert [m["role"] for m in row["m"]] == ["assistant", "user"]  # the last reply is "a"
+    assert row["fa"] == 1
