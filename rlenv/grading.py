@@ -16,11 +16,15 @@ from typing import Any
 
 from rlenv.canonical import canonical_bytes, sha256_bytes, sha256_json
 from rlenv.files import atomic_write
+from rlenv.results import VERIFIER_ERROR
 from rlenv.seeding import derive_seed
 
 PENDING = "pending"
 SKIPPED = "not sampled"
 NOT_APPLICABLE = "not applicable"  # the verifier's `when:` does not match the input
+UNSCORED = frozenset({NOT_APPLICABLE, SKIPPED})
+"""Why a verifier may give no value without anything being wrong (TRL reads None as "this
+function does not apply to this completion")."""
 
 
 def sampled(env_seed: int, input_id: str, rollout: int, fraction: float) -> bool:
@@ -72,3 +76,37 @@ def verifier_identity(config: Any, module_hash: str | None) -> dict[str, Any]:
     if module_hash:
         identity["source"] = module_hash
     return identity
+
+
+def component_failure(
+    record: dict[str, Any], name: str, verifier: str | None, value: float | None
+) -> str | None:
+    """Why reward component `name` (reading `verifier`, if any) has no honest value for this
+    record (None: it has one, or rightly has none): the verifier it reads raised or was never
+    graded, the reward function or model raised, or the rollout ended before grading."""
+    results = {result["name"]: result for result in record.get("verifiers") or []}
+    if verifier is not None:
+        result = results.get(verifier)
+        if result is None:
+            return record.get("error") or f"verifier {verifier} did not run"
+        detail = result.get("detail") or ""
+        if result.get("passed") is None:
+            return None if detail in UNSCORED else detail or "not graded"
+        if detail.startswith(VERIFIER_ERROR):
+            return f"verifier {verifier}: {detail}"
+        return None
+    if name == "passed":
+        broken = [
+            f"verifier {r['name']}: {r['detail']}"
+            for r in results.values()
+            if (r.get("detail") or "").startswith(VERIFIER_ERROR)
+            or (r.get("passed") is None and r.get("detail") not in UNSCORED)
+        ]
+        if broken:
+            return broken[0]
+        if record.get("status") in ("verifier_error", "timeout"):
+            return record.get("error") or str(record.get("status"))
+        return None
+    if value is None:
+        return record.get("reward_error") or record.get("error") or "no value"
+    return None

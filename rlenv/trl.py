@@ -34,9 +34,8 @@ from typing import Any
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.env import Environment, load_environment
 from rlenv.errors import UserError
-from rlenv.grading import NOT_APPLICABLE, SKIPPED
+from rlenv.grading import component_failure
 from rlenv.inputs import InputRecord, load_inputs
-from rlenv.results import VERIFIER_ERROR, Status
 from rlenv.verifiers.judge import Judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
 
@@ -168,11 +167,6 @@ class RewardError(RuntimeError):
     before grading. Training on a silent None or 0 would be training on nothing."""
 
 
-UNSCORED = frozenset({NOT_APPLICABLE, SKIPPED})
-"""Why a verifier may give no value without anything being wrong (TRL reads None as "this
-function does not apply to this completion")."""
-
-
 @dataclass(frozen=True)
 class _Component:
     name: str
@@ -205,38 +199,6 @@ def _value(record: dict[str, Any], name: str) -> float | None:
     else:
         value = record.get("reward")
     return None if value is None else float(value)
-
-
-def _failure(record: dict[str, Any], component: _Component, value: float | None) -> str | None:
-    """Why `component` has no honest value for this record (None: it has one, or it rightly
-    has none): the verifier it reads raised or was never graded, the reward function or model
-    raised, or the rollout ended before it was graded."""
-    results = {result["name"]: result for result in record.get("verifiers") or []}
-    if component.verifier is not None:
-        result = results.get(component.verifier)
-        if result is None:
-            return record.get("error") or f"verifier {component.verifier} did not run"
-        detail = result.get("detail") or ""
-        if result.get("passed") is None:
-            return None if detail in UNSCORED else detail or "not graded"
-        if detail.startswith(VERIFIER_ERROR):
-            return f"verifier {component.verifier}: {detail}"
-        return None
-    if component.name == "passed":
-        broken = [
-            f"verifier {r['name']}: {r['detail']}"
-            for r in results.values()
-            if (r.get("detail") or "").startswith(VERIFIER_ERROR)
-            or (r.get("passed") is None and r.get("detail") not in UNSCORED)
-        ]
-        if broken:
-            return broken[0]
-        if record.get("status") in (Status.VERIFIER_ERROR, Status.TIMEOUT):
-            return record.get("error") or str(record.get("status"))
-        return None
-    if value is None:
-        return record.get("reward_error") or record.get("error") or "no value"
-    return None
 
 
 def _messages(prompt: Any, completion: Any) -> list[dict[str, Any]]:
@@ -312,7 +274,7 @@ def reward_funcs(spec: str | Path) -> list[Callable[..., list[float | None]]]:
             errors = 0
             for record in records:
                 value = _value(record, _component.name)
-                failure = _failure(record, _component, value)
+                failure = component_failure(record, _component.name, _component.verifier, value)
                 if failure is not None:
                     if _component.fallback is None:
                         raise RewardError(_one_line(_component.name, record, failure))

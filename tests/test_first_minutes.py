@@ -80,7 +80,8 @@ def test_an_empty_cassette_is_a_clear_message(tmp_path: Path) -> None:
     done = cli("validate", str(spec))
     assert done.returncode == 2
     assert (
-        "cassette is empty (no recorded interactions): write it with `rlenv record`" in done.stderr
+        "cassette cannot be read: the file is empty (no recorded interactions); write it with"
+        " `rlenv record`" in done.stderr
     )
     assert "CassetteNotFoundError" not in done.stderr
 

@@ -95,7 +95,8 @@ def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
     with contextlib.suppress(OSError):
         if not path.read_bytes().strip():  # vcrpy's "CassetteNotFoundError: " (no text)
             raise SpecError(
-                "cassette is empty (no recorded interactions): write it with `rlenv record`",
+                "cassette cannot be read: the file is empty (no recorded interactions); write"
+                " it with `rlenv record`",
                 where=str(path),
             )
     try:
