@@ -94,11 +94,15 @@ async def rollout_loop(
     max_turns: int,
     call_model: ModelCall,
     call_tool: ToolCall,
+    *,
+    first_turn: int = 0,
 ) -> Trajectory:
-    """Alternate model turns and tool calls until a final answer, a limit or a failure."""
+    """Alternate model turns and tool calls until a final answer, a limit or a failure
+    (`first_turn`: turns numbered from there, within `max_turns` in all: a conversation's
+    later stretches, `rlenv.worker.conversation`)."""
     trajectory = Trajectory(messages=[dict(message) for message in messages])
     try:
-        for turn in range(max_turns):
+        for turn in range(first_turn, max_turns):
             reply = await call_model(trajectory.messages, turn)
             problem = reply_problem(reply.message) or bounds_problem(
                 {"usage": reply.usage, "logprobs": reply.logprobs, "extra": reply.extra}

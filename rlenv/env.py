@@ -195,6 +195,10 @@ def check_signatures(env: Environment) -> None:
             checks.append(
                 (loc, name, verifier.function, VERIFIER_CALL, options, VERIFIER_SIGNATURE)
             )
+    if spec.user is not None and spec.user.function:
+        user_call = ("messages", "input", "ctx")
+        loc = ("user", "function")
+        checks.append((loc, "user.function", spec.user.function, user_call, {}, signature("user")))
     reward = spec.reward_model
     if reward is not None and reward.function:
         loc = ("reward_model", "function")

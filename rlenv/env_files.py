@@ -158,6 +158,19 @@ def check_cassette_files(env: Environment) -> None:
             )
         except UserError as exc:
             problems.append(exc)
+    user = loaded.spec.user
+    if user is not None and user.cassette is not None:  # a model user's recorded replies
+        try:
+            env.file_hashes["user.cassette"] = _pinned_file(
+                loaded.resolve(user.cassette.path),
+                user.cassette.sha256,
+                "user.cassette",
+                where=env.where("user", "cassette", "path"),
+                where_hash=env.where("user", "cassette", "sha256"),
+                missing="cassette",
+            )
+        except UserError as exc:
+            problems.append(exc)
     for index, verifier in enumerate(loaded.spec.verifiers):
         if verifier.judge is None or verifier.judge.cassette is None:
             continue

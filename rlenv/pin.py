@@ -26,6 +26,7 @@ PINNED: tuple[tuple[tuple[str, ...], str], ...] = (
     (("snapshot",), "directory"),
     (("tools", "*", "cassette"), "file"),
     (("verifiers", "*", "judge", "cassette"), "file"),
+    (("user", "cassette"), "file"),
     (("reward_model", "train_data"), "file"),
     (("reward_model", "training_prompts"), "file"),
     (("reward_model", "training_pairs"), "file"),
@@ -39,6 +40,7 @@ class Pin:
     path: str
     old: str | None
     new: str
+    file: str = ""  # the base spec it is pinned in ("" for the spec itself)
 
     @property
     def changed(self) -> bool:
@@ -53,7 +55,7 @@ class PinResult:
     waiting: list[str] = field(default_factory=list)  # files `rlenv record` will write
 
 
-RECORDED = ("tools[", "verifiers[")  # cassettes: written by `rlenv record`, fine to lack
+RECORDED = ("tools[", "verifiers[", "user.")  # cassettes: written by `rlenv record`, fine to lack
 
 
 def _judge_mode(root: yaml.Node, name: str) -> str:
@@ -101,11 +103,12 @@ def _targets(root: yaml.Node) -> Iterator[tuple[str, yaml.MappingNode, str]]:
 
 
 def plan(
-    spec_path: str | Path, waiting: list[str] | None = None
+    spec_path: str | Path, waiting: list[str] | None = None, *, variant: bool = False
 ) -> tuple[str, list[tuple[Pin, yaml.MappingNode]]]:
     """The spec text and, for every file it names, the hash it should pin. A cassette that does
     not exist yet (`rlenv record` writes it) and a judge cassette that grows as it judges
-    (mode record_missing or live) are not pinned: they are named in `waiting`."""
+    (mode record_missing or live) are not pinned: they are named in `waiting`. In a `variant`
+    (a spec with ``extends``), a mapping without ``path`` keeps its base's file and hash."""
     waiting = waiting if waiting is not None else []
     spec = Path(spec_path)
     if not spec.is_file():
@@ -140,6 +143,8 @@ def plan(
             old = old_node.value if isinstance(old_node, yaml.ScalarNode) else None
             found.append((Pin(name, label, old or None, digest), node))
             continue
+        if variant and path_node is None and dataset_node is None:
+            continue  # the base names the file; its hash is pinned there
         if not isinstance(path_node, yaml.ScalarNode) or not path_node.value:
             problems.append(SpecError(f"{name}.path: missing, nothing to pin", where=where))
             continue
@@ -232,19 +237,29 @@ def pin(
     """Pin every hash the spec is missing or has wrong; write the spec once (atomically).
     `missing_only` (what `rlenv record` does): add missing hashes, never replace one (a stale
     input hash means the inputs changed: that stays an error)."""
+    from rlenv.spec_compose import chain
+
     spec = Path(spec_path)
+    if not spec.is_file():
+        raise SpecError("spec file not found", where=str(spec))
     waiting: list[str] = []
-    text, found = plan(spec, waiting)
-    if missing_only:
-        found = [(item, node) for item, node in found if item.old is None]
-    pins = [item for item, _ in found]
-    # edit from the end of the file backwards so earlier offsets stay valid
-    edited = text
-    for item, node in sorted(found, key=lambda pair: -pair[1].start_mark.index):
-        if item.changed:
-            edited = _edit(edited, node, item.new)
-    written = edited != text and not check_only
-    if written:
-        yaml.safe_load(edited)  # the edit keeps the document readable (else a bug, not input)
-        atomic_write(spec, edited)
+    files = chain(spec)  # a variant's own paths are pinned in it, its base's in the base
+    planned = [(path, *plan(path, waiting, variant=path != files[-1])) for path in files]
+    pins: list[Pin] = []
+    written = False
+    for path, text, found in planned:
+        if missing_only:
+            found = [(item, node) for item, node in found if item.old is None]
+        for item, _ in found:
+            item.file = "" if path == spec else path.name
+        pins += [item for item, _ in found]
+        # edit from the end of the file backwards so earlier offsets stay valid
+        edited = text
+        for item, node in sorted(found, key=lambda pair: -pair[1].start_mark.index):
+            if item.changed:
+                edited = _edit(edited, node, item.new)
+        if edited != text and not check_only:
+            yaml.safe_load(edited)  # the edit keeps the document readable (else a bug)
+            atomic_write(path, edited)
+            written = True
     return PinResult(spec, pins, written, waiting)

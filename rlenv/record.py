@@ -63,6 +63,14 @@ def record(
     early = pin(spec_path, missing_only=True)  # writes the spec only when a hash was missing
     loaded = load_spec(spec_path)
     tools = [tool for tool in loaded.spec.tools if tool.cassette is not None]
+    user = loaded.spec.user
+    if user is not None and user.cassette is not None:  # its replies are recorded like a tool's
+        from rlenv.spec import Tool
+
+        cassette = {"path": user.cassette.path, "sha256": user.cassette.sha256}
+        tools.append(
+            Tool.model_validate({"name": "user", "function": "user:reply", "cassette": cassette})
+        )
     judges = [
         verifier
         for verifier in loaded.spec.verifiers

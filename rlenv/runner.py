@@ -387,7 +387,13 @@ def _resolve_policy(
             options["max_retries"] = retries
         if request_timeout is not None:
             options["request_timeout"] = request_timeout
-    return resolve_provider(model_uri, base_url=base_url, options=options), model_uri, reference
+    provider = resolve_provider(model_uri, base_url=base_url, options=options)
+    if spec.user is not None and not provider.in_world:
+        raise UserError(
+            f"user: a simulated user talks with in-world policies (python:, replay:) for now;"
+            f" {model_uri.split(':')[0]}: policies are not supported with a user: block yet"
+        )
+    return provider, model_uri, reference
 
 
 def _worker_config(

@@ -13,41 +13,31 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlenv.canonical import SAFE_INTEGER
 from rlenv.errors import Problems, SpecError, UserError
+from rlenv.spec_base import (  # noqa: F401  (re-exported: rlenv.spec is where they are looked up)
+    CALLABLES,
+    IMPORT_REF,
+    Decoding,
+    Fallback,
+    FileRef,
+    PinnedFile,
+    Strict,
+    signature,
+)
+from rlenv.spec_compose import EXTENDS, compose
+from rlenv.spec_user import SimulatedUser
 from rlenv.user_yaml import (
     describe_error,
     error_location,
     format_loc,
+    hash_hint,
     line_at,
     read_user_text,
     read_yaml,
 )
-
-IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-
-# How rlenv calls each kind of python callable a spec names: the one statement of it, used by
-# the JSON Schema (`rlenv schema`), the signature checks (`rlenv.env.check_signatures`) and the
-# README's table (a test keeps the three equal): kind -> (call, returns).
-CALLABLES: dict[str, tuple[str, str]] = {
-    "tool": ("tool(arguments: dict, ctx)", "str | JSON value"),
-    "verifier": (
-        "check(answer: str | None, input: dict, ctx, **options)",
-        "bool | float | (bool, detail) | {passed, score?, detail?}",
-    ),
-    "reward_model": ("score(prompt: list[message], answer: str | None, ctx, **options)", "float"),
-    "policy": ("policy(messages: list[message], tools: list[tool schema], ctx)", "str | message"),
-    "reward_component": ("fn(prompt: list[message], answer: str | None, ctx)", "float"),
-}
-
-
-def signature(kind: str) -> str:
-    """``def CALL -> RETURNS`` for a kind of callable (:data:`CALLABLES`)."""
-    call, returns = CALLABLES[kind]
-    return f"def {call} -> {returns}"
-
 
 Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
 DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
@@ -60,32 +50,6 @@ MAX_ROLLOUTS = 100_000
 """Rollouts per input, in the spec or from --rollouts (more is a typo, not a run)."""
 MAX_TIMEOUT_S = 7 * 24 * 3600.0
 MIN_TIMEOUT_S = 0.01
-
-
-class Strict(BaseModel):
-    # floats are finite: NaN and infinities have no canonical JSON form
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Decoding(Strict):
-    temperature: float = Field(1.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    top_k: int | None = Field(None, ge=0)
-    min_p: float | None = Field(None, ge=0, le=1)
-    max_tokens: int = Field(512, ge=1)
-    min_tokens: int = Field(0, ge=0)
-    stop: list[str] = Field(default_factory=list)
-    seed: int | None = Field(None, ge=-SAFE_INTEGER, le=SAFE_INTEGER)
-
-
-class FileRef(Strict):
-    path: str
-    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
-
-
-class PinnedFile(Strict):
-    path: str
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
 class DatasetSplit(Strict):
@@ -123,11 +87,6 @@ class Inputs(Strict):
         if (self.path is None) == (self.dataset is None):
             raise ValueError("give exactly one of 'path' (a JSONL or CSV file) or 'dataset'")
         return self
-
-
-class Fallback(Strict):
-    status: int = 200
-    body: Any = None
 
 
 class Tool(Strict):
@@ -485,6 +444,7 @@ class EnvSpec(Strict):
     snapshot: PinnedFile | None = None
     tools: list[Tool] = Field(default_factory=list)
     services: list[Service] = Field(default_factory=list)
+    user: SimulatedUser | None = None  # a conversation with a simulated user (rlenv.spec_user)
     verifiers: list[Verifier] = Field(min_length=1)
     reward_model: RewardModel | None = None
     reward: CompositeReward | None = None
@@ -502,18 +462,16 @@ class EnvSpec(Strict):
 
     @model_validator(mode="after")
     def _unique_names(self) -> EnvSpec:
-        names = [tool.name for tool in self.tools]
-        duplicated = sorted({name for name in names if names.count(name) > 1})
-        if duplicated:
-            raise ValueError(f"duplicate tool name(s): {', '.join(duplicated)}")
-        names = [service.name for service in self.services]
-        duplicated = sorted({name for name in names if names.count(name) > 1})
-        if duplicated:
-            raise ValueError(f"duplicate service name(s): {', '.join(duplicated)}")
         labels = [verifier.label for verifier in self.verifiers]
-        duplicated = sorted({label for label in labels if labels.count(label) > 1})
-        if duplicated:
-            raise ValueError(f"duplicate verifier name(s): {', '.join(duplicated)} (set 'name')")
+        for what, names in (
+            ("tool name(s)", [tool.name for tool in self.tools]),
+            ("service name(s)", [service.name for service in self.services]),
+            ("verifier name(s)", labels),
+        ):
+            duplicated = sorted({name for name in names if names.count(name) > 1})
+            if duplicated:
+                hint = " (set 'name')" if what.startswith("verifier") else ""
+                raise ValueError(f"duplicate {what}: {', '.join(duplicated)}{hint}")
         for name, component in (self.reward.components if self.reward else {}).items():
             if component.verifier is not None and component.verifier not in labels:
                 raise ValueError(
@@ -574,6 +532,8 @@ class LoadedSpec:
         data: dict[str, Any] = json.loads(self.spec.model_dump_json(by_alias=True))
         if not data.get("services"):
             data.pop("services", None)
+        if data.get("user") is None:
+            data.pop("user", None)
         # fields added later, at their defaults, leave the fingerprint as it was
         for verifier in data.get("verifiers") or []:
             judge = verifier.get("judge") or {}
@@ -615,6 +575,8 @@ def load_spec(path: str | Path) -> LoadedSpec:
             f"expected a mapping of fields at the top level, got {type(raw).__name__}",
             where=f"{spec_path}:1",
         )
+    if EXTENDS in raw:  # a variant: its base's fields under its own
+        raw = compose(spec_path, node, raw)
     try:
         spec = EnvSpec.model_validate(raw)
     except ValidationError as exc:
@@ -623,6 +585,7 @@ def load_spec(path: str | Path) -> LoadedSpec:
             loc = error_location(tuple(error["loc"]))
             line = line_at(node, loc)
             where = f"{spec_path}:{line}" if line else str(spec_path)
-            problems.append(SpecError(f"{format_loc(loc)}: {describe_error(error)}", where=where))
+            described = describe_error(error) + hash_hint(spec_path, raw, loc, error)
+            problems.append(SpecError(f"{format_loc(loc)}: {described}", where=where))
         raise (problems[0] if len(problems) == 1 else Problems(problems)) from None
     return LoadedSpec(spec, spec_path.resolve(), raw)

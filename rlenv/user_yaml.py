@@ -186,3 +186,26 @@ __all__ = [
     "read_user_text",
     "read_yaml",
 ]
+
+
+def hash_hint(spec_path: Path, raw: Any, loc: tuple[Any, ...], error: Any) -> str:
+    """For a missing ``sha256`` whose ``path`` exists: the hash to pin, and how."""
+    if error["type"] != "missing" or not loc or loc[-1] != "sha256":
+        return ""
+    node = raw
+    for part in loc[:-1]:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return ""
+    relative = node.get("path") if isinstance(node, dict) else None
+    if not isinstance(relative, str) or not relative:
+        return ""
+    from rlenv.canonical import manifest_hash, sha256_file
+
+    target = spec_path.resolve().parent / relative
+    try:
+        digest = manifest_hash(target) if target.is_dir() else sha256_file(target)
+    except OSError:
+        return ""
+    return f"; {relative} has sha256 {digest} (`rlenv pin {spec_path}` writes it)"

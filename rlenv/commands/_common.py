@@ -38,6 +38,26 @@ LimitOpt = Annotated[
 ]
 ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=1024, help="Rollouts in flight at once.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a spec field (dotted key, YAML value), e.g. --set decoding.temperature=0.7;"
+        " repeatable.",
+    ),
+]
+
+
+def spec_with_sets(spec: Path, sets: list[str] | None) -> Path:
+    """The spec to use: with ``--set`` pairs, the variant of it they make (rlenv.spec_compose)."""
+    if not sets:
+        return spec
+    from rlenv.spec_compose import with_sets
+
+    return with_sets(spec, sets)
+
+
 BaselineOpt = Annotated[
     Path | None,
     typer.Option(

@@ -6,12 +6,20 @@ from typing import Annotated
 
 import typer
 
-from rlenv.commands._common import JsonOpt, SpecArg, handle_errors, print_json
+from rlenv.commands._common import (
+    JsonOpt,
+    SetOpt,
+    SpecArg,
+    handle_errors,
+    print_json,
+    spec_with_sets,
+)
 
 
 @handle_errors
 def pin(
     spec: SpecArg,
+    sets: SetOpt = None,
     check_only: Annotated[
         bool,
         typer.Option("--check", help="Change nothing; exit 1 when a hash is missing or stale."),
@@ -20,6 +28,7 @@ def pin(
 ) -> None:
     """Pin the sha256 of the inputs, snapshot, cassettes and reward-model data in the spec, all
     at once, editing only the hash values (comments and layout are kept)."""
+    spec = spec_with_sets(spec, sets)
     from dataclasses import asdict
 
     from rlenv.pin import pin as pin_spec

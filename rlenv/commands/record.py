@@ -13,9 +13,11 @@ from rlenv.commands._common import (
     LimitOpt,
     ModelOpt,
     RolloutsOpt,
+    SetOpt,
     SpecArg,
     handle_errors,
     print_json,
+    spec_with_sets,
 )
 
 
@@ -27,6 +29,7 @@ class RecordMode(StrEnum):
 @handle_errors
 def record(
     spec: SpecArg,
+    sets: SetOpt = None,
     model: ModelOpt = None,
     mode: Annotated[
         RecordMode, typer.Option(help="new: add unseen requests; all: re-record.")
@@ -37,6 +40,7 @@ def record(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the policy with tools live and write their HTTP into the spec's cassettes."""
+    spec = spec_with_sets(spec, sets)
     from dataclasses import asdict
 
     from rlenv.record import pinned_hash_lines

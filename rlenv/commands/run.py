@@ -16,12 +16,14 @@ from rlenv.commands._common import (
     LimitOpt,
     ModelOpt,
     RolloutsOpt,
+    SetOpt,
     SpecArg,
     WeakSandboxOpt,
     fail,
     handle_errors,
     print_json,
     progress_bar,
+    spec_with_sets,
 )
 
 
@@ -33,6 +35,7 @@ class ExecutorName(StrEnum):
 @handle_errors
 def run(
     spec: SpecArg,
+    sets: SetOpt = None,
     model: ModelOpt = None,
     rollouts: RolloutsOpt = None,
     limit: LimitOpt = None,
@@ -98,6 +101,7 @@ def run(
     Exit 1 (after writing results and summary) when the run could not produce the scores it
     promises: a flag with fails_run (infra errors, or the policy, the fixtures, a verifier or
     the reward model failing on more than half of the rollouts)."""
+    spec = spec_with_sets(spec, sets)
     if resume and out is None:
         fail("--resume needs --out DIR (the run directory to continue)", 2)
     from rlenv.inputs import parse_where

@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import typer
 
-from rlenv.commands._common import JsonOpt, SpecArg, handle_errors, print_json
+from rlenv.commands._common import (
+    JsonOpt,
+    SetOpt,
+    SpecArg,
+    handle_errors,
+    print_json,
+    spec_with_sets,
+)
 
 
 @handle_errors
-def validate(spec: SpecArg, as_json: JsonOpt = False) -> None:
+def validate(spec: SpecArg, as_json: JsonOpt = False, sets: SetOpt = None) -> None:
     """Check schema, files, pinned hashes and importable graders; print the fingerprint."""
+    spec = spec_with_sets(spec, sets)
     from dataclasses import asdict
 
     from rlenv.validate import validate as validate_env

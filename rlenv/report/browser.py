@@ -135,7 +135,8 @@ class SampleTable:
     the first assistant turn, stored once in ``prompts``), ``m`` the messages after it (``fa``
     set when the last of them, an assistant message whose text is the answer, is left out to
     be drawn from ``a``), ``e``
-    error and ``tb`` its traceback, ``re``/``rtb`` a reward-model error, ``x`` marks
+    error and ``tb`` its traceback, ``re``/``rtb`` a reward-model error, ``u`` a simulated
+    user's turns ``[user_turn, after_turn, content, ended]``, ``x`` marks
     (``suspect``, ``collapsed``).
     """
 
@@ -208,6 +209,15 @@ class SampleTable:
                         _text(c.get("error")),
                     ]
                     for c in record.get("tool_calls") or []
+                ],
+                "u": [  # a simulated user's turns (rlenv.worker.conversation)
+                    [
+                        u.get("user_turn"),
+                        u.get("after_turn"),
+                        _text(u.get("content")),
+                        u.get("ended"),
+                    ]
+                    for u in (record.get("extra") or {}).get("user_turns") or []
                 ],
                 "e": _text(record.get("error")),
                 "tb": record.get("traceback"),

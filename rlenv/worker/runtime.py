@@ -53,6 +53,7 @@ from rlenv.seeding import derive_seed, seed_everything, seed_globals
 from rlenv.spec import load_spec
 from rlenv.verifiers import VerifierContext
 from rlenv.worker.config import RolloutTask, WorkerConfig
+from rlenv.worker.conversation import WorldUser, conversation_loop
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
 from rlenv.worker.scoring import Verdict, Verifiers, rollout_record
@@ -101,6 +102,7 @@ class WorldRuntime:
             inputs_path, templated=self.loaded.spec.prompt is not None
         )
         self.tools = WorldTools(self.loaded, config, self.sanitise)
+        self.user = WorldUser(self.loaded, config, self.tools) if spec.user else None
         judged = any(verifier.type == "judge" for verifier in spec.verifiers)
         if judged:
             from rlenv.verifiers import judge
@@ -128,7 +130,7 @@ class WorldRuntime:
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
         # no tool, no judge: no recorded HTTP to serve, and nothing to import vcrpy for (a
         # third of a worker's start); HTTP from a policy or verifier meets the network guard
-        if not config.live_tools and (spec.tools or judged):
+        if not config.live_tools and (spec.tools or judged or (spec.user and spec.user.model)):
             self.tools.cassette = self._entered.enter_context(
                 replay_cassette(
                     spec_indexes(self.loaded, spec_scrubber(self.loaded)),
@@ -387,14 +389,7 @@ class WorldRuntime:
                     trajectory = Trajectory(messages=replayed)
                 else:  # a policy crash ends the loop as policy_error, its trajectory kept
                     try:
-                        trajectory = run_sync(
-                            rollout_loop(
-                                messages,
-                                spec.limits.max_turns,
-                                self._model_caller(task),
-                                self._tool_caller(task),
-                            )
-                        )
+                        trajectory = run_sync(self._loop(task, messages))
                     except PolicyCrash as exc:
                         trajectory = Trajectory(
                             messages=messages, status="policy_error", error=str(exc)
@@ -402,6 +397,40 @@ class WorldRuntime:
             except RolloutTimeout:
                 trajectory = Trajectory(messages=messages, status="timeout")
             return self.finish(task, trajectory, self.config.model_uri or "")
+
+    def _loop(self, task: RolloutTask, messages: list[dict[str, Any]]) -> Any:
+        """The agent loop, or with a simulated user the conversation loop."""
+        spec = self.loaded.spec
+        if spec.user is None or self.user is None:
+            return rollout_loop(
+                messages, spec.limits.max_turns, self._model_caller(task), self._tool_caller(task)
+            )
+        record = self.inputs[task.input_index]
+        user = self.user
+
+        async def call_user(current: list[dict[str, Any]], user_turn: int) -> str | None:
+            set_phase("tool")
+            seed = derive_seed(self.seed_of(task), "user", user_turn)
+            context = ToolContext(
+                seed,
+                seed_everything(seed),
+                record.id,
+                task.rollout,
+                self.workdir_of(task),
+                user_turn,
+                dict(self.services),
+            )
+            with contextlib.chdir(self.workdir_of(task)):
+                return user.reply(current, record.data, user_turn, context)
+
+        return conversation_loop(
+            messages,
+            spec.user,
+            spec.limits.max_turns,
+            self._model_caller(task),
+            self._tool_caller(task),
+            call_user,
+        )
 
     def _model_caller(self, task: RolloutTask) -> ModelCall:
         """The in-world policy, called synchronously in the rollout's workdir."""

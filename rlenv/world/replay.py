@@ -23,6 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from rlenv.canonical import canonical_bytes, sha256_file, sha256_json
 from rlenv.errors import FixtureMiss, SpecError
 from rlenv.files import atomic_write, default_cache_dir
+from rlenv.spec_user import USER_CASSETTE
 from rlenv.world.scrub import Scrubber
 
 if TYPE_CHECKING:
@@ -367,6 +368,10 @@ def spec_indexes(loaded: LoadedSpec, scrubber: Scrubber) -> dict[str, ToolIndex]
         indexes[tool.name] = ToolIndex(
             tool.name, loaded.cassette_path(tool), scrubber, fallback
         ).load()
+    user = loaded.spec.user
+    if user is not None and user.cassette is not None:  # a model user's replies: like a tool's
+        path = loaded.resolve(user.cassette.path)
+        indexes[USER_CASSETTE] = ToolIndex(USER_CASSETTE, path, scrubber).load()
     return indexes
 
 

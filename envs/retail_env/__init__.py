@@ -1,0 +1,1 @@
+"""The bundled retail customer-service env: an SQLite orders database, tools, a customer."""

@@ -1,0 +1,64 @@
+"""The spec's building blocks: strict models, file references, import references and the one
+statement of how rlenv calls each kind of python callable a spec names."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rlenv.canonical import SAFE_INTEGER
+
+IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
+
+# How rlenv calls each kind of python callable a spec names: the one statement of it, used by
+# the JSON Schema (`rlenv schema`), the signature checks (`rlenv.env.check_signatures`) and the
+# README's table (a test keeps the three equal): kind -> (call, returns).
+CALLABLES: dict[str, tuple[str, str]] = {
+    "tool": ("tool(arguments: dict, ctx)", "str | JSON value"),
+    "verifier": (
+        "check(answer: str | None, input: dict, ctx, **options)",
+        "bool | float | (bool, detail) | {passed, score?, detail?}",
+    ),
+    "reward_model": ("score(prompt: list[message], answer: str | None, ctx, **options)", "float"),
+    "policy": ("policy(messages: list[message], tools: list[tool schema], ctx)", "str | message"),
+    "reward_component": ("fn(prompt: list[message], answer: str | None, ctx)", "float"),
+    "user": ("user(messages: list[message], input: dict, ctx)", "str | None"),
+}
+
+
+def signature(kind: str) -> str:
+    """``def CALL -> RETURNS`` for a kind of callable (:data:`CALLABLES`)."""
+    call, returns = CALLABLES[kind]
+    return f"def {call} -> {returns}"
+
+
+class Strict(BaseModel):
+    # floats are finite: NaN and infinities have no canonical JSON form
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class FileRef(Strict):
+    path: str
+    sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+
+
+class PinnedFile(Strict):
+    path: str
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class Decoding(Strict):
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    min_p: float | None = Field(None, ge=0, le=1)
+    max_tokens: int = Field(512, ge=1)
+    min_tokens: int = Field(0, ge=0)
+    stop: list[str] = Field(default_factory=list)
+    seed: int | None = Field(None, ge=-SAFE_INTEGER, le=SAFE_INTEGER)
+
+
+class Fallback(Strict):
+    status: int = 200
+    body: Any = None
