@@ -110,13 +110,36 @@ class Fallback(Strict):
     body: Any = None
 
 
+class McpServer(Strict):
+    """An MCP server a tool is served by: a stdio `command` (run in the spec's directory) or a
+    streamable HTTP `url`; `tool` is its name there (default: the spec tool's name). Only
+    `validate` and `record` reach it: `run` replays the tool's cassette."""
+
+    command: list[str] | None = Field(None, min_length=1)
+    url: str | None = Field(None, pattern=r"^https?://")
+    tool: str | None = None
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("mcp: give exactly one of 'command' (stdio) or 'url' (HTTP)")
+        return self
+
+
 class Tool(Strict):
     name: str = Field(pattern=r"^[A-Za-z_][\w-]*$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    function: str = Field(pattern=IMPORT_REF)
+    function: str | None = Field(None, pattern=IMPORT_REF)  # or `mcp`: one of the two
+    mcp: McpServer | None = None
     cassette: FileRef | None = None
     on_miss: Literal["error"] | Fallback = "error"
+
+    @model_validator(mode="after")
+    def _one_implementation(self) -> Tool:
+        if (self.function is None) == (self.mcp is None):
+            raise ValueError("give exactly one of 'function' (pkg.module:name) or 'mcp'")
+        return self
 
 
 class Judge(Strict):
