@@ -164,3 +164,23 @@ def test_bad_server_is_one_line_exit_2(env_builder: EnvBuilder, server: dict[str
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "MCP server" in lines[0], result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_a_secret_left_in_an_mcp_cassette_is_found(tmp_path: Path) -> None:
+    """`validate` scans an MCP cassette with detect-secrets as it scans an HTTP one."""
+    from rlenv.world.mcp import cassette_findings
+    from rlenv.world.scrub import Scrubber
+
+    leaked = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    entry = {
+        "key": "k",
+        "request": {"tool": "t", "arguments": {"q": "x"}},
+        "result": {"content": [{"type": "text", "text": f"aws_secret_access_key={leaked}"}]},
+    }
+    cassette = tmp_path / "t.jsonl"
+    cassette.write_text(json.dumps(entry) + "\n")
+    found = cassette_findings(cassette, Scrubber(known=[]))
+    assert found and "interaction 0 response body" in found[0], found
+    entry["result"] = {"content": [{"type": "text", "text": "aws_secret_access_key=REDACTED"}]}
+    cassette.write_text(json.dumps(entry) + "\n")
+    assert cassette_findings(cassette, Scrubber(known=[])) == []
