@@ -125,7 +125,7 @@ def _record_replay_twice(spec: Path, tmp_path: Path, calls: Path) -> None:
 def test_stdio_server_listed_recorded_and_replayed_without_it(
     env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
-    command = [sys.executable, str(SERVER), "stdio"]
+    command = ["python", str(SERVER), "stdio"]  # `python`: the interpreter rlenv runs under
     spec = _spec(env_builder, {"command": command})
     calls = tmp_path / "stdio-calls.log"
     _record_replay_twice(spec, tmp_path, calls)

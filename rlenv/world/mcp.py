@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,8 +47,9 @@ def _client(server: McpServer, root: Path) -> Any:
     if server.url:
         return Client(server.url, mode="legacy", cache=None)
     command = server.command or []
+    executable = sys.executable if command[0] == "python" else command[0]  # as services do
     params = StdioServerParameters(
-        command=command[0], args=command[1:], env=dict(os.environ), cwd=str(root)
+        command=executable, args=command[1:], env=dict(os.environ), cwd=str(root)
     )
     return Client(params, mode="legacy", cache=None)
 
@@ -241,7 +243,6 @@ def _call_in_child(
     """A live call from a worker, made by a fresh interpreter: the SDK's event loop needs the
     real monotonic clock, which freezegun holds still in the worker."""
     import subprocess
-    import sys
 
     request = {"server": server.model_dump(), "root": str(root), "tool": name}
     request["arguments"] = arguments
@@ -261,8 +262,6 @@ def _call_in_child(
 
 def _main() -> int:
     """`python -m rlenv.world.mcp`: one live call, the request on stdin, the result out."""
-    import sys
-
     from rlenv.spec import McpServer
 
     request = json.loads(sys.stdin.read())
