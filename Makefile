@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
-EXTRAS ?= test,dev,hf,report,rm,ray,trl,datasets,math,serve
+EXTRAS ?= test,dev,hf,report,rm,ray,trl,datasets,math,serve,mcp
 
 .PHONY: venv inspect-venv lmeval-venv demo test lint fmt bench bench-readme mutants clean search-service record-search
 

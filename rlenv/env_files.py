@@ -275,7 +275,12 @@ def check_cassette_secrets(env: Environment) -> None:
         cassette = loaded.cassette_path(tool)
         if cassette is None:
             continue
-        _, found = load_index(cassette, spec_scrubber(loaded))
+        if tool.mcp is not None:
+            from rlenv.world.mcp import cassette_findings
+
+            found = cassette_findings(cassette, spec_scrubber(loaded))
+        else:
+            _, found = load_index(cassette, spec_scrubber(loaded))
         found = unallowed(found, cassette.name, allow)  # findings the spec allow-lists pass
         problems += [
             UserError(

@@ -26,7 +26,7 @@ def python_sources(loaded: LoadedSpec) -> dict[str, str]:
     The default policy (`model:`) is not the env: its source is the model's identity
     (`policy_sources`), recorded in run.json beside the env fingerprint.
     """
-    refs: list[str] = [tool.function for tool in loaded.spec.tools]
+    refs: list[str] = [tool.function for tool in loaded.spec.tools if tool.function]
     refs += [verifier.function for verifier in loaded.spec.verifiers if verifier.function]
     if loaded.spec.reward_model and loaded.spec.reward_model.function:
         refs.append(loaded.spec.reward_model.function)

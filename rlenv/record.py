@@ -82,6 +82,9 @@ def record(
             " record: give a tool that makes HTTP requests `cassette: {path: ...}`)",
             where=str(loaded.path),
         )
+    from rlenv.world.mcp import check_mcp_servers
+
+    check_mcp_servers(loaded)  # a server that cannot be reached: one line, before any rollout
     scratch = Path(tempfile.mkdtemp(prefix="rlenv-record-"))
     try:
         record_dir = scratch / "cassettes"
@@ -91,7 +94,12 @@ def record(
             target = loaded.cassette_path(tool)
             assert target is not None
             before[tool.name] = 0
-            if mode == "new" and target.is_file() and target.read_bytes().strip():
+            if (
+                mode == "new"
+                and target.is_file()
+                and target.read_bytes().strip()
+                and tool.mcp is None
+            ):
                 shutil.copyfile(target, record_dir / f"{tool.name}.yaml")
                 before[tool.name] = len(load_interactions(target))
         with _services(loaded) as routes:
@@ -120,6 +128,12 @@ def record(
         for tool in tools:
             target = loaded.cassette_path(tool)
             assert target is not None and tool.cassette is not None
+            if tool.mcp is not None:
+                info = _merge_mcp(loaded, tool.name, record_dir, target, keep=mode == "new")
+                outcome.cassettes[tool.name] = info
+                if tool.cassette.sha256 and tool.cassette.sha256 != info["sha256"]:
+                    updated = updated.replace(tool.cassette.sha256, str(info["sha256"]))
+                continue
             recorded = record_dir / f"{tool.name}.yaml"
             if not recorded.is_file():
                 outcome.cassettes[tool.name] = {
@@ -182,6 +196,19 @@ def record(
         return outcome
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _merge_mcp(
+    loaded: LoadedSpec, name: str, record_dir: Path, target: Path, *, keep: bool
+) -> dict[str, object]:
+    """An MCP tool's recorded calls folded into its cassette (`rlenv.world.mcp`)."""
+    from rlenv.world.mcp import merge_recording
+    from rlenv.world.scrub import spec_scrubber
+
+    calls, new = merge_recording(
+        record_dir / f"{name}.mcp.jsonl", target, spec_scrubber(loaded), keep=keep
+    )
+    return {"path": str(target), "interactions": calls, "new": new, "sha256": sha256_file(target)}
 
 
 def _services(loaded: LoadedSpec) -> contextlib.AbstractContextManager[dict[str, str]]:

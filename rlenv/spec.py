@@ -23,6 +23,7 @@ from rlenv.spec_base import (  # noqa: F401  (re-exported: rlenv.spec is where t
     Decoding,
     Fallback,
     FileRef,
+    McpServer,
     PinnedFile,
     Strict,
     signature,
@@ -93,9 +94,16 @@ class Tool(Strict):
     name: str = Field(pattern=r"^[A-Za-z_][\w-]*$")
     description: str = ""
     parameters: dict[str, Any] = Field(default_factory=lambda: {"type": "object", "properties": {}})
-    function: str = Field(pattern=IMPORT_REF, description=signature("tool"))
+    function: str | None = Field(None, pattern=IMPORT_REF, description=signature("tool"))
+    mcp: McpServer | None = None  # or `function`: one of the two
     cassette: FileRef | None = None
     on_miss: Literal["error"] | Fallback = "error"
+
+    @model_validator(mode="after")
+    def _one_implementation(self) -> Tool:
+        if (self.function is None) == (self.mcp is None):
+            raise ValueError("give exactly one of 'function' (pkg.module:name) or 'mcp'")
+        return self
 
 
 class Judge(Strict):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlenv.canonical import SAFE_INTEGER
 
@@ -62,3 +62,19 @@ class Decoding(Strict):
 class Fallback(Strict):
     status: int = 200
     body: Any = None
+
+
+class McpServer(Strict):
+    """An MCP server a tool is served by: a stdio `command` (run in the spec's directory) or a
+    streamable HTTP `url`; `tool` is its name there (default: the spec tool's name). Only
+    `validate` and `record` reach it: `run` replays the tool's cassette."""
+
+    command: list[str] | None = Field(None, min_length=1)
+    url: str | None = Field(None, pattern=r"^https?://")
+    tool: str | None = None
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("mcp: give exactly one of 'command' (stdio) or 'url' (HTTP)")
+        return self

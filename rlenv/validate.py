@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlenv.env import load_environment
@@ -17,6 +17,7 @@ class Validation:
     tools: int
     verifiers: int
     files: dict[str, str]
+    mcp_tools: dict[str, list[str]] = field(default_factory=dict)  # server -> its tools
 
 
 def validate(spec_path: str | Path) -> Validation:
@@ -26,6 +27,8 @@ def validate(spec_path: str | Path) -> Validation:
     forced_mechanism()  # RLENV_SANDBOX, as a run would read it
     prepared = load_environment(spec_path, purpose="validate")
     spec = prepared.loaded.spec
+    from rlenv.world.mcp import check_mcp_servers
+
     return Validation(
         name=spec.name,
         version=spec.version,
@@ -34,4 +37,5 @@ def validate(spec_path: str | Path) -> Validation:
         tools=len(spec.tools),
         verifiers=len(spec.verifiers),
         files=prepared.file_hashes,
+        mcp_tools=check_mcp_servers(prepared.loaded),
     )

@@ -30,3 +30,5 @@ def validate(spec: SpecArg, as_json: JsonOpt = False, sets: SetOpt = None) -> No
             f"ok: {result.name} v{result.version}: {result.inputs} inputs, {result.tools} tools,"
             f" {result.verifiers} verifiers\nfingerprint {result.fingerprint}"
         )
+        for server, names in sorted(result.mcp_tools.items()):
+            typer.echo(f"MCP server {server}: tools {', '.join(names)}")

@@ -13,8 +13,9 @@ from rlenv.agent import RolloutTimeout, ToolCrash, ToolOutcome, parse_arguments
 from rlenv.bounds import OutOfBounds, tool_content
 from rlenv.errors import env_frames
 from rlenv.providers.base import import_ref
-from rlenv.spec import LoadedSpec
+from rlenv.spec import LoadedSpec, Tool
 from rlenv.worker.config import WorkerConfig
+from rlenv.world.mcp import McpTool
 from rlenv.world.replay import FixtureEvent, miss_error
 from rlenv.world.scrub import spec_scrubber
 
@@ -108,7 +109,12 @@ class WorldTools:
         self.cassette: Any = None  # the replay cassette, once the world has entered it
         tools = loaded.spec.tools
         self.functions = {
-            tool.name: import_ref(tool.function, what=f"tool {tool.name!r}") for tool in tools
+            tool.name: (
+                import_ref(tool.function, what=f"tool {tool.name!r}")
+                if tool.function
+                else self._mcp_tool(tool)
+            )
+            for tool in tools
         }
         self.validators: dict[str, Any] = {}
         self.schemas: list[dict[str, Any]] = []
@@ -177,7 +183,20 @@ class WorldTools:
                     type(cassette).current = None
                     events = cassette.events[events_before:]
                     del cassette.events[events_before:]
+                if isinstance(self.functions[name], McpTool):
+                    events += self.functions[name].take_events()
         return outcome, events
+
+    def _mcp_tool(self, tool: Tool) -> McpTool:
+        """An MCP tool: replayed from its cassette, or recorded live into the record dir."""
+        record_dir = self.config.record_dir if self.config.live_tools else None
+        return McpTool(
+            tool,
+            self.loaded.root,
+            self.loaded.cassette_path(tool),
+            spec_scrubber(self.loaded),
+            Path(record_dir) / f"{tool.name}.mcp.jsonl" if record_dir else None,
+        )
 
     def _recording(self, name: str) -> Any:
         """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""

@@ -364,6 +364,8 @@ def spec_indexes(loaded: LoadedSpec, scrubber: Scrubber) -> dict[str, ToolIndex]
     """Every tool's loaded index (a tool without a cassette gets an empty one)."""
     indexes = {}
     for tool in loaded.spec.tools:
+        if tool.mcp is not None:  # its cassette is MCP calls (`rlenv.world.mcp`), not HTTP
+            continue
         fallback = None if tool.on_miss == "error" else tool.on_miss.model_dump()
         indexes[tool.name] = ToolIndex(
             tool.name, loaded.cassette_path(tool), scrubber, fallback

@@ -1,0 +1,325 @@
+"""MCP tools: a spec tool served by an MCP server (a stdio command or a streamable HTTP URL).
+
+`validate` lists the server's tools (`list_server_tools`); `record` calls the server for each
+`tools/call` and keeps the request and the result, scrubbed as tool HTTP is, as one JSON line
+per distinct call in the tool's cassette (`McpTool` live, then `merge_recording`); `run`
+answers each call from that cassette and never starts or reaches the server: a call that was
+never recorded is a fixture miss naming the tool and its arguments, or the tool's declared
+`on_miss` fallback. The `mcp` SDK (`pip install 'rlenv[mcp]'`) is imported only to reach a
+server, never to replay.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlenv.canonical import canonical_bytes, sha256_json
+from rlenv.errors import UserError
+from rlenv.world.replay import FixtureEvent, miss_error
+from rlenv.world.scrub import Scrubber
+
+if TYPE_CHECKING:
+    from rlenv.spec import LoadedSpec, McpServer, Tool
+
+CONNECT_TIMEOUT_S = 60.0
+_SHOWN_ARGUMENTS = 300  # characters of a missed call's arguments in its error
+
+
+class McpToolError(Exception):
+    """The MCP server answered the call with `isError`: its text is the tool's error."""
+
+
+def server_label(server: McpServer) -> str:
+    return server.url if server.url else " ".join(server.command or [])
+
+
+def _client(server: McpServer, root: Path) -> Any:
+    try:
+        from mcp import Client
+        from mcp.client.stdio import StdioServerParameters
+    except ImportError:
+        raise UserError("MCP tools need the mcp SDK: pip install 'rlenv[mcp]'") from None
+    if server.url:
+        return Client(server.url, mode="legacy", cache=None)
+    command = server.command or []
+    executable = sys.executable if command[0] == "python" else command[0]  # as services do
+    params = StdioServerParameters(
+        command=executable, args=command[1:], env=dict(os.environ), cwd=str(root)
+    )
+    return Client(params, mode="legacy", cache=None)
+
+
+def _reach(server: McpServer, root: Path, work: Callable[[Any], Any]) -> Any:
+    """Run `work(client)` (a coroutine function) on a fresh connection to the server; a server
+    that cannot be started or reached is one UserError line."""
+    import anyio
+
+    async def main() -> Any:
+        with anyio.fail_after(CONNECT_TIMEOUT_S):
+            async with _client(server, root) as client:
+                return await work(client)
+
+    try:
+        return anyio.run(main)
+    except UserError:
+        raise
+    except BaseException as exc:  # the SDK wraps failures in exception groups
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise UserError(
+            f"MCP server {server_label(server)!r} cannot be reached: {type(exc).__name__}: {detail}"
+        ) from None
+
+
+def list_server_tools(server: McpServer, root: Path) -> list[dict[str, Any]]:
+    """The server's tools (name, description, inputSchema), as `tools/list` gives them."""
+
+    async def work(client: Any) -> list[dict[str, Any]]:
+        listed = await client.list_tools()
+        return [
+            tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in listed.tools
+        ]
+
+    listed: list[dict[str, Any]] = _reach(server, root, work)
+    return listed
+
+
+def check_mcp_servers(loaded: LoadedSpec) -> dict[str, list[str]]:
+    """Each MCP server the spec's tools name, reached once: its tools' names by server; a
+    server that cannot be reached, or lacks a tool the spec names, is a UserError (exit 2)."""
+    listed: dict[str, list[str]] = {}
+    for index, tool in enumerate(loaded.spec.tools):
+        if tool.mcp is None:
+            continue
+        label = server_label(tool.mcp)
+        if label not in listed:
+            names = [item["name"] for item in list_server_tools(tool.mcp, loaded.root)]
+            listed[label] = names
+        wanted = tool.mcp.tool or tool.name
+        if wanted not in listed[label]:
+            raise UserError(
+                f"tools[{index}].mcp: the server has no tool {wanted!r}"
+                f" (it lists: {', '.join(listed[label]) or 'none'})",
+                where=str(loaded.path),
+            )
+    return listed
+
+
+def call_server_tool(
+    server: McpServer, root: Path, name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """One live `tools/call`: its result's content, structuredContent and isError."""
+
+    async def work(client: Any) -> dict[str, Any]:
+        result = await client.call_tool(name, arguments)
+        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+        kept = ("content", "structuredContent", "isError")
+        return {key: dumped[key] for key in kept if key in dumped}
+
+    result: dict[str, Any] = _reach(server, root, work)
+    return result
+
+
+def call_request(server_tool: str, arguments: dict[str, Any], scrubber: Scrubber) -> dict[str, Any]:
+    """The request as the cassette keys it: the server's tool name and the scrubbed arguments
+    (secret-named fields hidden, then every secret the scrubber knows replaced by value)."""
+    return {"tool": server_tool, "arguments": redact(scrubber.json_value(arguments), scrubber)}
+
+
+def redact(value: Any, scrubber: Scrubber) -> Any:
+    """`value` with every secret the scrubber knows replaced, at any depth (keys included)."""
+    if isinstance(value, dict):
+        return {redact(key, scrubber): redact(item, scrubber) for key, item in value.items()}
+    if isinstance(value, list):
+        return [redact(item, scrubber) for item in value]
+    return scrubber.values.any(value)
+
+
+def tool_value(result: dict[str, Any]) -> Any:
+    """What the model is given for a result: its text (all-text content), else the content
+    list; an `isError` result raises McpToolError with its text."""
+    content = result.get("content") or []
+    texts = [item.get("text", "") for item in content if item.get("type") == "text"]
+    text = "\n".join(texts)
+    if result.get("isError"):
+        raise McpToolError(text or "the MCP tool reported an error")
+    if len(texts) == len(content) and content:
+        return text
+    if not content and "structuredContent" in result:
+        return result["structuredContent"]
+    return content
+
+
+def load_cassette(path: Path | None) -> dict[str, dict[str, Any]]:
+    """An MCP cassette (JSON lines `{key, request, result}`) as key -> result."""
+    if path is None or not path.is_file():
+        return {}
+    entries: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            entries[str(entry["key"])] = dict(entry["result"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UserError(
+                f"MCP cassette line {number} is not {{key, request, result}} JSON: {exc}",
+                where=str(path),
+            ) from None
+    return entries
+
+
+class McpTool:
+    """An MCP tool in the world, called as a python tool is (`tool(arguments, ctx)`): replayed
+    from its cassette, or (recording) called live and appended to `record_path`."""
+
+    def __init__(
+        self,
+        tool: Tool,
+        root: Path,
+        cassette: Path | None,
+        scrubber: Scrubber,
+        record_path: Path | None = None,
+    ) -> None:
+        assert tool.mcp is not None
+        self.name = tool.name
+        self.server = tool.mcp
+        self.server_tool = tool.mcp.tool or tool.name
+        self.root = root
+        self.scrubber = scrubber
+        self.record_path = record_path
+        self.fallback = None if tool.on_miss == "error" else tool.on_miss.body
+        self.results = {} if record_path else load_cassette(cassette)
+        self.events: list[FixtureEvent] = []
+
+    def take_events(self) -> list[FixtureEvent]:
+        events, self.events = self.events, []
+        return events
+
+    def __call__(self, arguments: dict[str, Any], ctx: Any) -> Any:
+        request = call_request(self.server_tool, arguments, self.scrubber)
+        key = sha256_json(request)
+        if self.record_path is not None:
+            return tool_value(self._record(key, request, arguments))
+        result = self.results.get(key)
+        if result is not None:
+            self.events.append(FixtureEvent(self.name, "hit", "MCP", self.server_tool))
+            return tool_value(result)
+        shown = canonical_bytes(request["arguments"]).decode("utf-8")
+        if len(shown) > _SHOWN_ARGUMENTS:
+            shown = shown[: _SHOWN_ARGUMENTS - 3] + "..."
+        if self.fallback is not None:
+            self.events.append(FixtureEvent(self.name, "fallback", "MCP", self.server_tool))
+            return self.fallback
+        event = FixtureEvent(self.name, "miss", "MCP tools/call", f"{self.server_tool} {shown}")
+        self.events.append(event)
+        raise miss_error(self.name, event)
+
+    def _record(self, key: str, request: dict[str, Any], arguments: dict[str, Any]) -> Any:
+        assert self.record_path is not None
+        result = _call_in_child(self.server, self.root, self.server_tool, arguments)
+        result = redact(result, self.scrubber)
+        line = canonical_bytes({"key": key, "request": request, "result": result}) + b"\n"
+        self.record_path.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(self.record_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(descriptor, line)  # one write per line: workers append side by side
+        finally:
+            os.close(descriptor)
+        return result
+
+
+def _call_in_child(
+    server: McpServer, root: Path, name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """A live call from a worker, made by a fresh interpreter: the SDK's event loop needs the
+    real monotonic clock, which freezegun holds still in the worker."""
+    import subprocess
+
+    request = {"server": server.model_dump(), "root": str(root), "tool": name}
+    request["arguments"] = arguments
+    done = subprocess.run(
+        [sys.executable, "-m", "rlenv.world.mcp"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:  # the server is down: `record` refuses the recording
+        lines = done.stderr.strip().splitlines() or [f"exit code {done.returncode}"]
+        raise ConnectionError(lines[-1])
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def _main() -> int:
+    """`python -m rlenv.world.mcp`: one live call, the request on stdin, the result out."""
+    from rlenv.spec import McpServer
+
+    request = json.loads(sys.stdin.read())
+    server = McpServer.model_validate(request["server"])
+    try:
+        result = call_server_tool(
+            server, Path(request["root"]), request["tool"], request["arguments"]
+        )
+    except UserError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    sys.stdout.write(json.dumps(result))
+    return 0
+
+
+def merge_recording(
+    recorded: Path, target: Path, scrubber: Scrubber, *, keep: bool = True
+) -> tuple[int, int]:
+    """Fold a recording's calls into the MCP cassette (one line per key, sorted; `keep`: the
+    cassette's earlier calls stay), every secret the scrubber knows replaced by value once
+    more; return (calls, new). Written atomically."""
+    from rlenv.files import atomic_write
+
+    entries: dict[str, bytes] = {}
+    if keep and target.is_file():
+        load_cassette(target)  # a broken cassette is refused, not folded in
+        for line in target.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                entries[json.loads(line)["key"]] = line.encode("utf-8") + b"\n"
+    before = len(entries)
+    for line in recorded.read_text(encoding="utf-8").splitlines() if recorded.is_file() else []:
+        if line.strip():
+            entry = redact(json.loads(line), scrubber)
+            entries.setdefault(entry["key"], canonical_bytes(entry) + b"\n")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(target, b"".join(entries[key] for key in sorted(entries)))
+    return len(entries), len(entries) - before
+
+
+def cassette_findings(path: Path, scrubber: Scrubber) -> list[str]:
+    """detect-secrets findings in an MCP cassette, as `validate` reports a tool HTTP cassette's."""
+    from types import SimpleNamespace
+
+    from rlenv.world.secrets import scan
+
+    pairs = []
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        if line.strip():
+            entry = json.loads(line)
+            request = SimpleNamespace(
+                uri=f"mcp:tools/call/{entry['request'].get('tool', '')}",
+                headers={},
+                body=json.dumps(entry["request"].get("arguments"), sort_keys=True),
+            )
+            response = {"headers": {}, "body": {"string": json.dumps(entry["result"])}}
+            pairs.append((request, response))
+    return [finding.message() for finding in scan(pairs, "REDACTED")]
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main())
