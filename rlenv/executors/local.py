@@ -128,7 +128,8 @@ class LocalExecutor:
             command += netns_prefix()
         self.wrapper: Path | None = Path(config.work_root) / ".worker-python"
         self.wrapper.write_text(
-            "#!/bin/sh\nexec " + shlex.join([*command, sys.executable]) + ' "$@"\n'
+            # -P: a module in the cwd never shadows what the worker imports (rlenv, multiprocessing)
+            "#!/bin/sh\nexec " + shlex.join([*command, sys.executable, "-P"]) + ' "$@"\n'
         )
         self.wrapper.chmod(0o700)
         # starting and stopping workers happens in threads, so the event loop never blocks on
