@@ -14,7 +14,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import rlenv
 from rlenv.errors import Problems, SpecError, UserError
 from rlenv.spec import LoadedSpec, load_spec
 
@@ -65,7 +64,7 @@ class CheckingChild:
         }
         # -P: no cwd (nor the script's directory) at the front of sys.path, and rlenv's own
         # directory first: a decoy `rlenv/` where the user stands must not answer the checks
-        home = str(Path(rlenv.__file__).resolve().parent.parent)
+        home = str(Path(__file__).resolve().parent.parent)  # the directory holding rlenv/
         body = f"import sys; sys.path.insert(0, {home!r}); {_BODY}"
         try:
             self.process = subprocess.Popen(

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from rlenv.env import load_environment
-
 from tests.conftest import EnvBuilder, cli
 
 POLICY = """
