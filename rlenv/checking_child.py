@@ -42,6 +42,9 @@ def problems_from_data(data: Any) -> list[UserError]:
     return problems
 
 
+_BODY = "from rlenv.env import _world_child; _world_child()"
+
+
 class CheckingChild:
     """The in-world checks of one `load_environment`, running in a child interpreter started
     with the frozen world's environment variables (`world_environment`: no API key), which
@@ -59,9 +62,13 @@ class CheckingChild:
             "defer_expensive": defer_expensive,
             "answer_fd": write,
         }
+        # -P: no cwd (nor the script's directory) at the front of sys.path, and rlenv's own
+        # directory first: a decoy `rlenv/` where the user stands must not answer the checks
+        home = str(Path(__file__).resolve().parent.parent)  # the directory holding rlenv/
+        body = f"import sys; sys.path.insert(0, {home!r}); {_BODY}"
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", "from rlenv.env import _world_child; _world_child()"],
+                [sys.executable, "-P", "-c", body],
                 stdin=subprocess.PIPE,
                 stdout=2,  # what env code prints at import: stderr, never the JSON on stdout
                 env=world_environment(),

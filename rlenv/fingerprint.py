@@ -189,9 +189,80 @@ def package_files(loaded: LoadedSpec, modules: dict[str, str]) -> dict[str, str]
     return found
 
 
+_MAX_NAME_CHARS = 260  # longer string constants are text, not a file name
+
+
+def named_files(loaded: LoadedSpec, modules: dict[str, str]) -> dict[str, str]:
+    """sha256 of every file under the spec's directory or python paths that the env's
+    `modules` name by a string constant (keyed by its path relative to the spec's directory),
+    and of what those files name in turn.
+
+    A flat-layout module beside the spec is in no package directory (`package_files`), yet it
+    reaches files by name at call time: ``Path(__file__).parent / "gold.txt"``,
+    ``importlib.import_module("helper")``. A constant is such a name when, taken relative to
+    the module's directory, the spec's directory or a python path, it is a file there (or a
+    module importable from a python path). Read from the syntax trees, never executed, so
+    validate, run, verify and --resume all compute the same fingerprint.
+    """
+    roots = loaded.python_paths()
+    bounds = [loaded.root.resolve(), *(root.resolve() for root in roots)]
+    queue = [path for name in sorted(modules) for path in [_module_file(name, roots)] if path]
+    seen: set[Path] = {path.resolve() for path in queue}
+    found: dict[str, str] = {}
+    while queue:
+        path = queue.pop()
+        try:
+            tree = ast.parse(path.read_bytes(), filename=str(path))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        texts = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+        for text in sorted(texts):
+            for named in _named(text, path.parent, loaded.root, roots):
+                resolved = named.resolve()
+                if resolved in seen or not any(resolved.is_relative_to(b) for b in bounds):
+                    continue
+                seen.add(resolved)
+                if resolved.is_relative_to(loaded.root.resolve()):
+                    key = resolved.relative_to(loaded.root.resolve()).as_posix()
+                else:
+                    key = resolved.as_posix()
+                found[key] = sha256_file(resolved)
+                if resolved.suffix == ".py":  # a module named by string: what it names counts
+                    queue.append(resolved)
+                    name = resolved.stem
+                    for _, helper in _imported_helpers(name, resolved, roots):
+                        if helper.resolve() not in seen:
+                            queue.append(helper)
+    return found
+
+
+def _named(text: str, here: Path, spec_root: Path, roots: list[Path]) -> Iterator[Path]:
+    """The files a string constant may name (see `named_files`)."""
+    if not text or len(text) > _MAX_NAME_CHARS or "\n" in text or "\0" in text:
+        return
+    if text.replace(".", "").replace("_", "").isalnum():  # a module name, dotted
+        module = _module_file(text, roots)
+        if module is not None:
+            yield module
+    if Path(text).is_absolute():
+        return
+    for base in (here, spec_root, *roots):
+        candidate = base / text
+        try:
+            if candidate.is_file() and candidate.suffix not in (".pyc", ".pyo"):
+                yield candidate
+        except (OSError, ValueError):
+            continue
+
+
 def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
     """sha256 over the canonical spec (without the policy fields) plus the hash of every
-    referenced file and env module, and of every file in the env's python packages."""
+    referenced file and env module, of every file in the env's python packages, and of every
+    file the env's modules name by a string (`named_files`)."""
     spec = {k: v for k, v in loaded.canonical().items() if k not in POLICY_FIELDS}
     for verifier in spec.get("verifiers") or []:  # a cassette that only grows: the same env
         judge = verifier.get("judge") if isinstance(verifier, dict) else None
@@ -202,7 +273,17 @@ def fingerprint(loaded: LoadedSpec, file_hashes: dict[str, str]) -> str:
     packages = package_files(loaded, modules)
     if packages:  # an env without packages keeps the fingerprint it had before they counted
         payload["packages"] = packages
+    named = named_files(loaded, modules)
+    if named:  # likewise for an env whose modules name no file
+        payload["named"] = named
     return sha256_bytes(canonical_bytes(payload))
 
 
-__all__ = ["POLICY_FIELDS", "fingerprint", "package_files", "policy_sources", "python_sources"]
+__all__ = [
+    "POLICY_FIELDS",
+    "fingerprint",
+    "named_files",
+    "package_files",
+    "policy_sources",
+    "python_sources",
+]

@@ -186,7 +186,7 @@ def tool(args, ctx):
 
 def policy(messages, tools, ctx):
     if messages[-1]["role"] != "tool":
-        call = {"name": "channel", "arguments": messages[-1]["content"]}
+        call = {"name": "tool", "arguments": messages[-1]["content"]}
         return {"tool_calls": [{"id": "c", "function": call}]}
     return messages[-1]["content"]
 
@@ -198,10 +198,11 @@ if __name__ == "__main__":
 
 CHANNELS = ("keyring", "sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "dev_shm", "tmp")
 
-WORLD_NOT_PROMISED = {"dev_shm", "tmp"}
+WORLD_NOT_PROMISED = {"tmp"}
 """Channels a local worker does not close (README): it runs as root on the host's file system
-(its rollouts' workdirs live in /tmp, or /dev/shm under `verify --perturb`), so a file it
-writes outside its workdir stays for the next rollout. Only the sandbox keeps these apart."""
+(its rollouts' workdirs live in /tmp), so a file it writes outside its workdir stays for the
+next rollout. Its /dev/shm is a tmpfs of its own, emptied after each rollout. Only the sandbox
+keeps /tmp apart."""
 
 
 @dataclass

@@ -29,6 +29,9 @@ def _crossed(crossings: list[Crossing], not_promised: set[str] = frozenset()) ->
 def test_no_channel_between_worker_rollouts(tmp_path: Path) -> None:
     crossings = world_crossings(tmp_path, RLENV, ROOT)
     assert len(crossings) == 14
+    # the tool ran (a catalog whose tool is never called holds every channel, vacuously)
+    assert not [c for c in crossings if "unknown tool" in c.wrote + c.read], crossings
+    assert [c.wrote for c in crossings if c.channel == "dev_shm"] == ["wrote"], crossings
     assert _crossed(crossings, WORLD_NOT_PROMISED) == []
 
 

@@ -94,6 +94,26 @@ def _with_frozen_clock(variables: dict[str, str], config: WorkerConfig) -> dict[
     return {**variables, **clock}
 
 
+def _private_scratch(prefix: list[str], config: WorkerConfig) -> list[str]:
+    """The command that gives a worker its own empty /dev/shm (a tmpfs in the mount namespace
+    `--mount-proc` made), so a file one worker's rollout leaves there (and libfaketime's
+    ``faketime_shm_*``) is not another worker's to read; the worker empties it after each
+    rollout (`rlenv.worker.protocol`). [] when the worker has no mount namespace, or its work
+    root is in /dev/shm (`verify --perturb`); a mount that fails leaves the host's /dev/shm
+    (and the worker, not finding its mount, empties nothing)."""
+    mount = shutil.which("mount")
+    if "--mount-proc" not in prefix or mount is None or not Path("/dev/shm").is_dir():
+        return []
+    if Path(config.work_root).resolve().is_relative_to("/dev/shm"):
+        return []
+    options = "mode=1777,nosuid,nodev,size=256m"
+    script = (
+        f"{shlex.quote(mount)} -t tmpfs -o {options} {protocol.SCRATCH_SOURCE} /dev/shm"
+        ' 2>/dev/null; exec "$@"'
+    )
+    return ["/bin/sh", "-c", script, "sh"]
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -123,12 +143,19 @@ class LocalExecutor:
         # Recording is the exception: its tools call the live APIs with the user's keys.
         command: list[str] = []
         if not config.live_tools:
-            variables = sorted(_with_frozen_clock(world_environment(), config).items())
+            world = _with_frozen_clock(world_environment(), config)
+            prefix = netns_prefix()
+            scratch = _private_scratch(prefix, config)
+            preload = world.pop("LD_PRELOAD", None) if scratch else None
+            variables = sorted(world.items())
             command = ["env", "-i", *(f"{name}={value}" for name, value in variables)]
-            command += netns_prefix()
+            command += prefix + scratch
+            if preload is not None:  # libfaketime for the worker only, whose shm is its own
+                command += ["env", f"LD_PRELOAD={preload}"]
         self.wrapper: Path | None = Path(config.work_root) / ".worker-python"
         self.wrapper.write_text(
-            "#!/bin/sh\nexec " + shlex.join([*command, sys.executable]) + ' "$@"\n'
+            # -P: a module in the cwd never shadows what the worker imports (rlenv, multiprocessing)
+            "#!/bin/sh\nexec " + shlex.join([*command, sys.executable, "-P"]) + ' "$@"\n'
         )
         self.wrapper.chmod(0o700)
         # starting and stopping workers happens in threads, so the event loop never blocks on

@@ -60,7 +60,7 @@ from typing import Any
 
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError, WorkerLost
-from rlenv.executors import bundle
+from rlenv.executors import bundle, replies
 from rlenv.executors.base import CALLS, backstop, death_error, one_by_one
 from rlenv.version import __version__
 from rlenv.worker import protocol
@@ -333,14 +333,16 @@ class RayExecutor:
         ray = self._ray
         if self.locks is None:  # made in the running loop
             self.locks = [asyncio.Lock() for _ in self.actors]
+        task = args[0] if args and isinstance(args[0], RolloutTask) else None
         try:
             # one call at a time per actor, so the limit measures the call, not its queue
             async with self.locks[index]:
                 try:
                     reply = getattr(self.actors[index], method).remote(*args)
                     if timeout is None:
-                        return await reply
-                    return await asyncio.wait_for(reply, backstop(timeout))
+                        message: tuple[str, Any] = ("ok", await reply)
+                    else:
+                        message = ("ok", await asyncio.wait_for(reply, backstop(timeout)))
                 except TimeoutError:
                     await self._replace(index)
                     error = timeout_message(timeout or 0)
@@ -350,15 +352,28 @@ class RayExecutor:
                     # a dead actor's phase and exit code are not known here: the call's
                     status, where = CALLS[method]
                     raise WorkerLost(status, death_error(where)) from None
-        except ray.exceptions.RayTaskError as exc:
-            # the worker's own exception (FixtureMiss, RolloutTimeout...), as a local worker
-            # raises it, without Ray's remote traceback in its message
-            cause = exc.cause
-            if isinstance(cause, Exception) and not isinstance(cause, ray.exceptions.RayError):
-                raise cause from None
-            raise RunFailed(f"a frozen-world worker failed: {exc}") from None
+                except ray.exceptions.RayTaskError as exc:
+                    # the worker's own exception (FixtureMiss, RolloutTimeout...), as a local
+                    # worker raises it, without Ray's remote traceback in its message
+                    cause = exc.cause
+                    if not isinstance(cause, Exception) or isinstance(
+                        cause, ray.exceptions.RayError
+                    ):
+                        raise RunFailed(f"a frozen-world worker failed: {exc}") from None
+                    message = ("raise", cause)
+                # in-world code in the actor can change its own reply: what is not the call's
+                # reply (bounded data of the right shape) is the rollout's error, as locally
+                problem = replies.reply_problem(method, message, task)
+                if problem is not None:
+                    await self._replace(index)
+                    status, where = CALLS[method]
+                    error = f"the worker process sent something that is not a reply in the {where}"
+                    raise WorkerLost(status, f"{error}: {problem}") from None
         except ray.exceptions.RayError as exc:
             raise RunFailed(f"a frozen-world worker died: {exc}") from None
+        if message[0] == "raise":
+            raise message[1] from None
+        return message[1]
 
     async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
         index = self._pick()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +32,43 @@ from rlenv.worker.tools import describe
 
 _runtime: WorldRuntime | None = None
 _start_error: str | None = None
+
+SCRATCH_SOURCE = "rlenv-shm"
+"""The source name of the tmpfs the local executor mounts on a worker's /dev/shm (in the
+worker's own mount namespace): a worker whose /dev/shm is that mount empties it after each
+rollout, so no rollout reads what an earlier one left there. Any other /dev/shm (the host's,
+a Ray actor's) is never touched."""
+_SCRATCH = Path("/dev/shm")
+_scratch_is_ours: bool | None = None
+
+
+def _private_scratch_mounted() -> bool:
+    global _scratch_is_ours
+    if _scratch_is_ours is None:
+        try:
+            mounts = Path("/proc/self/mounts").read_text().splitlines()
+        except OSError:
+            mounts = []
+        fields = [line.split()[:3] for line in mounts]
+        _scratch_is_ours = [SCRATCH_SOURCE, str(_SCRATCH), "tmpfs"] in fields
+    return _scratch_is_ours
+
+
+def _empty_private_scratch() -> None:
+    """Remove what the last rollout left in this worker's own /dev/shm (libfaketime's files of
+    this process stay: it holds them mapped)."""
+    if not _private_scratch_mounted():
+        return
+    kept = {f"faketime_shm_{os.getpid()}", f"faketime_sem_{os.getpid()}"}
+    with contextlib.suppress(OSError):
+        for entry in _SCRATCH.iterdir():
+            if entry.name in kept:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    entry.unlink()
 
 
 def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
@@ -291,6 +329,8 @@ def _answer_call(connection: Any, entry: Callable[..., Any], *args: Any) -> None
     except BaseException as exc:  # pragma: no cover - entry points contain env code's
         reply = ("raise", RuntimeError(f"worker: {describe(exc)}"))
     set_phase("idle")
+    if entry in (_run_rollout, _finish, _grade):  # a rollout ended: nothing of it stays
+        _empty_private_scratch()
     _send(connection, reply)
 
 

@@ -1,0 +1,94 @@
+"""The Ray executor checks what an actor sends back as the local executor checks a worker's
+reply (`rlenv.executors.replies`): in-world code in the actor can change the reply of its own
+rollout (a record of another rollout, a record nested too deep, an exception the call never
+raises). Before the check, a forged record of another rollout was written as that rollout's
+line and a raised RecursionError ended the whole run; now each is the attacked rollout's
+`policy_error`, the others pass, and the run ends normally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from rlenv.runner import RunSettings, run  # noqa: E402
+from tests.conftest import EnvBuilder, read_jsonl  # noqa: E402
+
+# the policy of input "bad" swaps the worker's record sealer for one call: what the actor
+# returns for this very rollout is then the forged value
+FORGING_POLICY = """
+import rlenv.worker.protocol as protocol
+
+def _nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+def policy(messages, tools, ctx):
+    last = messages[-1]["content"]
+    if not last.startswith("attack "):
+        return last.split()[-1]
+    kind = last.split()[1]
+    original = protocol._with_output
+
+    def forged(record, output):
+        protocol._with_output = original
+        record = original(record, output)
+        if kind == "other":
+            return {**record, "input_index": 0}
+        if kind == "deep":
+            return {**record, "answer": _nested(400)}
+        raise RecursionError("forged")
+
+    protocol._with_output = forged
+    return "x"
+"""
+
+ATTACKS = {"other": "another rollout", "deep": "nested more than", "raise": "RecursionError"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_cluster() -> Iterator[None]:
+    for attempt in range(3):  # Ray gives its raylet 30 s to register: a loaded machine misses
+        try:
+            ray.init(
+                address="local",
+                num_cpus=1,
+                include_dashboard=False,
+                object_store_memory=128 * 1024 * 1024,
+                log_to_driver=False,
+                logging_level="WARNING",
+            )
+            break
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+@pytest.mark.parametrize("kind", sorted(ATTACKS))
+def test_a_forged_actor_reply_is_the_rollouts_error_on_ray(
+    env_builder: EnvBuilder, tmp_path: Path, kind: str
+) -> None:
+    inputs = [
+        {"id": "ok0", "prompt": "say ok0", "answer": "ok0"},
+        {"id": "bad", "prompt": f"attack {kind}", "answer": "never"},
+        {"id": "ok1", "prompt": "say ok1", "answer": "ok1"},
+    ]
+    spec = env_builder.write(FORGING_POLICY, inputs=inputs, rollouts=1)
+    result = run(spec, RunSettings(out=tmp_path / "ray", executor="ray", concurrency=1))
+    records = {r["input_id"]: r for r in read_jsonl(result.run_dir / "results.jsonl")}
+    assert sorted(records) == ["bad", "ok0", "ok1"]
+    assert records["ok0"]["passed"] and records["ok1"]["passed"]
+    bad = records["bad"]
+    assert bad["status"] == "policy_error", (bad["status"], bad["error"])
+    assert "not a reply" in bad["error"] and ATTACKS[kind] in bad["error"], bad["error"]
