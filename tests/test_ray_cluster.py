@@ -179,7 +179,11 @@ def test_two_node_cluster_without_shared_files(cluster: str, tmp_path: Path) -> 
         done = cli(*args, cwd=elsewhere, env={"RAY_AUTH_MODE": "disabled"}, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         summaries[executor] = json.loads(done.stdout)
-    assert summaries["ray"]["digest"] == summaries["local"]["digest"]
+    # another process (a Ray node) may score a reward-model float an ulp apart: the outcomes
+    # are identical and the scores within the stated tolerance (issue 26 item 6)
+    assert summaries["ray"]["outcome_digest"] == summaries["local"]["outcome_digest"]
+    against = cli("check", str(tmp_path / "ray"), "--against", str(tmp_path / "local"))
+    assert against.returncode == 0 and "same outcomes" in against.stdout, against.stdout
     assert summaries["ray"]["counts"] == summaries["local"]["counts"] == {"ok": 8}
     assert summaries["ray"]["fixtures"] == summaries["local"]["fixtures"]
     assert set(summaries["ray"]["fixtures"]) == {"hit"}, "tool HTTP replayed inside the actors"
