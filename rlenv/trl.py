@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import inspect
 import json
 import shutil
 import tempfile
@@ -36,6 +35,7 @@ from rlenv.env import Environment, load_environment
 from rlenv.errors import UserError
 from rlenv.grading import component_failure
 from rlenv.inputs import InputRecord, load_inputs
+from rlenv.tool_methods import tool_method
 from rlenv.verifiers.judge import Judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
 
@@ -307,15 +307,6 @@ def reward_weights(spec: str | Path) -> list[float]:
 # ---------------------------------------------------------------------------------------------
 # An environment TRL instantiates per rollout.
 
-_JSON_TYPES: dict[str, Any] = {
-    "string": str,
-    "integer": int,
-    "number": float,
-    "boolean": bool,
-    "array": list,
-    "object": dict,
-}
-
 
 class RlenvEnvironment:
     """Base of the classes `environment_factory` builds: the frozen world for one rollout."""
@@ -356,36 +347,6 @@ class RlenvEnvironment:
         return outcome.content
 
 
-def _tool_method(name: str, description: str, parameters: dict[str, Any]) -> Callable[..., str]:
-    """A method named `name` whose signature, type hints and docstring describe the tool's
-    JSON-schema parameters (what TRL/transformers turn back into the tool schema)."""
-    properties = parameters.get("properties") or {}
-    required = set(parameters.get("required") or [])
-    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    annotations: dict[str, Any] = {"return": str}
-    doc_args = []
-    for arg, schema in properties.items():
-        kind = _JSON_TYPES.get(str(schema.get("type")), str)
-        annotations[arg] = kind
-        default = inspect.Parameter.empty if arg in required else None
-        params.append(
-            inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-        )
-        doc_args.append(f"    {arg}: {schema.get('description') or arg}")
-
-    def method(self: RlenvEnvironment, **arguments: Any) -> str:
-        given = {k: v for k, v in arguments.items() if v is not None or k in required}
-        return self._call(name, given)
-
-    method.__name__ = method.__qualname__ = name
-    method.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
-    method.__annotations__ = annotations
-    method.__doc__ = (description or name) + (
-        "\n\nArgs:\n" + "\n".join(doc_args) if doc_args else ""
-    )
-    return method
-
-
 def environment_factory(spec: str | Path) -> type[RlenvEnvironment]:
     """A class for GRPOTrainer(environment_factory=...): `reset(**row)` enters the frozen world
     for the row's ``rlenv_id``, the spec's tools are its public methods (replayed from the
@@ -395,7 +356,7 @@ def environment_factory(spec: str | Path) -> type[RlenvEnvironment]:
     _train_records(prepared)
     namespace: dict[str, Any] = {"_spec": str(Path(spec).resolve())}
     for tool in prepared.loaded.spec.tools:
-        namespace[tool.name] = _tool_method(tool.name, tool.description, tool.parameters)
+        namespace[tool.name] = tool_method(tool.name, tool.description, tool.parameters)
     name = "".join(
         part.capitalize() for part in prepared.loaded.spec.name.replace("-", "_").split("_")
     )

@@ -15,19 +15,10 @@ spec is needed on the trainer's machine.
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Callable
 from typing import Any
 
-_JSON_TYPES: dict[str, Any] = {
-    "string": str,
-    "integer": int,
-    "number": float,
-    "boolean": bool,
-    "array": list,
-    "object": dict,
-}
+from rlenv.tool_methods import tool_method
 
 
 def _connect(base_url: str) -> Any:
@@ -84,35 +75,6 @@ class ServedEnvironment:
         self.client.close()
 
 
-def _tool_method(name: str, description: str, parameters: dict[str, Any]) -> Callable[..., str]:
-    """A method whose signature and docstring describe the tool (TRL renders them)."""
-    properties = parameters.get("properties") or {}
-    required = set(parameters.get("required") or [])
-    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    annotations: dict[str, Any] = {"return": str}
-    doc_args = []
-    for arg, schema in properties.items():
-        kind = _JSON_TYPES.get(str(schema.get("type")), str)
-        annotations[arg] = kind
-        default = inspect.Parameter.empty if arg in required else None
-        params.append(
-            inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
-        )
-        doc_args.append(f"    {arg}: {schema.get('description') or arg}")
-
-    def method(self: ServedEnvironment, **arguments: Any) -> str:
-        given = {k: v for k, v in arguments.items() if v is not None or k in required}
-        return self._call(name, given)
-
-    method.__name__ = method.__qualname__ = name
-    method.__signature__ = inspect.Signature(params, return_annotation=str)  # type: ignore[attr-defined]
-    method.__annotations__ = annotations
-    method.__doc__ = (description or name) + (
-        "\n\nArgs:\n" + "\n".join(doc_args) if doc_args else ""
-    )
-    return method
-
-
 def environment_factory(base_url: str) -> type[ServedEnvironment]:
     """A class for GRPOTrainer(environment_factory=...) over the env served at `base_url`:
     its tools (read from the server's state) are the class's methods."""
@@ -124,7 +86,7 @@ def environment_factory(base_url: str) -> type[ServedEnvironment]:
     namespace: dict[str, Any] = {"base_url": base_url}
     for tool in state.get("tools") or []:
         function = tool["function"]
-        namespace[function["name"]] = _tool_method(
+        namespace[function["name"]] = tool_method(
             function["name"], function.get("description") or "", function.get("parameters") or {}
         )
     name = str((state.get("env") or {}).get("name") or "served").replace("-", "_")
