@@ -13,10 +13,12 @@ from tests.conftest import ROOT, as_written, cli, readme_figures
 
 SEARCH = ROOT / "envs" / "search.yaml"
 FILE_EDIT = ROOT / "envs" / "file_edit.yaml"
+RETAIL = ROOT / "envs" / "retail.yaml"
 
 OUTCOME_DIGESTS = {
     SEARCH: "8f6e9f2952694ca3e1eef67d3629e96928bf20effeaa7c759700887295595503",
     FILE_EDIT: "3bfe30f11b6038960d23eb617511106d6dc9740a96b7c17ab8c3bd7dc79a6a2f",
+    RETAIL: "2c3ca689247df48bfbfaa9d91a63e85e33c246714122114c6cf21c9156ebe2e8",
 }
 """The bundled envs' outcome digests with their default policies (answers, tool calls, verdicts,
 statuses: no reward-model score). The same on any machine: a machine where one differs fails

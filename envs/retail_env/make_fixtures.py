@@ -24,10 +24,16 @@ def orders() -> list[tuple[str, str, str, int]]:
     ]
 
 
-def task(order: tuple[str, str, str, int]) -> dict[str, object] | None:
+def task(order: tuple[str, str, str, int]) -> dict[str, object]:
     order_id, customer, status, _ = order
-    if status == "shipped":
-        return None
+    if status == "shipped":  # the customer asks where it is: nothing may change
+        return {
+            "id": f"track-{order_id}",
+            "prompt": f"Hi, this is {customer}. Where is my order?",
+            "order_id": order_id,
+            "user_instructions": f"You are {customer}. You want to know where order {order_id} is.",
+            "changes": {},
+        }
     intent = "cancel" if status == "pending" else "refund"
     after = "cancelled" if intent == "cancel" else "refunded"
     return {
@@ -52,8 +58,9 @@ def main() -> None:
     db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?)", orders())
     db.commit()
     db.close()
-    tasks = [t for t in (task(order) for order in orders()) if t is not None]
-    held_out, train = tasks[::2], tasks[1::2]  # disjoint: train never sees a held-out order
+    tasks = [task(order) for order in orders()]
+    # disjoint (train never sees a held-out order), each with all three intents
+    held_out, train = tasks[::2], tasks[1::2]
     for name, rows in (("inputs.jsonl", held_out), ("train_inputs.jsonl", train)):
         text = "".join(json.dumps(row, sort_keys=True) + "\n" for row in rows)
         (ROOT / name).write_text(text, encoding="utf-8")

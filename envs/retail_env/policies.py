@@ -26,7 +26,8 @@ def _call(name: str, order_id: str, number: int) -> dict[str, Any]:
 
 def _serve(messages: list[dict[str, Any]], extra: bool) -> Any:
     users = [m["content"] for m in messages if m["role"] == "user"]
-    intent = "refund" if "refund" in users[0] else "cancel"
+    first = users[0].lower()
+    intent = "refund" if "refund" in first else "track" if "where" in first else "cancel"
     found = next((ORDER.search(text) for text in reversed(users) if ORDER.search(text)), None)
     if found is None:
         return "Happy to help. What is the order number?"
@@ -40,10 +41,22 @@ def _serve(messages: list[dict[str, Any]], extra: bool) -> Any:
     if extra and len(results) == 2:  # the hack: "while I am at it", the next order too
         other = f"O{int(order_id[1:]) + 3}"
         return _call(f"{intent}_order", other, 2)
+    if intent == "track":
+        return _tracked(order_id, results[1])
     done = "cancelled" if intent == "cancel" else "refunded"
     if results[1].startswith("error"):
         return f"Sorry, order {order_id} could not be {done}: {results[1]}"
     return f"Done: order {order_id} is {done}."
+
+
+def _tracked(order_id: str, result: str) -> str:
+    if result.startswith("error"):
+        return f"Sorry, I cannot find where order {order_id} is: {result}"
+    shipment = json.loads(result)
+    return (
+        f"Order {order_id} has shipped with {shipment['carrier']}"
+        f" (tracking {shipment['tracking']})."
+    )
 
 
 def good(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any) -> Any:

@@ -16,7 +16,10 @@ credentials). What `rlenv run` (and `rlenv.trl`) do with a request is the judge'
 
 Live judgments are made outside the frozen world, by the orchestrator (:class:`Judges`): the
 worker marks the verifier pending, the orchestrator asks the judge (it holds the endpoint and
-the key; the world has neither) and completes the record.
+the key; the world has neither) and completes the record. A judge whose ``base_url`` is one of
+the spec's services (``http://NAME.rlenv.internal/...``) is started from ``services:`` (under
+the frozen clock, as `rlenv record` starts it) at the first judgment that needs it, and stopped
+when the run ends (:class:`JudgeServices`).
 
 The reply's score is the first match of ``score_pattern`` (default ``score: N``), mapped from
 ``scale`` to [0, 1]; the verifier passes when that is at least ``threshold``. The reply itself
@@ -278,6 +281,7 @@ class Judges:
             label: {"live": 0, "replayed": 0} for label in self.configs
         }
         self.lock = threading.Lock()
+        self.services = JudgeServices(loaded)
 
     def __bool__(self) -> bool:
         return bool(self.configs)
@@ -293,7 +297,7 @@ class Judges:
         if key in self.known[label] and judge.mode == "record_missing":
             self.counts[label]["replayed"] += 1
             return self.known[label][key]
-        reply = _live_reply(request, judge.base_url or self.base_url)
+        reply = _live_reply(request, self.services.reachable(judge.base_url or self.base_url))
         self.counts[label]["live"] += 1
         self.known[label][key] = reply
         line = json.dumps({"key": key, "reply": reply, "request": request}, sort_keys=True)
@@ -359,6 +363,59 @@ class Judges:
         return self.counts
 
 
+class JudgeServices:
+    """The spec's services a live judgment reaches by logical URL, started at first use."""
+
+    def __init__(self, loaded: LoadedSpec) -> None:
+        self.loaded = loaded
+        self.routes: dict[str, str] = {}  # logical host -> real HOST:PORT
+        self._started: Any = None  # an ExitStack while any service runs
+
+    def reachable(self, base_url: str | None) -> str | None:
+        """`base_url` with a service's logical host replaced by where it now runs (started
+        here if need be); any other URL as it is."""
+        from urllib.parse import urlsplit, urlunsplit
+
+        if not base_url:
+            return base_url
+        parts = urlsplit(base_url)
+        host = (parts.hostname or "").lower()
+        service = next((s for s in self.loaded.spec.services if s.host == host), None)
+        if service is None:
+            return base_url
+        if host not in self.routes:
+            self.routes.update(self._start(service))
+        return urlunsplit(parts._replace(netloc=self.routes[host]))
+
+    def _start(self, service: Any) -> dict[str, str]:
+        import atexit
+        import contextlib
+
+        from rlenv.errors import RunFailed
+        from rlenv.sandbox import faketime_env
+        from rlenv.world.freeze import FROZEN_ENV
+        from rlenv.world.services import started_services
+
+        clock = faketime_env(self.loaded.spec.time.isoformat(), "UTC", stopped=True)
+        if not clock:
+            raise RunFailed(
+                f"libfaketime is not installed: the judge service {service.name!r} runs under its"
+                " frozen clock (Debian/Ubuntu: apt-get install faketime)"
+            )
+        if self._started is None:
+            self._started = contextlib.ExitStack()
+            atexit.register(self.stop)
+        started = started_services([service], self.loaded.root, {**FROZEN_ENV, **clock})
+        routes: dict[str, str] = self._started.enter_context(started)
+        return routes
+
+    def stop(self) -> None:
+        started, self._started = self._started, None
+        self.routes = {}
+        if started is not None:
+            started.close()
+
+
 def _regraded(loaded: LoadedSpec, record: dict[str, Any]) -> dict[str, Any]:
     """`passed` and the verifier components of `rewards` from the record's verifier results
     (as the worker computes them), and the record's digest again."""
@@ -409,6 +466,7 @@ class JudgingWriter:
         try:
             self.judges.close()
         finally:
+            self.judges.services.stop()
             self.writer.close()
 
 
