@@ -49,7 +49,11 @@ $(LMEVAL_STAMP):
 
 lmeval-venv: $(LMEVAL_STAMP)
 
+# libfaketime: `rlenv record` runs an env's services under it; when it cannot be installed here
+# the demo goes on, and `rlenv validate` names the missing package for an env that needs it
 demo: venv
+	bash scripts/system-deps.sh faketime || echo "make demo: libfaketime not installed;" \
+	  "rlenv record on an env with services: needs it (apt-get install faketime)"
 	$(BIN)/rlenv validate envs/search.yaml
 	$(BIN)/rlenv run envs/search.yaml
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install the Debian packages the test suite needs, idempotently:
+# Install the Debian packages the test suite needs, idempotently (or only the ones named:
+# `scripts/system-deps.sh faketime`, as `make demo` does for `rlenv record`):
 #   bubblewrap  process isolation for code-executing verifiers (rlenv/sandbox/)
 #   faketime    libfaketime, the frozen clock inside that sandbox and for tool subprocesses
 #   chromium    headless rendering of report.html in the report tests
@@ -7,6 +8,14 @@
 # is missing and cannot be installed, or is still missing (or bubblewrap cannot start a
 # sandbox) afterwards: `make test` and CI fail instead of skipping the tests that need them.
 set -euo pipefail
+WANT=("$@")
+
+want() {
+  [ "${#WANT[@]}" -eq 0 ] && return 0
+  local name
+  for name in "${WANT[@]}"; do [ "$name" = "$1" ] && return 0; done
+  return 1
+}
 
 have_faketime_lib() {
   local lib
@@ -19,13 +28,14 @@ have_faketime_lib() {
 
 find_missing() {
   missing=()
-  command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
-  have_faketime_lib || missing+=(faketime)
-  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  if want bubblewrap; then command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap); fi
+  if want faketime; then have_faketime_lib || missing+=(faketime); fi
+  if want chromium; then [ -x /usr/bin/chromium ] || missing+=(chromium); fi
 }
 
 # present is not enough: bubblewrap must be able to start a sandbox here (namespaces allowed)
 check_sandbox() {
+  want bubblewrap || return 0
   if ! bwrap --ro-bind / / --unshare-net --unshare-pid --dev /dev --proc /proc true 2>/dev/null; then
     echo "system-deps: bubblewrap is installed but cannot start a sandbox here" \
          "(namespaces not permitted: run with --privileged or enable user namespaces)" >&2
@@ -36,7 +46,7 @@ check_sandbox() {
 find_missing
 if [ "${#missing[@]}" -eq 0 ]; then
   check_sandbox
-  echo "system-deps: bubblewrap (working), libfaketime and chromium already present"
+  echo "system-deps: ${WANT[*]:-bubblewrap (working), libfaketime and chromium} already present"
   exit 0
 fi
 
@@ -66,4 +76,4 @@ if [ "${#missing[@]}" -ne 0 ]; then
   exit 1
 fi
 check_sandbox
-echo "system-deps: bubblewrap (working), libfaketime and chromium installed"
+echo "system-deps: ${WANT[*]:-bubblewrap (working), libfaketime and chromium} installed"
