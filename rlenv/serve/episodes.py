@@ -34,8 +34,10 @@ from rlenv.results import ResultsWriter, iter_results
 from rlenv.run_dir import _open_run_dir, _pretty, _run_dir_lock, default_run_dir
 from rlenv.runner import world_modes
 from rlenv.seeding import derive_seed
-from rlenv.summary import build_summary
+from rlenv.summary import build_summary, judges_block
 from rlenv.verified import seal_run_json
+from rlenv.verifiers.judge import Judges
+from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.tools import tool_schemas
@@ -226,6 +228,7 @@ class Episode:
                 )
             if self.abandoned:
                 return
+            record = await world.judged(record)
             world.write(record)
         except asyncio.CancelledError:
             raise
@@ -294,6 +297,11 @@ class ServedWorld:
             self.results = self.run_dir / "results.jsonl"
             self.writer = ResultsWriter(self.results)
             self._stack.callback(self.writer.close)
+            # a judge in record_missing / live mode: its judgments are made here, outside the
+            # world, as `rlenv run` makes them (logged in the run directory; closed first)
+            self.judges = Judges(loaded, {r.id: r.data for r in self.inputs}, self.run_dir)
+            self._stack.callback(self.judges.services.stop)
+            self._stack.callback(self.judges.close)
             self.work_root = Path(tempfile.mkdtemp(prefix="rlenv-serve-"))
             self._stack.callback(shutil.rmtree, self.work_root, True)
             config = WorkerConfig(
@@ -332,6 +340,11 @@ class ServedWorld:
             "deferred_expensive": False,
             "executor": "local",
             "served": {"split": self.split},
+            **(
+                {"judges": describe_judges(self.prepared.loaded)}
+                if any(v.judge is not None for v in spec.verifiers)
+                else {}
+            ),
         }
 
     def describe(self) -> dict[str, Any]:
@@ -362,6 +375,13 @@ class ServedWorld:
         seed_of = derive_seed(self.prepared.loaded.spec.seed, record.id, rollout)
         return Episode(self, episode_id, record, RolloutTask(record.index, rollout), seed_of)
 
+    async def judged(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record with the judgments its world left pending made (in a thread: a judge
+        is a model call, and other episodes go on meanwhile)."""
+        if not self.judges:
+            return record
+        return await asyncio.to_thread(self.judges.settle, record)
+
     def write(self, record: dict[str, Any]) -> None:
         self.writer.write(record)
         self.served.add(int(record["input_index"]))
@@ -377,6 +397,9 @@ class ServedWorld:
         summary = build_summary(
             self.prepared, self.meta, iter_results(self.results), self.model, str(self.results)
         )
+        judged = judges_block(self.meta, self.run_dir)
+        if judged is not None:
+            summary["judges"] = judged
         summary = seal_run_json(summary, self.run_dir)  # run.json's digest: readers check it
         atomic_write(self.run_dir / "summary.json", _pretty(summary))
         return summary
