@@ -184,3 +184,39 @@ def test_a_secret_left_in_an_mcp_cassette_is_found(tmp_path: Path) -> None:
     entry["result"] = {"content": [{"type": "text", "text": "aws_secret_access_key=REDACTED"}]}
     cassette.write_text(json.dumps(entry) + "\n")
     assert cassette_findings(cassette, Scrubber(known=[])) == []
+
+
+def test_a_drifted_tool_schema_is_one_line_at_validate_and_record(
+    env_builder: EnvBuilder,
+) -> None:
+    """Issue 29: an MCP tool's `parameters` (what the model is shown, and what the cassette's
+    calls were made with) are compared with the server's inputSchema at validate and record;
+    a server whose tool changed is one line naming the first difference, exit 2."""
+    from rlenv.spec import McpServer
+    from rlenv.world.mcp import list_server_tools
+
+    server = {"command": ["python", str(SERVER), "stdio"]}
+    listed = list_server_tools(McpServer.model_validate(server), ROOT)
+    schema = next(tool["inputSchema"] for tool in listed if tool["name"] == "add")
+    assert schema["properties"]["b"]["type"] == "integer"
+    spec = _spec(env_builder, server)
+    for name in ("add", "whoami"):
+        (spec.parent / f"{name}.jsonl").write_text("")
+    document = yaml.safe_load(spec.read_text())
+    # as a README reader writes it: the server's schema without the SDK's generated titles
+    written = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
+    document["tools"][0]["parameters"] = {**written, "required": ["a", "b"]}
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    validated = cli("validate", str(spec), timeout=120)
+    assert validated.returncode == 0, validated.stderr
+    drifted = json.loads(json.dumps(schema))
+    drifted["properties"]["b"]["type"] = "string"  # the spec as written for an older server
+    document["tools"][0]["parameters"] = drifted
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    for command in ("validate", "record"):
+        result = cli(command, str(spec), timeout=120)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+        assert "tools[0].parameters" in lines[0] and "properties.b.type" in lines[0], lines[0]
+        assert "'string'" in lines[0] and "'integer'" in lines[0], lines[0]

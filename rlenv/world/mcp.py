@@ -94,15 +94,17 @@ def list_server_tools(server: McpServer, root: Path) -> list[dict[str, Any]]:
 
 def check_mcp_servers(loaded: LoadedSpec) -> dict[str, list[str]]:
     """Each MCP server the spec's tools name, reached once: its tools' names by server; a
-    server that cannot be reached, or lacks a tool the spec names, is a UserError (exit 2)."""
-    listed: dict[str, list[str]] = {}
+    server that cannot be reached, lacks a tool the spec names, or whose tool's inputSchema
+    differs from the `parameters` the spec gives it (the schema the model is shown and the
+    cassette's calls were made with) is a UserError (exit 2)."""
+    listed: dict[str, dict[str, dict[str, Any]]] = {}
     for index, tool in enumerate(loaded.spec.tools):
         if tool.mcp is None:
             continue
         label = server_label(tool.mcp)
         if label not in listed:
-            names = [item["name"] for item in list_server_tools(tool.mcp, loaded.root)]
-            listed[label] = names
+            tools = list_server_tools(tool.mcp, loaded.root)
+            listed[label] = {str(item["name"]): item for item in tools}
         wanted = tool.mcp.tool or tool.name
         if wanted not in listed[label]:
             raise UserError(
@@ -110,7 +112,71 @@ def check_mcp_servers(loaded: LoadedSpec) -> dict[str, list[str]]:
                 f" (it lists: {', '.join(listed[label]) or 'none'})",
                 where=str(loaded.path),
             )
-    return listed
+        if "parameters" in tool.model_fields_set:
+            served = listed[label][wanted].get("inputSchema")
+            drift = first_difference(untitled(tool.parameters), untitled(served))
+            if drift is not None:
+                raise UserError(
+                    f"tools[{index}].parameters: the MCP server's schema for {wanted!r} has"
+                    f" changed: {drift} (the spec's parameters and its cassette were made for"
+                    " the old one: copy the server's inputSchema into parameters and record"
+                    " again)",
+                    where=str(loaded.path),
+                )
+    return {label: list(tools) for label, tools in listed.items()}
+
+
+def untitled(schema: Any) -> Any:
+    """A JSON schema without its `title` annotations (the names SDKs generate from function
+    arguments, `addArguments`, `A`), which a schema written by hand leaves out."""
+    if isinstance(schema, list):
+        return [untitled(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "patternProperties", "$defs", "definitions") and isinstance(
+            value, dict
+        ):  # a map of names to schemas: a property may be called "title"
+            out[key] = {name: untitled(item) for name, item in value.items()}
+        else:
+            out[key] = untitled(value)
+    return out
+
+
+def first_difference(spec: Any, server: Any, path: str = "") -> str | None:
+    """Where two JSON values first differ (`properties.b.type: the spec says 'string', the
+    server 'integer'`), or None when they are equal."""
+    where = path or "the schema"
+    if isinstance(spec, dict) and isinstance(server, dict):
+        for key in sorted(set(spec) | set(server), key=str):
+            inner = f"{path}.{key}" if path else str(key)
+            if key not in server:
+                return f"{inner}: the spec has it, the server does not"
+            if key not in spec:
+                return f"{inner}: the server has {_shown(server[key])}, the spec does not"
+            found = first_difference(spec[key], server[key], inner)
+            if found is not None:
+                return found
+        return None
+    if isinstance(spec, list) and isinstance(server, list):
+        if len(spec) != len(server):
+            return f"{where}: the spec says {_shown(spec)}, the server {_shown(server)}"
+        for number, (left, right) in enumerate(zip(spec, server, strict=True)):
+            found = first_difference(left, right, f"{path}[{number}]")
+            if found is not None:
+                return found
+        return None
+    if canonical_bytes(spec) != canonical_bytes(server):
+        return f"{where}: the spec says {_shown(spec)}, the server {_shown(server)}"
+    return None
+
+
+def _shown(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def call_server_tool(
