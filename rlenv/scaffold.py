@@ -1,95 +1,115 @@
-"""`rlenv init NAME`: a working env to start from (spec, helper package, inputs, pinned hash)."""
+"""`rlenv init NAME [--kind basic|agent]`: a working env to start from (spec, helper package,
+inputs, pinned hashes), rendered from the jinja2 templates in `rlenv/templates/init/KIND/`.
+
+- ``basic``: a question, an `add` tool, a numeric verifier.
+- ``agent``: a simulated customer (a python user), tools over a tiny SQLite snapshot and a
+  small HTTP service started by `services:` (its HTTP recorded by `rlenv record`, which pins
+  the cassette it writes), graded row by row by `sqlite_state`.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 from rlenv.canonical import sha256_file
 from rlenv.errors import UserError
 
-SPEC = """\
-# {name}: scaffolded by `rlenv init`. Edit the inputs, tools, verifiers and policies, then
-# `rlenv validate envs/{name}.yaml` (it prints the hash each missing or stale pin should hold;
-# `rlenv pin` writes them) and `rlenv run envs/{name}.yaml`.
-name: {name}
-version: 1
-seed: 1
-time: "2025-01-01T00:00:00+00:00"
-model: python:{package}.policies:baseline
-decoding: {{temperature: 1.0, top_p: 1.0, top_k: 0, max_tokens: 256}}
-inputs:
-  path: ../fixtures/{name}/inputs.jsonl
-  sha256: {inputs_sha}
-tools:
-  - name: add
-    description: Add two integers.
-    parameters:
-      type: object
-      properties: {{a: {{type: integer}}, b: {{type: integer}}}}
-      required: [a, b]
-      additionalProperties: false
-    function: {package}.tools:add
-verifiers:
-  - {{name: answer, type: numeric, expected_field: answer}}
-rollouts: 2
-limits: {{max_turns: 4, timeout_s: 30}}
-"""
-
-TOOLS = '''"""Tools of the {name} env: `def tool(args: dict, ctx) -> JSON value` (frozen world)."""
-
-from typing import Any
+KINDS = ("basic", "agent")
+TEMPLATES = Path(__file__).resolve().parent / "templates" / "init"
+PACKAGE_FILES = {
+    "basic": ("tools.py", "policies.py"),
+    "agent": ("tools.py", "policies.py", "users.py", "service.py"),
+}
 
 
-def add(args: dict[str, Any], ctx: Any) -> int:
-    return int(args["a"]) + int(args["b"])
-'''
+def _render(kind: str, template: str, **values: Any) -> str:
+    import jinja2
 
-POLICIES = '''"""Policies of the {name} env: `def policy(messages, tools, ctx) -> str | message`."""
-
-import json
-import re
-from typing import Any
-
-
-def baseline(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any) -> Any:
-    """Calls the add tool on the two numbers of the question, then answers with its result."""
-    if messages[-1]["role"] == "tool":
-        return messages[-1]["content"]
-    a, b = (int(n) for n in re.findall(r"-?\\d+", messages[-1]["content"])[:2])
-    call = {{"name": "add", "arguments": json.dumps({{"a": a, "b": b}})}}
-    calls = [{{"id": "call_0", "type": "function", "function": call}}]
-    return {{"content": None, "tool_calls": calls}}
+    environment = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES / kind),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # YAML and python source, not HTML
+    )
+    return environment.get_template(f"{template}.j2").render(**values)
 
 
-def null(messages: list[dict[str, Any]], tools: list[dict[str, Any]], ctx: Any) -> str:
-    return "I don't know."
-'''
-
-
-def scaffold(name: str, root: Path = Path(".")) -> list[Path]:
-    """Write envs/NAME.yaml, envs/NAME_env/ and fixtures/NAME/inputs.jsonl; never overwrite."""
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
-        raise UserError(f"env name {name!r}: use lower-case letters, digits and underscores")
-    package = f"{name}_env"
-    spec_path = root / "envs" / f"{name}.yaml"
-    package_dir = root / "envs" / package
-    inputs_path = root / "fixtures" / name / "inputs.jsonl"
-    for path in (spec_path, package_dir, inputs_path):
-        if path.exists():
-            raise UserError(f"{path} already exists; not overwriting it")
-    package_dir.mkdir(parents=True)
-    inputs_path.parent.mkdir(parents=True)
-    records = [
+def _basic_inputs(name: str) -> list[dict[str, Any]]:
+    return [
         {"id": f"{name}-{n:03d}", "prompt": f"What is {a} + {b}?", "answer": a + b}
         for n, (a, b) in enumerate([(2, 3), (10, 32), (-4, 9), (100, 250)])
     ]
+
+
+ORDERS = [("A101", "pending"), ("A102", "delivered"), ("A103", "pending"), ("A104", "pending")]
+
+
+def _agent_inputs(name: str) -> list[dict[str, Any]]:
+    rows = []
+    for order_id, status in ORDERS:
+        changes = (
+            {"orders": {"updated": {order_id: {"status": "cancelled"}}}}
+            if status == "pending"
+            else {}  # a delivered order cannot be cancelled: nothing may change
+        )
+        rows.append(
+            {
+                "id": f"cancel-{order_id}",
+                "prompt": "Hi, I would like to cancel an order.",
+                "order_id": order_id,
+                "changes": changes,
+            }
+        )
+    return rows
+
+
+def _agent_snapshot(directory: Path, name: str) -> None:
+    directory.mkdir(parents=True)
+    database = sqlite3.connect(directory / f"{name}.db")
+    try:
+        database.execute("CREATE TABLE orders (order_id TEXT PRIMARY KEY, status TEXT)")
+        database.executemany("INSERT INTO orders VALUES (?, ?)", ORDERS)
+        database.commit()
+    finally:
+        database.close()
+
+
+def scaffold(name: str, root: Path = Path("."), kind: str = "basic") -> list[Path]:
+    """Write envs/NAME.yaml, envs/NAME_env/ and fixtures/NAME/ (inputs; for an agent env also
+    the database snapshot); never overwrite."""
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+        raise UserError(f"env name {name!r}: use lower-case letters, digits and underscores")
+    if kind not in KINDS:
+        raise UserError(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    package = f"{name}_env"
+    spec_path = root / "envs" / f"{name}.yaml"
+    package_dir = root / "envs" / package
+    fixtures = root / "fixtures" / name
+    inputs_path = fixtures / "inputs.jsonl"
+    for path in (spec_path, package_dir, fixtures):
+        if path.exists():
+            raise UserError(f"{path} already exists; not overwriting it")
+    package_dir.mkdir(parents=True)
+    fixtures.mkdir(parents=True)
+    records = _agent_inputs(name) if kind == "agent" else _basic_inputs(name)
     inputs_path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    created = [spec_path, package_dir, inputs_path]
+    if kind == "agent":
+        _agent_snapshot(fixtures / "snapshot", name)
+        created.append(fixtures / "snapshot")
     (package_dir / "__init__.py").write_text(f'"""Helpers of the {name} env."""\n')
-    (package_dir / "tools.py").write_text(TOOLS.format(name=name))
-    (package_dir / "policies.py").write_text(POLICIES.format(name=name))
+    for module in PACKAGE_FILES[kind]:
+        (package_dir / module).write_text(_render(kind, module, name=name))
+    inputs_sha = sha256_file(inputs_path)
     spec_path.write_text(
-        SPEC.format(name=name, package=package, inputs_sha=sha256_file(inputs_path))
+        _render(kind, "spec.yaml", name=name, package=package, inputs_sha=inputs_sha)
     )
-    return [spec_path, package_dir, inputs_path]
+    if kind == "agent":  # the inputs' and the snapshot's hashes; record pins its cassette
+        from rlenv.pin import pin
+
+        pin(spec_path, missing_only=True)
+    return created
