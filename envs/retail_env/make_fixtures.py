@@ -2,6 +2,19 @@
 
 Run from the repository root: `python envs/retail_env/make_fixtures.py`; then `rlenv pin
 envs/retail.yaml`. Deterministic: the same rows and inputs every time.
+
+The cassettes (the store's HTTP and the judge's judgments) are then recorded for the bundled
+policies, held-out split first, then the train split through a `--set` variant (`rlenv record`
+through a variant writes the shared cassettes but leaves their hashes in the base stale:
+`rlenv pin` puts them right):
+
+    for p in good bad null; do
+      rlenv record envs/retail.yaml --model python:retail_env.policies:$p; done
+    for p in good bad; do
+      rlenv record envs/retail.yaml --model python:retail_env.policies:$p \
+        --set inputs.path=../fixtures/retail/train_inputs.jsonl \
+        --set inputs.sha256=<train_inputs.sha256> --set train_inputs=null; done
+    rlenv pin envs/retail.yaml
 """
 
 from __future__ import annotations
