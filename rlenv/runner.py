@@ -19,7 +19,7 @@ from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.clock import monotonic
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
 from rlenv.errors import InfraError, UserError, WorkerLost
-from rlenv.executors import Executor, check_executor, make_executor
+from rlenv.executors import MAX_WORKERS, Executor, check_executor, default_workers, make_executor
 from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import InputRecord, select
 from rlenv.providers.base import ModelReply, Provider, check_reference
@@ -49,7 +49,7 @@ from rlenv.worker.timers import timeout_message
 from rlenv.worker.tools import tool_schemas
 
 DEFAULT_CONCURRENCY = 4
-MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: min(concurrency, cores))
+MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: `--workers`, default cores)
 MAX_LIMIT = 1_000_000_000
 MAX_BATCH = 64  # in-world rollouts sent to a worker in one request, at most
 
@@ -95,6 +95,7 @@ class RunSettings:
     limit: int | None = None
     out: str | Path | None = None
     concurrency: int = DEFAULT_CONCURRENCY
+    workers: int | None = None  # frozen-world workers; None: `default_workers(concurrency)`
     resume: bool = False
     base_url: str | None = None
     runs_root: Path = Path("runs")
@@ -155,6 +156,7 @@ def run(
     retry = tuple(sorted(set(retry)))
     _check_options(
         settings.concurrency,
+        settings.workers,
         settings.executor,
         settings.address,
         settings.rollouts,
@@ -272,6 +274,7 @@ def run(
                         kind=settings.executor,
                         address=settings.address,
                         concurrency=1 if settings.record_dir is not None else settings.concurrency,
+                        workers=1 if settings.record_dir is not None else settings.workers,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
                         on_line=written.add_line,
                     )
@@ -308,6 +311,7 @@ def weak_sandbox_allowed() -> bool:
 
 def _check_options(
     concurrency: int,
+    workers: int | None,
     executor: str,
     address: str | None,
     rollouts: int | None,
@@ -317,6 +321,8 @@ def _check_options(
     """The user errors `run` can find in its arguments alone, before any run directory."""
     if concurrency < 1:
         raise UserError("--concurrency must be at least 1")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}")
     check_executor(executor, address)
     if rollouts is not None and not 1 <= rollouts <= MAX_ROLLOUTS:
         raise UserError(f"--rollouts must be between 1 and {MAX_ROLLOUTS}")
@@ -445,15 +451,19 @@ def _run_tasks(
     concurrency: int,
     advance: Callable[[int], None],
     on_line: Callable[[bytes], None] | None = None,
+    workers: int | None = None,
 ) -> None:
-    """Start the workers, run the tasks `concurrency` at a time, append each record (and give
-    its line to `on_line`)."""
+    """Start the workers (`workers`, default `default_workers`), run the tasks `concurrency`
+    at a time multiplexed over them, append each record (and give its line to `on_line`)."""
     writer = ResultsWriter(results_path, on_line)
     if not config.live_tools:  # a judge's live judgments are made here, outside the world
         writer = judging_writer(prepared.loaded, prepared.inputs, writer, results_path.parent)
     try:
         if tasks:
-            executor = make_executor(kind, config, min(concurrency, len(tasks)), address)
+            pool = default_workers(concurrency) if workers is None else workers
+            executor = make_executor(
+                kind, config, min(pool, len(tasks)), address, exact=workers is not None
+            )
             try:
                 asyncio.run(
                     _execute(prepared, provider, executor, tasks, concurrency, writer, advance)
