@@ -7,6 +7,7 @@ import collections
 import contextlib
 import functools
 import gc
+import itertools
 import os
 import shutil
 import tempfile
@@ -19,15 +20,19 @@ from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.clock import monotonic
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
 from rlenv.errors import InfraError, UserError, WorkerLost
-from rlenv.executors import MAX_WORKERS, Executor, check_executor, default_workers, make_executor
+from rlenv.executors import (
+    MAX_WORKERS,
+    Executor,
+    check_executor,
+    default_workers,
+    make_executor,
+    world_modes,
+)
 from rlenv.files import atomic_write, default_cache_dir, usable_out
-from rlenv.inputs import InputRecord, select
+from rlenv.inputs import select
 from rlenv.providers.base import ModelReply, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
-from rlenv.results import (
-    ResultsWriter,
-    iter_results,
-)
+from rlenv.results import ResultsWriter, iter_results
 from rlenv.run_dir import (
     _discard_if_empty,
     _open_run_dir,
@@ -42,7 +47,7 @@ from rlenv.summary import _Totals, build_summary, judges_block
 from rlenv.verified import read_baseline, seal_run_json
 from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.verifiers.judge import judging_writer
-from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
+from rlenv.worker.config import GC_THRESHOLD, PendingTasks, RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import numbered_tool_calls, request_maker
 from rlenv.worker.timers import timeout_message
@@ -245,7 +250,7 @@ def run(
         meta["reward_calibration"] = prepared.calibration
     with _run_dir_lock(run_dir, settings.resume):
         done = _open_run_dir(run_dir, meta, settings.resume, retry)
-        tasks = _pending_tasks(inputs, rollouts_per_input, done)
+        tasks = PendingTasks(inputs, rollouts_per_input, done)
         total = len(inputs) * rollouts_per_input
         results = run_dir / "results.jsonl"
         earlier = results.stat().st_size if results.exists() else 0  # --resume: a run's lines
@@ -427,22 +432,10 @@ def _worker_config(
     )
 
 
-def _pending_tasks(
-    inputs: list[InputRecord], rollouts_per_input: int, done: set[tuple[str, int]]
-) -> list[RolloutTask]:
-    """Every (input, rollout) of the run not already in results.jsonl, in order."""
-    return [
-        RolloutTask(record.index, rollout)
-        for record in inputs
-        for rollout in range(rollouts_per_input)
-        if (record.id, rollout) not in done
-    ]
-
-
 def _run_tasks(
     prepared: Environment,
     provider: Provider,
-    tasks: list[RolloutTask],
+    tasks: PendingTasks | list[RolloutTask],
     config: WorkerConfig,
     results_path: Path,
     *,
@@ -492,7 +485,7 @@ async def _execute(
     prepared: Environment,
     provider: Provider,
     executor: Executor,
-    tasks: list[RolloutTask],
+    tasks: PendingTasks | list[RolloutTask],
     concurrency: int,
     writer: ResultsWriter,
     advance: Callable[[int], None],
@@ -525,19 +518,30 @@ async def _execute(
             else:
                 done(task, record, started)
 
-    pending = collections.deque(tasks)
+    again: collections.deque[RolloutTask] = collections.deque()  # what a lost worker left
+    left = len(tasks)
+
+    def take(size: int) -> list[RolloutTask]:
+        nonlocal left
+        batch = [again.popleft() for _ in range(min(size, len(again)))]
+        batch += itertools.islice(queue, size - len(batch))
+        left -= len(batch)
+        return batch
 
     async def batches() -> None:
         """In-world rollouts go to a worker many at a time (one request, an answer per
         rollout); what a lost worker did not reach is queued again."""
-        while pending:
-            size = max(1, min(MAX_BATCH, len(pending) // (2 * workers)))
-            batch = [pending.popleft() for _ in range(min(size, len(pending)))]
+        nonlocal left
+        while left > 0:
+            batch = take(max(1, min(MAX_BATCH, left // (2 * workers))))
+            if not batch:
+                return
             started = monotonic()
             async with contextlib.aclosing(executor.run_batch(batch, timeout_s)) as answers:
                 async for task, record in answers:
                     if record is None:
-                        pending.append(task)
+                        again.append(task)
+                        left += 1
                         continue
                     done(task, record, started)
                     started = monotonic()  # the next rollout began when this one ended
@@ -594,17 +598,3 @@ async def _outside_rollout(
         trajectory = Trajectory(messages=messages, status="timeout")
     # grading is part of the rollout's time (a timed-out rollout is not graded)
     return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))
-
-
-def world_modes(executor: str = "local") -> dict[str, str]:
-    """Which isolation mechanisms were in force (not part of the digest)."""
-    from rlenv.sandbox import faketime_library, probe_mechanism
-    from rlenv.world.netguard import network_guard_mode
-
-    return {
-        "sandbox": probe_mechanism(),
-        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
-        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
-        "subprocess_clock": "libfaketime" if faketime_library() else "real",
-        "python_clock": "freezegun",
-    }

@@ -53,4 +53,26 @@ def make_executor(
     return LocalExecutor(config, workers if exact else min(workers, os.cpu_count() or 1))
 
 
-__all__ = ["KINDS", "MAX_WORKERS", "Executor", "check_executor", "default_workers", "make_executor"]
+def world_modes(executor: str = "local") -> dict[str, str]:
+    """Which isolation mechanisms were in force (not part of the digest)."""
+    from rlenv.sandbox import faketime_library, probe_mechanism
+    from rlenv.world.netguard import network_guard_mode
+
+    return {
+        "sandbox": probe_mechanism(),
+        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
+        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
+        "subprocess_clock": "libfaketime" if faketime_library() else "real",
+        "python_clock": "freezegun",
+    }
+
+
+__all__ = [
+    "KINDS",
+    "MAX_WORKERS",
+    "Executor",
+    "check_executor",
+    "default_workers",
+    "make_executor",
+    "world_modes",
+]
