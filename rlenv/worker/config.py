@@ -42,9 +42,12 @@ class RolloutTask:
     rollout: int
 
 
-class _Input(Protocol):
-    index: int
-    id: str
+class _Input(Protocol):  # rlenv.inputs.InputRecord, without importing it here
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def id(self) -> str: ...
 
 
 class PendingTasks:
