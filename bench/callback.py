@@ -4,7 +4,9 @@ provider, KL against a second tiny checkpoint, every held-out input x 1 rollout,
 decoding (up to 256 new tokens). Run: `.venv/bin/python bench/callback.py [--limit N]`.
 
 Prints the wall time of the evaluation (process already warm: the first checkpoint) and of a
-second one (another step), and the run directories.
+second one (another step), and the run directories; then the evaluation time per checkpoint
+(the second: the first also loads torch and transformers) and per rollout. No target: the
+figure is for the README (issue 30: what evaluating during training costs the trainer).
 """
 
 from __future__ import annotations
@@ -18,12 +20,16 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+import common  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=None)
     args = parser.parse_args()
+    common.header("callback: one checkpoint's evaluation during training (search env, hf:)")
     from rlenv.watch import evaluate_checkpoint
     from tests.tiny_models import build_checkpoint
 
@@ -54,6 +60,13 @@ def main() -> None:
             }
         )
         print(json.dumps(rows[-1]))
+    steady = rows[-1]
+    per_rollout = steady["wall_s"] / max(1, steady["rollouts"]) * 1000
+    print(
+        f"evaluation time per checkpoint: {steady['wall_s']:.2f} s wall for"
+        f" {steady['rollouts']} rollouts ({per_rollout:.0f} ms per rollout; first checkpoint"
+        f" {rows[0]['wall_s']:.2f} s, loading included)"
+    )
 
 
 if __name__ == "__main__":

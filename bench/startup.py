@@ -9,6 +9,7 @@ costs). Run: `.venv/bin/python bench/startup.py [--quick]`.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 TARGET_S = 0.35
+WORKER_TARGET_S = 0.5  # issue 30: a frozen-world worker ready "in well under a second"
 
 
 def import_times(module: str, top: int) -> list[tuple[int, int, str]]:
@@ -44,31 +46,87 @@ def _unfrozen(variables: dict[str, str], config: object) -> dict[str, str]:
     return variables
 
 
-def worker_start_seconds(runs: int) -> tuple[list[float], list[float]]:
-    """Wall seconds from `LocalExecutor(config, 1)` to its worker's "ready", without and with
-    libfaketime (before issue 26 a worker started without it), alternated `runs` times so
-    that a busy machine weighs on both alike."""
+cpu_times: list[float] = []  # CPU seconds of each started worker's process tree, at ready
+
+
+def _tree_cpu(pid: int) -> float:
+    """user + system CPU seconds of a process and its descendants (live and reaped): what a
+    worker's start cost, whatever else the machine was doing."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for member in common._tree(pid):
+        try:
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / ticks
+
+
+def worker_start_seconds(
+    runs: int, policy: str = "one_tool", fakes: tuple[bool, ...] = (False, True)
+) -> tuple[list[float], list[float]]:
+    """Wall seconds from `LocalExecutor(config, 1)` to its worker's "ready" (spawn, imports,
+    the env's checks, the world entered), for the bench env of `policy` (`one_tool`: one
+    replayed tool), without and with libfaketime (before issue 26 a worker started without
+    it), alternated `runs` times so that a busy machine weighs on both alike."""
     from rlenv.executors import local
     from rlenv.worker.config import WorkerConfig
 
     real = local._with_frozen_clock
     times: tuple[list[float], list[float]] = ([], [])
     with common.temp_dir("bench-worker-start-") as root:
-        spec = common.build_env(root / "env", 4, policy="one_tool", tool=True)
+        spec = common.build_env(root / "env", 1000, policy=policy, tool=policy == "one_tool")
+        checks = {"purpose": "run", "model": None, "defer_expensive": False}
         for number in range(runs):
-            for faked in (False, True):
+            for faked in fakes:
                 local._with_frozen_clock = real if faked else _unfrozen  # type: ignore[assignment]
                 work = root / f"work-{number}-{faked}"
                 work.mkdir()
-                config = WorkerConfig(spec_path=str(spec), work_root=str(work))
+                config = WorkerConfig(spec_path=str(spec), work_root=str(work), world_checks=checks)
                 try:
                     started = time.perf_counter()
                     executor = local.LocalExecutor(config, 1)
                     times[faked].append(time.perf_counter() - started)
+                    cpu_times.append(_tree_cpu(executor.all[0].process.pid))  # type: ignore[attr-defined]
                     executor.close()
                 finally:
                     local._with_frozen_clock = real
     return times
+
+
+WORKER_PROBE = """
+import sys, tempfile
+from rlenv.worker import protocol
+from rlenv.worker.config import WorkerConfig
+protocol.init_worker(WorkerConfig(spec_path=sys.argv[1], work_root=tempfile.mkdtemp()))
+"""
+
+
+def worker_imports(top: int) -> list[list[str]]:
+    """The slowest imports (cumulative) of a worker entering the one-tool bench env's world,
+    in-process (`protocol.init_worker`), warm bytecode cache; and how many modules it holds."""
+    with common.temp_dir("bench-worker-imports-") as root:
+        spec = common.build_env(root / "env", 4, policy="one_tool", tool=True)
+        result = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", WORKER_PROBE, str(spec)],
+            capture_output=True,
+            text=True,
+            env=common.bench_env(),
+            cwd=spec.parent,
+            check=True,
+        )
+    rows = []
+    for line in result.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        own, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
+        rows.append((int(cumulative), int(own), name.strip()))
+    top_rows = [
+        [name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}"]
+        for cum, own, name in sorted(rows, reverse=True)[:top]
+    ]
+    return [*top_rows, [f"({len(rows)} modules imported)", "", ""]]
 
 
 def main() -> None:
@@ -123,21 +181,49 @@ def main() -> None:
     print()
     worker_runs = 5 if args.quick else 11
     worker_start_seconds(1)  # warm
+    cpu_times.clear()
     plain, faked = worker_start_seconds(worker_runs)
-    print(f"frozen-world worker start, spawn to ready (one tool), median of {worker_runs}")
+    tool_cpu = cpu_times[1::2]  # with libfaketime, as a run starts them
+    cpu_times.clear()
+    _, no_tools = worker_start_seconds(worker_runs, "instant", (True,))
+    plain_cpu = list(cpu_times)
+    print(
+        f"frozen-world worker start, spawn to ready (env checks included, 1000 inputs), median"
+        f" of {worker_runs}"
+    )
     print(
         common.table(
-            ["worker", "median s", "min s", "max s"],
+            ["worker", "median s", "min s", "max s", "median CPU s"],
             [
-                [label, f"{statistics.median(t):.3f}", f"{min(t):.3f}", f"{max(t):.3f}"]
-                for label, t in (
-                    ("without libfaketime", plain),
-                    ("with libfaketime (LD_PRELOAD, sitecustomize shim)", faked),
+                [
+                    label,
+                    f"{statistics.median(t):.3f}",
+                    f"{min(t):.3f}",
+                    f"{max(t):.3f}",
+                    f"{statistics.median(cpu):.3f}" if cpu else "",
+                ]
+                for label, t, cpu in (
+                    ("one tool, without libfaketime", plain, []),
+                    (
+                        "one tool, with libfaketime (LD_PRELOAD, sitecustomize shim)",
+                        faked,
+                        tool_cpu,
+                    ),
+                    ("no tools, with libfaketime", no_tools, plain_cpu),
                 )
             ],
         )
     )
     print()
+    print("what a worker imports (one tool): top 10 of `-X importtime` of its start")
+    print(common.table(["module", "cumulative ms", "self ms"], worker_imports(10)))
+    print()
+    for label, t, cpu in (("one tool", faked, tool_cpu), ("no tools", no_tools, plain_cpu)):
+        ready = statistics.median(t)
+        print(
+            f"target: worker ready ({label}) <= {WORKER_TARGET_S:.2f} s: {ready:.3f} s wall"
+            f" ({statistics.median(cpu):.3f} s CPU)  {common.verdict(ready <= WORKER_TARGET_S)}"
+        )
     print(
         f"target: median <= {TARGET_S:.2f} s with bytecode cached: {cached:.3f} s"
         f"  {common.verdict(cached <= TARGET_S)}"

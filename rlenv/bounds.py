@@ -72,6 +72,9 @@ def bounds_problem(
     string, and any type that is not JSON. NaN and infinities are taken (a record writes them
     as null, as its digest sees them) unless `finite`; with `any_leaf`, a value of another
     type is taken as a leaf (whoever serialises it says what is wrong with it)."""
+    if _bounded(value, max_depth, max_bytes, finite, any_leaf):
+        return None
+    # the walk below keeps each value's path, to say where the problem is: only when there is one
     stack: list[tuple[Any, int, list[str | int]]] = [(value, 0, [])]
     size = 0
     while stack:
@@ -119,6 +122,56 @@ def bounds_problem(
         if size > max_bytes:
             return f"is larger than {max_bytes >> 20} MiB"
     return None
+
+
+def _bounded(value: Any, max_depth: int, max_bytes: int, finite: bool, any_leaf: bool) -> bool:
+    """`bounds_problem(...) is None`, decided by the same walk without the paths (a results
+    line's check was the orchestrator's largest cost per rollout after the network)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    pop, push = stack.pop, stack.append
+    size = 0
+    while stack:
+        item, depth = pop()
+        kind = type(item)
+        if kind is str:
+            size += len(item)
+            if not item.isascii() and _text_problem(item):
+                return False
+        elif item is None or kind is bool:
+            size += 4
+            continue
+        elif kind is int:
+            size += 8
+            if not -SAFE_INTEGER <= item <= SAFE_INTEGER:
+                return False
+        elif kind is float:
+            size += 8
+            if finite and not math.isfinite(item):
+                return False
+        elif kind is dict:
+            if depth >= max_depth:
+                return False
+            size += 2
+            depth += 1
+            for key, child in item.items():
+                if type(key) is not str or (not key.isascii() and _text_problem(key)):
+                    return False
+                size += len(key)
+                push((child, depth))
+        elif kind is list or kind is tuple:
+            if depth >= max_depth:
+                return False
+            size += 2
+            depth += 1
+            stack.extend([(child, depth) for child in item])
+        elif any_leaf:
+            size += 8
+            continue
+        else:
+            return False
+        if size > max_bytes:
+            return False
+    return True
 
 
 def _at(path: list[str | int]) -> str:

@@ -7,6 +7,7 @@ import collections
 import contextlib
 import functools
 import gc
+import itertools
 import os
 import shutil
 import tempfile
@@ -19,15 +20,19 @@ from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
 from rlenv.clock import monotonic
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
 from rlenv.errors import InfraError, UserError, WorkerLost
-from rlenv.executors import Executor, check_executor, make_executor
+from rlenv.executors import (
+    MAX_WORKERS,
+    Executor,
+    check_executor,
+    default_workers,
+    make_executor,
+    world_modes,
+)
 from rlenv.files import atomic_write, default_cache_dir, usable_out
-from rlenv.inputs import InputRecord, select
+from rlenv.inputs import select
 from rlenv.providers.base import ModelReply, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
-from rlenv.results import (
-    ResultsWriter,
-    iter_results,
-)
+from rlenv.results import ResultsWriter, iter_results
 from rlenv.run_dir import (
     _discard_if_empty,
     _open_run_dir,
@@ -42,14 +47,14 @@ from rlenv.summary import _Totals, build_summary, judges_block
 from rlenv.verified import read_baseline, seal_run_json
 from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.verifiers.judge import judging_writer
-from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
+from rlenv.worker.config import GC_THRESHOLD, PendingTasks, RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import numbered_tool_calls, request_maker
 from rlenv.worker.timers import timeout_message
 from rlenv.worker.tools import tool_schemas
 
 DEFAULT_CONCURRENCY = 4
-MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: min(concurrency, cores))
+MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: `--workers`, default cores)
 MAX_LIMIT = 1_000_000_000
 MAX_BATCH = 64  # in-world rollouts sent to a worker in one request, at most
 
@@ -95,6 +100,7 @@ class RunSettings:
     limit: int | None = None
     out: str | Path | None = None
     concurrency: int = DEFAULT_CONCURRENCY
+    workers: int | None = None  # frozen-world workers; None: `default_workers(concurrency)`
     resume: bool = False
     base_url: str | None = None
     runs_root: Path = Path("runs")
@@ -155,6 +161,7 @@ def run(
     retry = tuple(sorted(set(retry)))
     _check_options(
         settings.concurrency,
+        settings.workers,
         settings.executor,
         settings.address,
         settings.rollouts,
@@ -243,7 +250,7 @@ def run(
         meta["reward_calibration"] = prepared.calibration
     with _run_dir_lock(run_dir, settings.resume):
         done = _open_run_dir(run_dir, meta, settings.resume, retry)
-        tasks = _pending_tasks(inputs, rollouts_per_input, done)
+        tasks = PendingTasks(inputs, rollouts_per_input, done)
         total = len(inputs) * rollouts_per_input
         results = run_dir / "results.jsonl"
         earlier = results.stat().st_size if results.exists() else 0  # --resume: a run's lines
@@ -272,6 +279,7 @@ def run(
                         kind=settings.executor,
                         address=settings.address,
                         concurrency=1 if settings.record_dir is not None else settings.concurrency,
+                        workers=1 if settings.record_dir is not None else settings.workers,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
                         on_line=written.add_line,
                     )
@@ -308,6 +316,7 @@ def weak_sandbox_allowed() -> bool:
 
 def _check_options(
     concurrency: int,
+    workers: int | None,
     executor: str,
     address: str | None,
     rollouts: int | None,
@@ -317,6 +326,8 @@ def _check_options(
     """The user errors `run` can find in its arguments alone, before any run directory."""
     if concurrency < 1:
         raise UserError("--concurrency must be at least 1")
+    if workers is not None and not 1 <= workers <= MAX_WORKERS:
+        raise UserError(f"--workers must be between 1 and {MAX_WORKERS}")
     check_executor(executor, address)
     if rollouts is not None and not 1 <= rollouts <= MAX_ROLLOUTS:
         raise UserError(f"--rollouts must be between 1 and {MAX_ROLLOUTS}")
@@ -421,22 +432,10 @@ def _worker_config(
     )
 
 
-def _pending_tasks(
-    inputs: list[InputRecord], rollouts_per_input: int, done: set[tuple[str, int]]
-) -> list[RolloutTask]:
-    """Every (input, rollout) of the run not already in results.jsonl, in order."""
-    return [
-        RolloutTask(record.index, rollout)
-        for record in inputs
-        for rollout in range(rollouts_per_input)
-        if (record.id, rollout) not in done
-    ]
-
-
 def _run_tasks(
     prepared: Environment,
     provider: Provider,
-    tasks: list[RolloutTask],
+    tasks: PendingTasks | list[RolloutTask],
     config: WorkerConfig,
     results_path: Path,
     *,
@@ -445,15 +444,19 @@ def _run_tasks(
     concurrency: int,
     advance: Callable[[int], None],
     on_line: Callable[[bytes], None] | None = None,
+    workers: int | None = None,
 ) -> None:
-    """Start the workers, run the tasks `concurrency` at a time, append each record (and give
-    its line to `on_line`)."""
+    """Start the workers (`workers`, default `default_workers`), run the tasks `concurrency`
+    at a time multiplexed over them, append each record (and give its line to `on_line`)."""
     writer = ResultsWriter(results_path, on_line)
     if not config.live_tools:  # a judge's live judgments are made here, outside the world
         writer = judging_writer(prepared.loaded, prepared.inputs, writer, results_path.parent)
     try:
         if tasks:
-            executor = make_executor(kind, config, min(concurrency, len(tasks)), address)
+            pool = default_workers(concurrency) if workers is None else workers
+            executor = make_executor(
+                kind, config, min(pool, len(tasks)), address, exact=workers is not None
+            )
             try:
                 asyncio.run(
                     _execute(prepared, provider, executor, tasks, concurrency, writer, advance)
@@ -482,7 +485,7 @@ async def _execute(
     prepared: Environment,
     provider: Provider,
     executor: Executor,
-    tasks: list[RolloutTask],
+    tasks: PendingTasks | list[RolloutTask],
     concurrency: int,
     writer: ResultsWriter,
     advance: Callable[[int], None],
@@ -515,19 +518,30 @@ async def _execute(
             else:
                 done(task, record, started)
 
-    pending = collections.deque(tasks)
+    again: collections.deque[RolloutTask] = collections.deque()  # what a lost worker left
+    left = len(tasks)
+
+    def take(size: int) -> list[RolloutTask]:
+        nonlocal left
+        batch = [again.popleft() for _ in range(min(size, len(again)))]
+        batch += itertools.islice(queue, size - len(batch))
+        left -= len(batch)
+        return batch
 
     async def batches() -> None:
         """In-world rollouts go to a worker many at a time (one request, an answer per
         rollout); what a lost worker did not reach is queued again."""
-        while pending:
-            size = max(1, min(MAX_BATCH, len(pending) // (2 * workers)))
-            batch = [pending.popleft() for _ in range(min(size, len(pending)))]
+        nonlocal left
+        while left > 0:
+            batch = take(max(1, min(MAX_BATCH, left // (2 * workers))))
+            if not batch:
+                return
             started = monotonic()
             async with contextlib.aclosing(executor.run_batch(batch, timeout_s)) as answers:
                 async for task, record in answers:
                     if record is None:
-                        pending.append(task)
+                        again.append(task)
+                        left += 1
                         continue
                     done(task, record, started)
                     started = monotonic()  # the next rollout began when this one ended
@@ -584,17 +598,3 @@ async def _outside_rollout(
         trajectory = Trajectory(messages=messages, status="timeout")
     # grading is part of the rollout's time (a timed-out rollout is not graded)
     return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))
-
-
-def world_modes(executor: str = "local") -> dict[str, str]:
-    """Which isolation mechanisms were in force (not part of the digest)."""
-    from rlenv.sandbox import faketime_library, probe_mechanism
-    from rlenv.world.netguard import network_guard_mode
-
-    return {
-        "sandbox": probe_mechanism(),
-        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
-        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
-        "subprocess_clock": "libfaketime" if faketime_library() else "real",
-        "python_clock": "freezegun",
-    }

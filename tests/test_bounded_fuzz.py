@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rlenv.agent import ToolCrash, ToolOutcome, parse_arguments
@@ -207,3 +207,41 @@ def test_too_many_tool_calls_is_the_policys_error() -> None:
     call = {"function": {"name": "t", "arguments": "{}"}}
     with pytest.raises(PolicyCrash, match="tool calls"):
         normalise_reply({"tool_calls": [call] * (MAX_TOOL_CALLS + 1)})
+
+
+@FUZZ
+@example(value=float("nan"), max_depth=3, max_bytes=100, finite=True, any_leaf=False)
+@example(value=[2**60], max_depth=3, max_bytes=100, finite=False, any_leaf=False)
+@example(value={"a": "\ud800"}, max_depth=3, max_bytes=100, finite=False, any_leaf=False)
+@example(value={"\ud800": 1}, max_depth=3, max_bytes=100, finite=False, any_leaf=False)
+@example(value={1: 1}, max_depth=3, max_bytes=100, finite=False, any_leaf=False)
+@example(value=[[[1]]], max_depth=2, max_bytes=100, finite=False, any_leaf=False)
+@example(value=("x" * 99, None), max_depth=3, max_bytes=100, finite=False, any_leaf=False)
+@example(value=[b"x"], max_depth=3, max_bytes=100, finite=False, any_leaf=False)
+@example(value=[b"x"], max_depth=3, max_bytes=100, finite=False, any_leaf=True)
+@given(
+    value=VALUES,
+    max_depth=st.integers(0, 5),
+    max_bytes=st.integers(0, 200),
+    finite=st.booleans(),
+    any_leaf=st.booleans(),
+)
+def test_the_quick_walk_says_what_the_walk_with_paths_says(
+    value: Any, max_depth: int, max_bytes: int, finite: bool, any_leaf: bool
+) -> None:
+    """`bounds_problem` decides with a walk that keeps no paths and walks again, keeping them,
+    only to say where a problem is: both walks give the same verdict on any value and limits
+    (the second is the whole check when the first is skipped)."""
+    import rlenv.bounds as bounds
+
+    limits = {"max_depth": max_depth, "max_bytes": max_bytes, "finite": finite}
+    limits["any_leaf"] = any_leaf
+    quick = bounds._bounded(value, max_depth, max_bytes, finite, any_leaf)
+    original = bounds._bounded
+    bounds._bounded = lambda *args: False  # type: ignore[assignment]  # the path walk alone
+    try:
+        slow = bounds.bounds_problem(value, **limits)
+    finally:
+        bounds._bounded = original
+    assert quick == (slow is None), slow
+    assert bounds.bounds_problem(value, **limits) == slow

@@ -53,3 +53,55 @@ def test_a_worker_without_tools_loads_no_schema_validator_nor_httpx_cli(
     assert "httpx" in seen["loaded"]  # replay patches it
     for heavy in ("jsonschema", "rich", "pygments", "click"):
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
+
+
+TOOL_POLICY = """
+def tool(args, ctx):
+    return "ok"
+
+def policy(messages, tools, ctx):
+    return "a"
+"""
+
+
+def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """jsonschema imports rfc3987_syntax (when installed) for its `iri` format, which compiles
+    39 lark grammars at import: ~4.5 s of a worker's start, for a format tool arguments never
+    check. The worker defers it to the first `iri` check (`rlenv.json_schema`)."""
+    spec = env_builder.write(
+        TOOL_POLICY,
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
+    )
+    seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path)
+    assert seen["status"] == "ok"
+    assert "jsonschema" in seen["loaded"]
+    assert "lark" not in seen["loaded"], "the worker compiled rfc3987_syntax's grammars"
+
+
+IRI_PROBE = """
+import json, sys
+from rlenv.json_schema import load_jsonschema
+
+jsonschema = load_jsonschema()
+before = "lark" in sys.modules
+checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+answers = [checker.conforms(value, "iri") for value in ("https://é.example/ü", "not an iri", 7)]
+print(json.dumps({"before": before, "answers": answers, "after": "lark" in sys.modules}))
+"""
+
+
+def test_the_iri_format_is_still_checked_when_first_asked(tmp_path: Path) -> None:
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("rfc3987_syntax") is None:
+        pytest.skip("rfc3987_syntax not installed: jsonschema checks no iri here")
+    result = subprocess.run(
+        [sys.executable, "-c", IRI_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout)
+    assert seen == {"before": False, "answers": [True, False, True], "after": True}

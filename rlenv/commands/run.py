@@ -41,6 +41,13 @@ def run(
     limit: LimitOpt = None,
     out: Annotated[Path | None, typer.Option(help="Run directory (default runs/ENV/...).")] = None,
     concurrency: ConcurrencyOpt = 4,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Frozen-world worker processes the rollouts in flight share (default: one per"
+            " core, at most --concurrency)."
+        ),
+    ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue the run in --out.")] = False,
     base_url: BaseUrlOpt = None,
     reference: Annotated[
@@ -122,6 +129,7 @@ def run(
                 limit=limit,
                 out=out,
                 concurrency=concurrency,
+                workers=workers,
                 resume=resume,
                 base_url=base_url,
                 reference=reference,

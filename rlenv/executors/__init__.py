@@ -24,18 +24,55 @@ def check_executor(kind: str, address: str | None) -> None:
         preflight(address)  # Ray installed, the cluster answers
 
 
+MAX_WORKERS = 256
+"""`--workers` at most: each local worker is a process of 50-100 MB."""
+
+
+def default_workers(concurrency: int) -> int:
+    """The pool when `--workers` is not given: one frozen world per core, and never more than
+    rollouts in flight (a rollout holds at most one worker at a time)."""
+    return max(1, min(concurrency, os.cpu_count() or 1))
+
+
 def make_executor(
-    kind: str, config: WorkerConfig, workers: int, address: str | None = None
+    kind: str,
+    config: WorkerConfig,
+    workers: int,
+    address: str | None = None,
+    *,
+    exact: bool = False,
 ) -> Executor:
-    """Start `workers` frozen-world workers of `kind` (local: at most one per CPU; a Ray
-    cluster caps the actors at its own CPU count)."""
+    """Start `workers` frozen-world workers of `kind` (local: at most one per CPU unless
+    `exact`, the user's `--workers`; a Ray cluster caps the actors at its own CPU count)."""
     if kind == "ray":
         from rlenv.executors.ray import RayExecutor
 
         return RayExecutor(config, workers, address)
     from rlenv.executors.local import LocalExecutor
 
-    return LocalExecutor(config, min(workers, os.cpu_count() or 1))
+    return LocalExecutor(config, workers if exact else min(workers, os.cpu_count() or 1))
 
 
-__all__ = ["KINDS", "Executor", "check_executor", "make_executor"]
+def world_modes(executor: str = "local") -> dict[str, str]:
+    """Which isolation mechanisms were in force (not part of the digest)."""
+    from rlenv.sandbox import faketime_library, probe_mechanism
+    from rlenv.world.netguard import network_guard_mode
+
+    return {
+        "sandbox": probe_mechanism(),
+        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
+        "network_guard": "python" if executor == "ray" else network_guard_mode(False),
+        "subprocess_clock": "libfaketime" if faketime_library() else "real",
+        "python_clock": "freezegun",
+    }
+
+
+__all__ = [
+    "KINDS",
+    "MAX_WORKERS",
+    "Executor",
+    "check_executor",
+    "default_workers",
+    "make_executor",
+    "world_modes",
+]

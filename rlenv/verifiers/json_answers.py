@@ -75,7 +75,9 @@ def _formats(schema: Any) -> Iterator[str]:
 
 
 def schema_check(config: Verifier) -> Check:
-    import jsonschema
+    from rlenv.json_schema import load_jsonschema
+
+    jsonschema = load_jsonschema()
 
     schema = config.schema_ or {}
     try:

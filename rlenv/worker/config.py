@@ -4,8 +4,9 @@ orchestrator builds both without loading anything of the world."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 
 @dataclass
@@ -39,6 +40,45 @@ class RolloutTask:
     # a run holds one per rollout still to run (100k: 12.8 MB with a __dict__ each, 8.8 without)
     input_index: int
     rollout: int
+
+
+class _Input(Protocol):  # rlenv.inputs.InputRecord, without importing it here
+    @property
+    def index(self) -> int: ...
+
+    @property
+    def id(self) -> str: ...
+
+
+class PendingTasks:
+    """Every (input, rollout) of the run not already in results.jsonl, in order, made as they
+    are taken (a list of 100k tasks held 9 MB of the orchestrator for the whole run)."""
+
+    def __init__(
+        self, inputs: Sequence[_Input], rollouts_per_input: int, done: set[tuple[str, int]]
+    ) -> None:
+        self.inputs = [(record.index, record.id) for record in inputs]
+        self.rollouts = rollouts_per_input
+        self.done = done
+        self.count = (
+            sum(
+                1
+                for _, input_id in self.inputs
+                for rollout in range(rollouts_per_input)
+                if (input_id, rollout) not in done
+            )
+            if done
+            else len(self.inputs) * rollouts_per_input
+        )
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[RolloutTask]:
+        for index, input_id in self.inputs:
+            for rollout in range(self.rollouts):
+                if not self.done or (input_id, rollout) not in self.done:
+                    yield RolloutTask(index, rollout)
 
 
 GC_THRESHOLD = (50_000, 20, 20)

@@ -120,8 +120,9 @@ class WorldTools:
         self.schemas: list[dict[str, Any]] = []
         if not tools:
             return
-        import jsonschema  # ~3 MB a worker without tools does not need
+        from rlenv.json_schema import load_jsonschema  # ~3 MB a worker without tools does not need
 
+        jsonschema = load_jsonschema()
         self.validators = {
             tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
             for tool in tools
