@@ -59,8 +59,12 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/verifiers/json_answers.py": VERIFIER_TESTS,
     "rlenv/verifiers/judge.py": VERIFIER_TESTS + ["tests/test_judge.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
-    "rlenv/results.py": RESULT_TESTS,
-    "rlenv/check.py": RESULT_TESTS + ["tests/test_integrity.py"],
+    "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],
+    "rlenv/results.py": RESULT_TESTS + ["tests/test_integrity_reader.py"],
+    # the run-integrity reader: the record checks, the one reader, `rlenv check`'s library side
+    "rlenv/integrity.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
+    "rlenv/verified.py": ["tests/test_verified_run.py"],
+    "rlenv/check.py": ["tests/test_verified_run.py", *RESULT_TESTS],
     "rlenv/world/replay.py": ["tests/test_replay.py"],
 }
 # what the copied tests read besides rlenv/ and tests/
