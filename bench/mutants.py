@@ -65,7 +65,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/integrity.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
     "rlenv/verified.py": ["tests/test_verified_run.py"],
     "rlenv/check.py": ["tests/test_verified_run.py", *RESULT_TESTS],
-    "rlenv/world/replay.py": ["tests/test_replay.py"],
+    "rlenv/world/replay.py": ["tests/test_replay_index.py"],
 }
 # what the copied tests read besides rlenv/ and tests/
 ALSO_COPY = ["envs", "fixtures", "README.md", "pyproject.toml"]
