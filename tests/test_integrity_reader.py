@@ -193,11 +193,24 @@ def test_check_key_alone_keeps_the_same_promises() -> None:
     checks.finish()
 
 
+def test_a_record_without_an_input_index_is_input_zero() -> None:
+    """Records written before input indices were kept: their index is 0."""
+    old = [
+        seal({k: v for k, v in record("a", n).items() if k not in ("digest", "input_index")})
+        for n in range(2)
+    ]
+    assert read(old, rollouts_per_input=2, inputs=1) == old
+    assert refused([*old, record("b", 0, 0)]) == "R:3: input index 0 belongs to 'a', not 'b'"
+
+
 def test_expected_inputs() -> None:
     assert expected_inputs({"input_indices": [3, "5"], "inputs": 9}, {}) == [3, 5]
     assert expected_inputs({"inputs": 4}, {"expected_rollouts": 100}) == 4
     assert expected_inputs({"rollouts_per_input": 3}, {"expected_rollouts": 12}) == 4
     assert expected_inputs({"rollouts_per_input": 0}, {"expected_rollouts": 12}) is None
+    one = expected_inputs({"rollouts_per_input": 1}, {"expected_rollouts": 3})
+    assert one == 3 and type(one) is int
+    assert expected_inputs({"rollouts_per_input": 4}, {"expected_rollouts": 14}) == 3
     assert expected_inputs({"rollouts_per_input": "3"}, {"expected_rollouts": 12}) is None
     assert expected_inputs({"rollouts_per_input": 3}, {"expected_rollouts": "12"}) is None
     assert expected_inputs({"inputs": "4"}, {}) is None
