@@ -42,7 +42,11 @@ TARGET_SCORE = 0.90
 
 # module -> the fast tests that must catch its mutants (in process where possible: each
 # mutant costs one run of the tests of its set that call the mutated function).
-VERIFIER_TESTS = ["tests/test_verifier_parts.py", "tests/test_verifier_catalog.py"]
+VERIFIER_TESTS = [
+    "tests/test_verifier_parts.py",
+    "tests/test_verifier_catalog.py",
+    "tests/test_number_reading.py",
+]
 SECRET_TESTS = ["tests/test_secret_values.py"]
 RESULT_TESTS = ["tests/test_results_digest.py"]
 TARGETS: dict[str, list[str]] = {
