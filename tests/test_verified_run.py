@@ -29,6 +29,7 @@ from rlenv.verified import (
 )
 
 FINGERPRINT = "f" * 64
+DROP = object()  # a run.json field left out (run.json written by an older rlenv)
 
 
 def rollouts(rewards: tuple[float, ...] = (1.0, 0.0, 0.5, 0.25)) -> list[dict[str, Any]]:
@@ -76,6 +77,8 @@ def write_run(
         "limit": None,
         **meta_fields,
     }
+    for name in [name for name, value in meta.items() if value is DROP]:
+        del meta[name]
     baseline_records = None
     if baseline is not None:
         baseline_records = read_baseline(baseline, FINGERPRINT)
@@ -85,7 +88,7 @@ def write_run(
     prepared = SimpleNamespace(inputs=[SimpleNamespace(id=None, data={})] * 2)
     summary = build_summary(
         prepared,
-        meta,
+        {"limit": None, **meta},
         records,
         "python:policy",
         str(run / "results.jsonl"),
@@ -192,8 +195,11 @@ def test_run_json_is_sealed(run: Path) -> None:
 
 
 def test_missing_files_and_bad_json(run: Path, tmp_path: Path) -> None:
-    with pytest.raises(UserError, match=r"not a run directory \(no results.jsonl\)"):
+    with pytest.raises(UserError) as caught:
         read_verified_run(tmp_path / "nowhere")
+    assert str(caught.value) == f"{tmp_path / 'nowhere'}: not a run directory (no results.jsonl)"
+    with pytest.raises(UserError, match=r"0: not a run directory \(no results.jsonl\)"):
+        read_verified_run(tmp_path)  # a directory, but no results.jsonl in it
     (run / "summary.json").rename(tmp_path / "summary.json")
     assert refused(run) == (
         f"{run / 'summary.json'}: missing (a run that did not finish: --resume it)"
@@ -220,6 +226,7 @@ def test_a_gap_is_refused_but_resumable(tmp_path: Path) -> None:
     assert refused(run).endswith("input 'b' is missing rollout 1 (1 of 2 missing)")
     resumed = read_verified_run(run, resume=True)
     assert resumed.records == records[:3] and resumed.summary == {}
+    assert resumed.run_dir == run and resumed.meta == json.loads((run / "run.json").read_text())
     assert (run / "results.jsonl").read_bytes().endswith(b"\n")  # the torn line cut off
     (run / "summary.json").unlink()  # an interrupted run has none
     assert read_verified_run(run, resume=True).records == records[:3]
@@ -231,8 +238,9 @@ def test_resume_still_checks_each_record(tmp_path: Path) -> None:
     (run / "results.jsonl").write_bytes(
         b"".join(encode_line(r) + b"\n" for r in [records[0], {**records[1], "answer": "edited"}])
     )
-    with pytest.raises(TamperedRun, match=":2: record"):
+    with pytest.raises(TamperedRun) as caught:
         read_verified_run(run, resume=True)
+    assert str(caught.value).startswith(f"{run / 'results.jsonl'}:2: record ('a', rollout 1)")
     extra = seal({**records[0], "rollout": 2})  # outside the 2 rollouts per input run.json holds
     (run / "results.jsonl").write_bytes(encode_line(extra) + b"\n")
     with pytest.raises(TamperedRun, match="outside the run's 2 rollouts per input"):
@@ -280,10 +288,12 @@ def test_a_baseline_is_read_again_and_must_keep_its_digest(tmp_path: Path) -> No
     assert len(read_baseline(base, None)) == 4
     run = write_run(tmp_path / "run", baseline=base)
     assert read_verified_run(run).meta["baseline"] == records.source
-    with pytest.raises(
-        UserError, match=r"env fingerprint ffffffffffff differs from the run's 000000000000"
-    ):
-        read_baseline(base, "0" * 64)
+    with pytest.raises(UserError) as caught:
+        read_baseline(base, "0123456789abcdef" * 4)
+    assert str(caught.value) == (
+        f"--baseline {base}: env fingerprint ffffffffffff differs from the run's 0123456789ab"
+        " (a baseline must be the same env)"
+    )
     with pytest.raises(UserError, match="--baseline .*: no results.jsonl, not a run directory"):
         read_baseline(tmp_path / "nowhere", FINGERPRINT)
     # the baseline edited after the run was judged against it
@@ -363,3 +373,24 @@ def test_against_itself_and_a_score_or_an_outcome_apart(tmp_path: Path) -> None:
 def test_check_result_ok_only_without_problems() -> None:
     assert CheckResult("r").ok
     assert not CheckResult("r", problems=["x"]).ok
+
+
+def test_a_run_json_from_an_older_rlenv_is_read(tmp_path: Path) -> None:
+    """run.json without `inputs` (the count comes from the summary) or `limit`."""
+    run = write_run(tmp_path / "run", inputs=DROP, limit=DROP)
+    assert read_verified_run(run).records == rollouts()
+    resumed = read_verified_run(run, resume=True)
+    assert resumed.records == rollouts()
+
+
+def test_a_grouped_run_is_read(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "run", group_by="topic")
+    assert read_verified_run(run).meta["group_by"] == "topic"
+
+
+def test_the_whole_message_of_a_summary_field(run: Path) -> None:
+    edit(run / "summary.json", lambda s: s.update(rollouts=5))
+    assert refused(run) == (
+        f"{run / 'summary.json'}: rollouts is 5 in summary.json but 4 recomputed from"
+        " results.jsonl and run.json"
+    )
