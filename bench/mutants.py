@@ -92,6 +92,19 @@ EQUIVALENT: dict[str, str] = {
     "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_20": _SLOT,
     "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_70": "slot 0 is then recomputed as 0",
     "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_71": "slot 0 is then recomputed as 0",
+    **dict.fromkeys(
+        [f"rlenv.verified.x_read_baseline__mutmut_{n}" for n in range(13, 21)],
+        "a verified summary's env is the one recomputed from run.json: same fingerprint",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verified.x_recompute_summary__mutmut_{n}" for n in (2, 3, 4, 5)],
+        "expected_inputs reads run.json's inputs first too: the same count either way",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verified.x_recompute_summary__mutmut_{n}" for n in (28, 39, 40, 41, 42, 43, 46)],
+        "build_summary never reads its model_uri argument",
+    ),
+    "rlenv.verified.x_brief__mutmut_3": "ensure_ascii=None is falsy, as False",
 }
 STATUS = {  # mutmut's exit codes (mutmut.stats.status_by_exit_code)
     0: "survived",

@@ -18,7 +18,7 @@ from rlenv.check import AgainstResult, CheckResult, check_against, check_run
 from rlenv.errors import UserError
 from rlenv.integrity import TamperedRun
 from rlenv.results import encode_line, run_digest, run_outcome_digest, seal
-from rlenv.summary import build_summary
+from rlenv.summary import build_summary, judges_block
 from rlenv.verified import (
     brief,
     read_baseline,
@@ -94,6 +94,9 @@ def write_run(
         str(run / "results.jsonl"),
         baseline=baseline_records,
     )
+    judged = judges_block(meta, run)  # as `rlenv run` adds it
+    if judged is not None:
+        summary["judges"] = judged
     (run / "summary.json").write_text(json.dumps(seal_run_json(summary, run), indent=2))
     return run
 
@@ -326,8 +329,10 @@ def test_a_baseline_that_is_not_one_or_names_itself(tmp_path: Path) -> None:
         assert refused(run) == f"{run / 'run.json'}: baseline is not {{run_dir, digest}}"
     edit(run / "run.json", lambda m: m.update(baseline={"run_dir": str(run), "digest": "d"}))
     edit(run / "summary.json", lambda s: s.update(run_json_digest=run_json_digest(run)))
-    message = refused(run)
-    assert f"baseline {run.resolve()} is its own baseline" in message
+    assert refused(run) == (
+        f"{run / 'run.json'}: the run was judged against a baseline that cannot be read again:"
+        f" --baseline {run / 'run.json'}: baseline {run.resolve()} is its own baseline"
+    )
 
 
 def test_brief_keeps_a_value_short() -> None:
@@ -393,4 +398,45 @@ def test_the_whole_message_of_a_summary_field(run: Path) -> None:
     assert refused(run) == (
         f"{run / 'summary.json'}: rollouts is 5 in summary.json but 4 recomputed from"
         " results.jsonl and run.json"
+    )
+
+
+def test_a_baseline_of_another_env_is_refused_when_read_again(tmp_path: Path) -> None:
+    base = write_run(tmp_path / "base", rollouts((0.0, 0.0, 0.0, 0.0)))
+    run = write_run(tmp_path / "run", baseline=base)
+    other = {"name": "t", "version": 1, "fingerprint": "e" * 64}  # the baseline re-made, intact
+    edit(base / "run.json", lambda m: m.update(env=other))
+    edit(base / "summary.json", lambda s: s.update(env=other))
+    edit(base / "summary.json", lambda s: s.update(run_json_digest=run_json_digest(base)))
+    assert read_verified_run(base).summary["env"] == other
+    assert refused(run) == (
+        f"{run / 'run.json'}: the run was judged against a baseline that cannot be read again:"
+        f" --baseline {base}: env fingerprint eeeeeeeeeeee differs from the run's ffffffffffff"
+        " (a baseline must be the same env)"
+    )
+
+
+def test_live_judgments_are_counted_from_the_judge_logs(tmp_path: Path) -> None:
+    judges = {"judged": {"mode": "live", "model": "openai:j"}}
+    log = tmp_path / "run" / "judge-judged.jsonl"
+    log.parent.mkdir()
+    log.write_text('{"key": "a"}\n{"key": "b"}\n')
+    run = tmp_path / "written"
+    log.parent.rename(run.parent / "staged")
+    staged = run.parent / "staged"
+    written = write_run(run, judges=judges)
+    (staged / "judge-judged.jsonl").rename(written / "judge-judged.jsonl")
+    edit(
+        written / "summary.json",
+        lambda s: s.update(judges={"judged": {"mode": "live", "live_judgments": 2}}),
+    )
+    edit(written / "summary.json", lambda s: s.update(run_json_digest=run_json_digest(written)))
+    assert read_verified_run(written).summary["judges"] == {
+        "judged": {"mode": "live", "live_judgments": 2}
+    }
+    with open(written / "judge-judged.jsonl", "a") as handle:
+        handle.write('{"key": "c"}\n')  # a judgment the run never made
+    assert refused(written) == (
+        f"{written / 'summary.json'}: judges.judged.live_judgments is 2 in summary.json but 3"
+        " recomputed from results.jsonl and run.json"
     )
