@@ -101,10 +101,19 @@ EQUIVALENT: dict[str, str] = {
         "expected_inputs reads run.json's inputs first too: the same count either way",
     ),
     **dict.fromkeys(
-        [f"rlenv.verified.x_recompute_summary__mutmut_{n}" for n in (28, 39, 40, 41, 42, 43, 46)],
+        [
+            f"rlenv.verified.x_recompute_summary__mutmut_{n}"
+            for n in (28, 39, 40, 41, 42, 43, 44, 45, 46)
+        ],
         "build_summary never reads its model_uri argument",
     ),
     "rlenv.verified.x_brief__mutmut_3": "ensure_ascii=None is falsy, as False",
+    "rlenv.verified.x__read_object__mutmut_3": "encoding=None is the locale's: UTF-8 here",
+    "rlenv.verified.x__read_object__mutmut_5": "codec names are case-blind",
+    **dict.fromkeys(
+        [f"rlenv.check.x_check_run__mutmut_{n}" for n in range(17, 22)],
+        "a verified summary always holds outcome_digest (recomputed and compared)",
+    ),
 }
 STATUS = {  # mutmut's exit codes (mutmut.stats.status_by_exit_code)
     0: "survived",
