@@ -49,6 +49,13 @@ VERIFIER_TESTS = [
 ]
 SECRET_TESTS = ["tests/test_secret_values.py"]
 RESULT_TESTS = ["tests/test_results_digest.py"]
+# what the metrics keep of a record (results.components, compact_for_metrics): in process
+COMPACT_TESTS = [
+    "tests/test_record_components.py",
+    "tests/test_flagging.py",
+    "tests/test_summary_stream.py::test_compact_rows_give_the_metrics_of_the_dicts_they_replace",
+    "tests/test_summary_stream.py::test_compact_rows_share_repeated_failures",
+]
 TARGETS: dict[str, list[str]] = {
     "rlenv/metrics/flagging.py": ["tests/test_flagging.py"],
     "rlenv/world/secrets.py": SECRET_TESTS,
@@ -64,7 +71,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
     "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],
-    "rlenv/results.py": RESULT_TESTS + ["tests/test_integrity_reader.py"],
+    "rlenv/results.py": [*RESULT_TESTS, "tests/test_integrity_reader.py", *COMPACT_TESTS],
     # the run-integrity reader: the record checks, the one reader, `rlenv check`'s library side
     "rlenv/integrity.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
     "rlenv/verified.py": ["tests/test_verified_run.py"],
@@ -199,19 +206,33 @@ def run_module(module: str, root: Path, max_children: int) -> tuple[dict[str, st
 
 
 _RECHECK = """
-import importlib, os, sys
+import importlib, json, os, signal, sys
 import pytest
-importlib.import_module(sys.argv[1])  # imported before the mutant is chosen, as under mutmut
-os.environ["MUTANT_UNDER_TEST"] = sys.argv[2]
-sys.exit(int(pytest.main(["-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                          "-o", "addopts=", *sys.argv[3:]])))
+module, names, tests = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+importlib.import_module(module)  # imported before a mutant is chosen, as under mutmut
+for test in tests:  # imported once; each mutant's run in a fork collects them from memory
+    importlib.import_module(test.split("::")[0].removesuffix(".py").replace("/", "."))
+codes = {}
+for name in names:
+    pid = os.fork()
+    if pid == 0:
+        os.environ["MUTANT_UNDER_TEST"] = name
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        signal.alarm(300)  # a mutant that loops: the default SIGALRM ends it (a timeout)
+        args = ["-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts="]
+        os._exit(int(pytest.main([*args, *tests])))
+    codes[name] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(codes))
 """
 
 
 def recheck_module(module: str, root: Path, statuses: dict[str, str]) -> dict[str, str]:
     """Each surviving mutant of `module` run again (in the scratch copy kept by `--keep ROOT`)
-    against the module's test set as it is now: the survivors the tests written since
-    have killed. Refused when the module itself changed since its run (then run it again)."""
+    against the module's test set as it is now (the whole set, not mutmut's per-function
+    selection, so a mutant no test reached can be reached now): the survivors the tests
+    written since have killed. Refused when the module itself changed since its run."""
     slug = module.removeprefix("rlenv/").removesuffix(".py").replace("/", ".")
     work = root / slug
     if not (work / "mutants").is_dir():
@@ -222,20 +243,21 @@ def recheck_module(module: str, root: Path, statuses: dict[str, str]) -> dict[st
     shutil.copytree(ROOT / "tests", work / "mutants" / "tests", ignore=ignore, dirs_exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(work / "mutants"), "PYTHONDONTWRITEBYTECODE": "1"}
     dotted = module.removesuffix(".py").replace("/", ".")
+    names = sorted(n for n, s in statuses.items() if s not in KILLED and n not in EQUIVALENT)
+    done = subprocess.run(
+        [sys.executable, "-c", _RECHECK, dotted, json.dumps(names), *TARGETS[module]],
+        cwd=work / "mutants",
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"recheck of {module} failed:\n{done.stderr[-3000:]}")
+    codes = json.loads(done.stdout.strip().splitlines()[-1])
     updated = dict(statuses)
-    for name, status in sorted(statuses.items()):
-        if status in KILLED:
-            continue
-        done = subprocess.run(
-            [sys.executable, "-c", _RECHECK, dotted, name, *TARGETS[module]],
-            cwd=work / "mutants",
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            stdin=subprocess.DEVNULL,
-        )
-        updated[name] = {0: status, 1: "killed"}.get(done.returncode, "suspicious")
-        print(f"  {name}: {updated[name]}", flush=True)
+    for name, code in codes.items():
+        updated[name] = {0: statuses[name], 1: "killed", -14: "timeout"}.get(code, "suspicious")
     return updated
 
 
