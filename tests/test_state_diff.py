@@ -474,3 +474,64 @@ def test_json_a_missing_file_and_bad_expectations(tmp_path: Path) -> None:
     (tmp_path / "d" / "work" / "profile.json").write_text("{oops")
     with pytest.raises(StateError, match="cannot read profile.json as JSON"):
         json_state(tmp_path / "d", None, {})
+
+
+def test_details_show_values_as_written_with_keys_in_order(tmp_path: Path) -> None:
+    setup = (
+        "CREATE TABLE t (k TEXT PRIMARY KEY, b TEXT, a TEXT)",
+        "INSERT INTO t VALUES ('x', 'é', 'z')",
+    )
+    passed, _, detail, _ = sqlite(
+        tmp_path, ["INSERT INTO t VALUES ('y', 'ü', 'w')"], {}, setup=setup
+    )
+    assert passed is False
+    assert detail == 'unexpected change: t y inserted ({"a": "w", "b": "ü", "k": "y"})'
+
+
+def test_numbers_compare_by_value_and_only_with_numbers(tmp_path: Path) -> None:
+    change = ["UPDATE orders SET total = 11 WHERE order_id = 'W1'"]
+    passed, _, detail, _ = sqlite(
+        tmp_path / "a", change, {"orders": {"updated": {"W1": {"total": 12}}}}
+    )
+    assert passed is False and detail == "orders W1.total: expected 12, found 11 (was 10)"
+    cancel = ["UPDATE orders SET status = 'cancelled' WHERE order_id = 'W1'"]
+    passed, _, detail, _ = sqlite(
+        tmp_path / "b", cancel, {"orders": {"updated": {"W1": {"status": 0}}}}
+    )
+    assert (
+        passed is False
+        and detail == 'orders W1.status: expected 0, found "cancelled" (was "pending")'
+    )
+
+
+def test_the_score_is_the_share_of_expectations_met(tmp_path: Path) -> None:
+    both = {"orders": {"updated": {"W1": {"status": "cancelled"}, "W2": {"status": "cancelled"}}}}
+    half = ["UPDATE orders SET status = 'cancelled' WHERE order_id = 'W1'"]
+    assert sqlite(tmp_path, half, both)[:2] == (False, 0.5)
+
+
+def test_json_pointer_one_past_the_end_and_a_falsy_value_still_there(tmp_path: Path) -> None:
+    assert json_state(tmp_path / "a", PROFILE, {"set": {"/tags/2": "z"}})[2] == (
+        '/tags/2: expected "z"; it is not there'
+    )
+    zero = {"n": 0, "m": ""}
+    passed, _, detail, _ = json_state(tmp_path / "b", zero, {"deleted": ["/n", "/m"]}, before=zero)
+    assert passed is False
+    assert detail == (
+        "/m: expected it deleted; it is still there; /n: expected it deleted; it is still there"
+    )
+
+
+def test_json_missing_file_diff_and_the_bad_expectation_message(tmp_path: Path) -> None:
+    _, _, _, diff = json_state(tmp_path / "a", None, {})
+    assert diff == {
+        "file": "profile.json",
+        "set": {},
+        "deleted": [],
+        "changed": {},
+        "problems": ["profile.json is missing"],
+        "problem_count": 1,
+    }
+    with pytest.raises(StateError) as caught:
+        json_state(tmp_path / "b", PROFILE, {"put": {}})
+    assert str(caught.value) == "expected changes: an object of set/deleted (JSON pointers)"
