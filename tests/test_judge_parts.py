@@ -35,7 +35,10 @@ from rlenv.verifiers.judge import (
 )
 from tests.conftest import EnvBuilder
 
-RUBRIC = "Grade {{ answer }} for '{{ prompt }}' (gold {{ gold }}). score: {{ 8 if answer == gold else 2 }}"
+RUBRIC = (
+    "Grade {{ answer }} for '{{ prompt }}' (gold {{ gold }})."
+    " score: {{ 8 if answer == gold else 2 }}"
+)
 JUDGE = {
     "model": "openai:judge-1",
     "rubric": RUBRIC,

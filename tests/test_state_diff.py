@@ -148,7 +148,8 @@ def test_an_expected_update_of_a_row_that_is_gone_or_a_column_that_is_not(
     assert detail == (
         "orders W1: expected an updated row; it is not there; "
         "orders W2: no column 'colour'; "
-        'unexpected change: orders W1 deleted ({"order_id": "W1", "status": "pending", "total": 10})'
+        "unexpected change: orders W1 deleted"
+        ' ({"order_id": "W1", "status": "pending", "total": 10})'
     )
 
 
@@ -188,8 +189,10 @@ def test_unexpected_inserts_and_deletes_are_named(tmp_path: Path) -> None:
     )
     assert (passed, score) == (False, 0.0)
     assert detail == (
-        'unexpected change: orders W9 inserted ({"order_id": "W9", "status": "pending", "total": 90}); '
-        'unexpected change: orders W2 deleted ({"order_id": "W2", "status": "pending", "total": 20})'
+        "unexpected change: orders W9 inserted"
+        ' ({"order_id": "W9", "status": "pending", "total": 90}); '
+        "unexpected change: orders W2 deleted"
+        ' ({"order_id": "W2", "status": "pending", "total": 20})'
     )
 
 
