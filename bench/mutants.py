@@ -71,7 +71,12 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
     "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],
-    "rlenv/results.py": [*RESULT_TESTS, "tests/test_integrity_reader.py", *COMPACT_TESTS],
+    "rlenv/results.py": [
+        *COMPACT_TESTS[:1],
+        *RESULT_TESTS,
+        "tests/test_integrity_reader.py",
+        *COMPACT_TESTS[1:],
+    ],
     # the run-integrity reader: the record checks, the one reader, `rlenv check`'s library side
     "rlenv/integrity.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
     "rlenv/verified.py": ["tests/test_verified_run.py"],
@@ -117,6 +122,20 @@ EQUIVALENT: dict[str, str] = {
     "rlenv.verified.x_brief__mutmut_3": "ensure_ascii=None is falsy, as False",
     "rlenv.verified.x__read_object__mutmut_3": "encoding=None is the locale's: UTF-8 here",
     "rlenv.verified.x__read_object__mutmut_5": "codec names are case-blind",
+    "rlenv.verifiers.state.x__show__mutmut_2": "ensure_ascii=None is falsy, as False",
+    "rlenv.verifiers.state.x__verdict__mutmut_14": "a total of 1 means nothing met: 0/1 = 0/2",
+    "rlenv.verifiers.state.x__trim__mutmut_11": "trimming exactly SHOWN rows to SHOWN keeps them",
+    "rlenv.verifiers.state.x__under__mutmut_8": "every pointer is '' or starts with '/'",
+    "rlenv.verifiers.state.x__read_json__mutmut_5": "encoding=None is the locale's: UTF-8 here",
+    "rlenv.verifiers.state.x__read_json__mutmut_7": "codec names are case-blind",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.state.x__read_sqlite__mutmut_{n}" for n in (22, 25, 26, 52, 54)],
+        "SQL keywords, NULL and rowid are case-blind",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.state.x__read_sqlite__mutmut_{n}" for n in (62, 65, 67)],
+        "a row always has one value per column: zip's strict never fires",
+    ),
     **dict.fromkeys(
         [f"rlenv.check.x_check_run__mutmut_{n}" for n in range(17, 22)],
         "a verified summary always holds outcome_digest (recomputed and compared)",
