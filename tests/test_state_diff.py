@@ -538,3 +538,12 @@ def test_json_missing_file_diff_and_the_bad_expectation_message(tmp_path: Path) 
     with pytest.raises(StateError) as caught:
         json_state(tmp_path / "b", PROFILE, {"put": {}})
     assert str(caught.value) == "expected changes: an object of set/deleted (JSON pointers)"
+
+
+def test_json_a_file_the_world_creates_is_all_new(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "new.json").write_text('{"a": 1}')
+    config = Verifier(type="json_state", path="new.json", expected={})
+    passed, _, detail, _ = build_json(config)(_context(work, None, "new.json", {}))
+    assert passed is False and detail == "unexpected change: /a null -> 1"
