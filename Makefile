@@ -99,8 +99,9 @@ bench-readme: venv
 # test set, mutmut): the score per module and overall in bench/results/mutants.txt. Long (hours
 # on 2 cores for all); `make mutants MUTANTS=rlenv/metrics/flagging.py` reruns one module.
 MUTANTS ?=
+MUTANTS_DIR ?= /tmp/rlenv-mutants
 mutants: venv
-	$(BIN)/python bench/mutants.py $(MUTANTS)
+	$(BIN)/python bench/mutants.py --keep $(MUTANTS_DIR) $(MUTANTS)
 
 clean:
 	rm -rf $(VENV) $(INSPECT_VENV) $(LMEVAL_VENV) runs

@@ -42,9 +42,20 @@ TARGET_SCORE = 0.90
 
 # module -> the fast tests that must catch its mutants (in process where possible: each
 # mutant costs one run of the tests of its set that call the mutated function).
-VERIFIER_TESTS = ["tests/test_verifier_parts.py", "tests/test_verifier_catalog.py"]
+VERIFIER_TESTS = [
+    "tests/test_verifier_parts.py",
+    "tests/test_verifier_catalog.py",
+    "tests/test_number_reading.py",
+]
 SECRET_TESTS = ["tests/test_secret_values.py"]
 RESULT_TESTS = ["tests/test_results_digest.py"]
+# what the metrics keep of a record (results.components, compact_for_metrics): in process
+COMPACT_TESTS = [
+    "tests/test_record_components.py",
+    "tests/test_flagging.py",
+    "tests/test_summary_stream.py::test_compact_rows_give_the_metrics_of_the_dicts_they_replace",
+    "tests/test_summary_stream.py::test_compact_rows_share_repeated_failures",
+]
 TARGETS: dict[str, list[str]] = {
     "rlenv/metrics/flagging.py": ["tests/test_flagging.py"],
     "rlenv/world/secrets.py": SECRET_TESTS,
@@ -57,15 +68,79 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/verifiers/numbers.py": VERIFIER_TESTS,
     "rlenv/verifiers/maths.py": VERIFIER_TESTS,
     "rlenv/verifiers/json_answers.py": VERIFIER_TESTS,
-    "rlenv/verifiers/judge.py": VERIFIER_TESTS + ["tests/test_judge.py"],
+    "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
-    "rlenv/results.py": RESULT_TESTS,
-    "rlenv/check.py": RESULT_TESTS + ["tests/test_integrity.py"],
-    "rlenv/world/replay.py": ["tests/test_replay.py"],
+    "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],
+    "rlenv/results.py": [
+        *COMPACT_TESTS[:1],
+        *RESULT_TESTS,
+        "tests/test_integrity_reader.py",
+        *COMPACT_TESTS[1:],
+    ],
+    # the run-integrity reader: the record checks, the one reader, `rlenv check`'s library side
+    "rlenv/integrity.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
+    "rlenv/verified.py": ["tests/test_verified_run.py"],
+    "rlenv/check.py": ["tests/test_verified_run.py", *RESULT_TESTS],
+    "rlenv/world/replay.py": ["tests/test_replay_index.py"],
 }
 # what the copied tests read besides rlenv/ and tests/
 ALSO_COPY = ["envs", "fixtures", "README.md", "pyproject.toml"]
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
+# surviving mutants whose behaviour cannot differ from the module's: not counted in the score
+_MEMORY = "only how much memory the seen-table takes; every check and message the same"
+_UNUSED = "the first missing rollout is read only when one is missing"
+_SLOT = "the dense slot is always set before it is read (or the record refused first)"
+EQUIVALENT: dict[str, str] = {
+    "rlenv.integrity.xǁRecordChecksǁ__init____mutmut_15": "array q vs Q: line numbers >= 0",
+    "rlenv.integrity.xǁRecordChecksǁ__init____mutmut_19": _MEMORY,
+    "rlenv.integrity.xǁRecordChecksǁ__init____mutmut_22": _MEMORY,
+    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_14": _UNUSED,
+    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_15": _UNUSED,
+    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_23": _UNUSED,
+    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_24": _UNUSED,
+    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_3": _SLOT,
+    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_4": _SLOT,
+    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_5": _SLOT,
+    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_20": _SLOT,
+    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_70": "slot 0 is then recomputed as 0",
+    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_71": "slot 0 is then recomputed as 0",
+    **dict.fromkeys(
+        [f"rlenv.verified.x_read_baseline__mutmut_{n}" for n in range(13, 21)],
+        "a verified summary's env is the one recomputed from run.json: same fingerprint",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verified.x_recompute_summary__mutmut_{n}" for n in (2, 3, 4, 5)],
+        "expected_inputs reads run.json's inputs first too: the same count either way",
+    ),
+    **dict.fromkeys(
+        [
+            f"rlenv.verified.x_recompute_summary__mutmut_{n}"
+            for n in (28, 39, 40, 41, 42, 43, 44, 45, 46)
+        ],
+        "build_summary never reads its model_uri argument",
+    ),
+    "rlenv.verified.x_brief__mutmut_3": "ensure_ascii=None is falsy, as False",
+    "rlenv.verified.x__read_object__mutmut_3": "encoding=None is the locale's: UTF-8 here",
+    "rlenv.verified.x__read_object__mutmut_5": "codec names are case-blind",
+    "rlenv.verifiers.state.x__show__mutmut_2": "ensure_ascii=None is falsy, as False",
+    "rlenv.verifiers.state.x__verdict__mutmut_14": "a total of 1 means nothing met: 0/1 = 0/2",
+    "rlenv.verifiers.state.x__trim__mutmut_11": "trimming exactly SHOWN rows to SHOWN keeps them",
+    "rlenv.verifiers.state.x__under__mutmut_8": "every pointer is '' or starts with '/'",
+    "rlenv.verifiers.state.x__read_json__mutmut_5": "encoding=None is the locale's: UTF-8 here",
+    "rlenv.verifiers.state.x__read_json__mutmut_7": "codec names are case-blind",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.state.x__read_sqlite__mutmut_{n}" for n in (22, 25, 26, 52, 54)],
+        "SQL keywords, NULL and rowid are case-blind",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.state.x__read_sqlite__mutmut_{n}" for n in (62, 65, 67)],
+        "a row always has one value per column: zip's strict never fires",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.check.x_check_run__mutmut_{n}" for n in range(17, 22)],
+        "a verified summary always holds outcome_digest (recomputed and compared)",
+    ),
+}
 STATUS = {  # mutmut's exit codes (mutmut.stats.status_by_exit_code)
     0: "survived",
     1: "killed",
@@ -149,6 +224,62 @@ def run_module(module: str, root: Path, max_children: int) -> tuple[dict[str, st
     return statuses, elapsed
 
 
+_RECHECK = """
+import importlib, json, os, signal, sys
+import pytest
+module, names, tests = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3:]
+importlib.import_module(module)  # imported before a mutant is chosen, as under mutmut
+for test in tests:  # imported once; each mutant's run in a fork collects them from memory
+    importlib.import_module(test.split("::")[0].removesuffix(".py").replace("/", "."))
+codes = {}
+for name in names:
+    pid = os.fork()
+    if pid == 0:
+        os.environ["MUTANT_UNDER_TEST"] = name
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, 1)
+        os.dup2(quiet, 2)
+        signal.alarm(300)  # a mutant that loops: the default SIGALRM ends it (a timeout)
+        args = ["-x", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts="]
+        os._exit(int(pytest.main([*args, *tests])))
+    codes[name] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+print(json.dumps(codes))
+"""
+
+
+def recheck_module(module: str, root: Path, statuses: dict[str, str]) -> dict[str, str]:
+    """Each surviving mutant of `module` run again (in the scratch copy kept by `--keep ROOT`)
+    against the module's test set as it is now (the whole set, not mutmut's per-function
+    selection, so a mutant no test reached can be reached now): the survivors the tests
+    written since have killed. Refused when the module itself changed since its run."""
+    slug = module.removeprefix("rlenv/").removesuffix(".py").replace("/", ".")
+    work = root / slug
+    if not (work / "mutants").is_dir():
+        raise SystemExit(f"no scratch copy of {module} in {root}: run it with --keep {root}")
+    if (work / module).read_bytes() != (ROOT / module).read_bytes():
+        raise SystemExit(f"{module} changed since its mutation run: run it again")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(ROOT / "tests", work / "mutants" / "tests", ignore=ignore, dirs_exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(work / "mutants"), "PYTHONDONTWRITEBYTECODE": "1"}
+    dotted = module.removesuffix(".py").replace("/", ".")
+    names = sorted(n for n, s in statuses.items() if s not in KILLED and n not in EQUIVALENT)
+    done = subprocess.run(
+        [sys.executable, "-c", _RECHECK, dotted, json.dumps(names), *TARGETS[module]],
+        cwd=work / "mutants",
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"recheck of {module} failed:\n{done.stderr[-3000:]}")
+    codes = json.loads(done.stdout.strip().splitlines()[-1])
+    updated = dict(statuses)
+    for name, code in codes.items():
+        updated[name] = {0: statuses[name], 1: "killed", -14: "timeout"}.get(code, "suspicious")
+    return updated
+
+
 def _pragmas() -> list[str]:
     """Each line marked `# pragma: no mutate`, with the comment line above it (the reason)."""
     found = []
@@ -162,36 +293,50 @@ def _pragmas() -> list[str]:
     return found
 
 
-def report(
-    results: dict[str, tuple[dict[str, str], float]], not_run: list[str]
-) -> tuple[str, float]:
-    rows = ["module                              mutants  killed  survived  score   seconds"]
+def report(results: dict[str, dict[str, Any]], not_run: list[str]) -> tuple[str, float]:
+    """The results file: per module and overall, killed / (mutants - equivalent)."""
+    rows = ["module                              mutants  equiv  killed  survived  score  seconds"]
     total = killed = 0
     survivors: list[str] = []
-    for module, (statuses, elapsed) in results.items():
-        n = len(statuses)
-        k = sum(status in KILLED for status in statuses.values())
+    equivalent: list[str] = []
+    rechecked = 0
+    for module, entry in results.items():
+        statuses: dict[str, str] = entry["statuses"]
+        same = [name for name in statuses if name in EQUIVALENT]
+        counted = {name: status for name, status in statuses.items() if name not in EQUIVALENT}
+        n = len(counted)
+        k = sum(status in KILLED for status in counted.values())
         total, killed = total + n, killed + k
+        rechecked += int(entry.get("rechecked_killed", 0))
         score = k / n if n else 1.0
-        rows.append(f"{module:<36}{n:>8}{k:>8}{n - k:>10}  {score:>6.1%}{elapsed:>9.0f}")
+        rows.append(
+            f"{module:<36}{len(statuses):>8}{len(same):>7}{k:>8}{n - k:>10}  {score:>6.1%}"
+            f"{float(entry['seconds']):>8.0f}"
+        )
         survivors += [
             f"  {name} ({status})"
-            for name, status in sorted(statuses.items())
+            for name, status in sorted(counted.items())
             if status not in KILLED
         ]
+        equivalent += [f"  {name}: {EQUIVALENT[name]}" for name in sorted(same)]
     overall = killed / total if total else 1.0
     verdict = "PASS" if overall >= TARGET_SCORE else "MISS"
     if not_run:
         verdict += f", {len(not_run)} modules not run"
     rows.append(
-        f"{'overall':<36}{total:>8}{killed:>8}{total - killed:>10}  {overall:>6.1%}"
-        f"   mutation score >= {TARGET_SCORE:.0%}: {verdict}"
+        f"{'overall':<36}{total + len(equivalent):>8}{len(equivalent):>7}{killed:>8}"
+        f"{total - killed:>10}  {overall:>6.1%}   mutation score >= {TARGET_SCORE:.0%}: {verdict}"
     )
     lines = [
-        "Mutation score of the trust-critical modules (`make mutants`, bench/mutants.py; mutmut,",
-        "each module against its fast test set; a timeout counts as killed).",
+        "Mutation score of the trust-critical modules (bench/mutants.py; mutmut, each module",
+        "against its fast test set; a timeout counts as killed; equivalent mutants not counted).",
+        "Reproduce: `make mutants` (.venv/bin/python bench/mutants.py --keep /tmp/rlenv-mutants);",
+        "one module: `make mutants MUTANTS=rlenv/results.py`; survivors of a kept run against",
+        "tests written since: .venv/bin/python bench/mutants.py --keep DIR --recheck MODULE.",
         "",
         *rows,
+        "",
+        f"survivors killed on a --recheck by tests written after the module's run: {rechecked}",
         "",
         f"surviving mutants ({len(survivors)}; `mutmut show NAME` in a --keep copy):",
         *survivors,
@@ -199,10 +344,22 @@ def report(
         f"modules not run yet ({len(not_run)}):",
         *(f"  {module}" for module in not_run),
         "",
+        f"equivalent mutants ({len(equivalent)}; cannot behave differently; EQUIVALENT above):",
+        *(equivalent or ["  none"]),
+        "",
         "equivalent mutants, not generated (`# pragma: no mutate`; the reason on or above it):",
         *(_pragmas() or ["  none"]),
     ]
     return "\n".join(lines) + "\n", overall
+
+
+def _save(module: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """One module's entry written into the store as it is on disk now (another run of this
+    script may have written other modules meanwhile); the store after."""
+    store = _load_store()
+    store[module] = entry
+    STORE.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
+    return store
 
 
 def _load_store() -> dict[str, Any]:
@@ -218,6 +375,12 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, help="scratch copies here, kept after the run")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--report", action="store_true", help="run nothing: rewrite the file")
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="only run each survivor of MODULES again against the tests as they are now"
+        " (needs the scratch copies of --keep DIR)",
+    )
     args = parser.parse_args()
     unknown = [module for module in args.modules if module not in TARGETS]
     if unknown:
@@ -225,22 +388,33 @@ def main() -> int:
         return 2
     modules = [] if args.report else (args.modules or list(TARGETS))
     store = _load_store()
+    if args.recheck:
+        if not args.keep or not args.modules:
+            print("--recheck needs --keep DIR and the modules to recheck", file=sys.stderr)
+            return 2
+        for module in args.modules:
+            started = time.monotonic()
+            before = store[module]["statuses"]
+            after = recheck_module(module, args.keep.resolve(), before)
+            newly = sum(after[n] in KILLED and before[n] not in KILLED for n in after)
+            entry = {**store[module], "statuses": after}
+            entry["rechecked_killed"] = entry.get("rechecked_killed", 0) + newly
+            store = _save(module, entry)
+            took = time.monotonic() - started
+            print(f"{module}: {newly} survivors killed on recheck in {took:.0f}s")
+        modules = []
     root = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="rlenv-mutants-"))
     try:
         for module in modules:
             statuses, elapsed = run_module(module, root, args.max_children)
-            store[module] = {"statuses": statuses, "seconds": round(elapsed)}
-            STORE.write_text(json.dumps(store, indent=1, sort_keys=True) + "\n")
+            store = _save(module, {"statuses": statuses, "seconds": round(elapsed)})
             killed = sum(status in KILLED for status in statuses.values())
             print(f"{module}: {killed}/{len(statuses)} killed in {elapsed:.0f}s", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)
-    results = {
-        module: (store[module]["statuses"], float(store[module]["seconds"]))
-        for module in TARGETS
-        if module in store
-    }
+    store = _load_store()
+    results = {module: store[module] for module in TARGETS if module in store}
     text, overall = report(results, [module for module in TARGETS if module not in store])
     OUT.write_text(text, encoding="utf-8")
     print(text, end="")

@@ -366,7 +366,9 @@ def build_json(config: Verifier) -> Check:
         if not after_path.is_file():
             diff: dict[str, Any] = {"file": relative, "set": {}, "deleted": [], "changed": {}}
             return _verdict([f"{relative} is missing"], 1, diff)
-        before = dict(_leaves(_read_json(before_path)))
+        # no baseline file (the world created it): every leaf is new, none was "null" before
+        before_file = before_path is not None and before_path.is_file()
+        before = dict(_leaves(_read_json(before_path))) if before_file else {}
         after_document = _read_json(after_path)
         after = dict(_leaves(after_document))
         changed = {
