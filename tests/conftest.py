@@ -86,6 +86,8 @@ LONGEST_FIRST = (
     "test_verified_readers.py",
     "test_integrity.py",
     "test_policy_shift.py",
+    "test_detection.py",
+    "test_outcomes.py",
     "test_import_inspect.py",
     "test_rm.py",
     "test_openai_provider.py",
