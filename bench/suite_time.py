@@ -83,8 +83,13 @@ def main() -> int:
         wall = time.monotonic() - started
         done.set()
         files = per_file(junit) if junit.is_file() else []
+    outcomes = (" passed", " failed", " error", " skipped")
     summary = next(
-        (line for line in reversed(finished.stdout.splitlines()) if " in " in line and "=" in line),
+        (
+            line
+            for line in reversed(finished.stdout.splitlines())
+            if " in " in line and any(word in line for word in outcomes)
+        ),
         "",
     )
     shown = [a for a in command[3:] if not a.startswith("--junitxml")]
