@@ -73,6 +73,40 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# The test files that take longest, longest first (`python bench/suite_time.py` lists each
+# file's summed time). pyproject's addopts run `--dist loadfile --no-loadscope-reorder`: xdist
+# hands whole files to its two workers in collection order, so these start first and the short
+# files fill in at the end, instead of one worker finishing a long file picked last while the
+# other idles. A file missing here only starts later.
+LONGEST_FIRST = (
+    "test_bounded_inputs.py",
+    "test_serve.py",
+    "test_catalog.py",
+    "test_mcp_tools.py",
+    "test_verified_readers.py",
+    "test_integrity.py",
+    "test_policy_shift.py",
+    "test_detection.py",
+    "test_outcomes.py",
+    "test_import_inspect.py",
+    "test_rm.py",
+    "test_openai_provider.py",
+    "test_spec.py",
+    "test_secrets.py",
+    "test_day_one_inputs.py",
+    "test_env.py",
+    "test_retail_env.py",
+    "test_trl.py",
+    "test_serve_trl.py",
+    "test_import_lm_eval.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for mark in item.iter_markers("system_dep"):
         require(mark.kwargs["available"], mark.kwargs["what"])

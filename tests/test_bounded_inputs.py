@@ -1,8 +1,9 @@
 """Issue 26 item 1: what the model, a tool or in-world code sends is data, bounded.
 
-Each attack is one rollout of three (`ok0`, `bad`, `ok1`) through the real `rlenv run`: the
-run ends (exit 0, summary.json written), the attacked rollout's status says what was wrong,
-the others pass, and every results line is strict JSON. Before this was built, the first
+Each attack is one rollout between two ok ones through the real `rlenv run` (one run holds the
+catalog of attacks; the two that forge a record for input index 1 have a run of three of their
+own): the run ends (exit 0, summary.json written), each attacked rollout's status says what was
+wrong, the others pass, and every results line is strict JSON. Before this was built, the first
 attack (arguments nested 200,000 deep) ended the run with a RecursionError traceback, exit 1,
 no summary.json; `bench/attacks` lists what each attack did then.
 """
@@ -138,43 +139,62 @@ def _strict(text: str) -> list[dict[str, Any]]:
     return [json.loads(line, parse_constant=refuse) for line in text.split("\n") if line]
 
 
-def _three(kind: str) -> list[dict[str, Any]]:
-    return [
-        {"id": "ok0", "prompt": "say ok0", "answer": "ok0"},
-        {"id": "bad", "prompt": f"attack {kind}", "answer": "never"},
-        {"id": "ok1", "prompt": "say ok1", "answer": "ok1"},
-    ]
+# attacks that forge a record for input index 1 (the attacked one of ok0, bad, ok1): a run each
+FORGED = ("forge_deep_record", "forge_raise")
 
 
-def _run_survives(spec: Path, out: Path, kind: str, *extra: str) -> dict[str, dict[str, Any]]:
+def _inputs(kinds: list[str]) -> list[dict[str, Any]]:
+    """ok0, then each attack followed by an ok input: one attack is `bad` (input index 1),
+    several are `bad_KIND`, so one run holds a catalog of attacks, each between two ok ones."""
+    rows = [{"id": "ok0", "prompt": "say ok0", "answer": "ok0"}]
+    for number, kind in enumerate(kinds, start=1):
+        name = "bad" if len(kinds) == 1 else f"bad_{kind}"
+        rows.append({"id": name, "prompt": f"attack {kind}", "answer": "never"})
+        rows.append({"id": f"ok{number}", "prompt": f"say ok{number}", "answer": f"ok{number}"})
+    return rows
+
+
+def _attacked(records: dict[str, dict[str, Any]], kinds: list[str]) -> Iterator[tuple[str, Any]]:
+    for kind in kinds:
+        yield kind, records["bad" if len(kinds) == 1 else f"bad_{kind}"]
+
+
+def _run_survives(
+    spec: Path, out: Path, inputs: list[dict[str, Any]], *extra: str
+) -> dict[str, dict[str, Any]]:
     result = cli("run", str(spec), "--out", str(out), "--json", "--concurrency", "1", *extra)
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (out / "summary.json").is_file(), f"{kind}: no summary.json"
+    assert (out / "summary.json").is_file(), "no summary.json"
     records = {r["input_id"]: r for r in _strict((out / "results.jsonl").read_text())}
-    assert sorted(records) == ["bad", "ok0", "ok1"], records.keys()
-    assert records["ok0"]["passed"] and records["ok1"]["passed"], kind
+    assert sorted(records) == sorted(row["id"] for row in inputs), records.keys()
+    survivors = [name for name in records if name.startswith("ok")]
+    assert all(records[name]["passed"] for name in survivors), survivors
     check = cli("check", str(out))
     assert check.returncode == 0, check.stdout[-2000:] + check.stderr[-2000:]
     return records
 
 
-@pytest.mark.parametrize("kind", sorted(ATTACKS))
+WORLD_RUNS = [[kind for kind in sorted(ATTACKS) if kind not in FORGED], *([k] for k in FORGED)]
+
+
+@pytest.mark.parametrize("kinds", WORLD_RUNS, ids=["catalog", *FORGED])
 def test_an_attack_from_the_world_is_one_rollout_status(
-    env_builder: EnvBuilder, tmp_path: Path, kind: str
+    env_builder: EnvBuilder, tmp_path: Path, kinds: list[str]
 ) -> None:
+    inputs = _inputs(kinds)
     spec = env_builder.write(
         IN_WORLD.format(deep=DEEP),
-        inputs=_three(kind),
+        inputs=inputs,
         rollouts=1,
         tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
     )
-    records = _run_survives(spec, tmp_path / "run", kind)
-    status, fragment = ATTACKS[kind]
-    bad = records["bad"]
-    assert bad["status"] == status, (bad["status"], bad["error"])
-    assert fragment in (bad["error"] or ""), bad["error"]
-    assert len(json.dumps(bad)) < 2 << 20, "the refused value reached the record"
+    records = _run_survives(spec, tmp_path / "run", inputs)
+    for kind, bad in _attacked(records, kinds):
+        status, fragment = ATTACKS[kind]
+        assert bad["status"] == status, (kind, bad["status"], bad["error"])
+        assert fragment in (bad["error"] or ""), (kind, bad["error"])
+        assert len(json.dumps(bad)) < 2 << 20, f"{kind}: the refused value reached the record"
 
 
 # -- an API model over real HTTP ---------------------------------------------------------
@@ -255,22 +275,26 @@ def _raw_server(bodies: dict[str, bytes]) -> Iterator[str]:
         server.server_close()
 
 
-@pytest.mark.parametrize("kind", sorted(HTTP_ATTACKS))
-def test_an_attack_from_an_api_model_is_one_rollout_status(
-    env_builder: EnvBuilder, tmp_path: Path, kind: str
+def test_each_attack_from_an_api_model_is_one_rollout_status(
+    env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
-    body, status, fragment = HTTP_ATTACKS[kind]
+    """Every HTTP attack in one run (the server answers by the first user message), each
+    attacked rollout between two that pass."""
+    kinds = sorted(HTTP_ATTACKS)
+    inputs = _inputs(kinds)
     spec = env_builder.write(
         "def tool(args, ctx):\n    return 'ok'\n",
-        inputs=_three(kind),
+        inputs=inputs,
         rollouts=1,
         model="openai:m",
         tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
     )
-    with _raw_server({f"attack {kind}": body}) as base_url:
+    bodies = {f"attack {kind}": HTTP_ATTACKS[kind][0] for kind in kinds}
+    with _raw_server(bodies) as base_url:
         records = _run_survives(
-            spec, tmp_path / "run", kind, "--base-url", base_url, "--retries", "0"
+            spec, tmp_path / "run", inputs, "--base-url", base_url, "--retries", "0"
         )
-    bad = records["bad"]
-    assert bad["status"] == status, (bad["status"], bad["error"])
-    assert fragment in (bad["error"] or ""), bad["error"]
+    for kind, bad in _attacked(records, kinds):
+        _, status, fragment = HTTP_ATTACKS[kind]
+        assert bad["status"] == status, (kind, bad["status"], bad["error"])
+        assert fragment in (bad["error"] or ""), (kind, bad["error"])

@@ -93,7 +93,9 @@ def http_server(tmp_path: Path) -> Iterator[str]:
         process.wait()
 
 
-def _record_replay_twice(spec: Path, tmp_path: Path, calls: Path) -> None:
+def _record_and_replay(spec: Path, tmp_path: Path, calls: Path, runs: int) -> None:
+    """`record` (scrubbed), then `runs` replays with the server's call log unchanged: strict
+    misses, and (two runs) equal digests."""
     recorded = cli(
         "record", str(spec), "--limit", "2", env={"MCP_CALL_LOG": str(calls)}, timeout=240
     )
@@ -105,7 +107,7 @@ def _record_replay_twice(spec: Path, tmp_path: Path, calls: Path) -> None:
     assert '"text":"5"' in (spec.parent / "add.jsonl").read_text()
     served = calls.read_text() if calls.exists() else ""
     digests = []
-    for attempt in ("a", "b"):
+    for attempt in "ab"[:runs]:
         out = tmp_path / f"run-{attempt}"
         run = cli("run", str(spec), "--out", str(out), "--json", env={"MCP_CALL_LOG": str(calls)})
         assert run.returncode == 0, run.stderr
@@ -117,7 +119,7 @@ def _record_replay_twice(spec: Path, tmp_path: Path, calls: Path) -> None:
         missed = records["three"]
         assert missed["status"] == "fixture_miss", missed
         assert "'add'" in missed["error"] and '{"a":40,"b":2}' in missed["error"], missed["error"]
-    assert digests[0] == digests[1]
+    assert len(set(digests)) == 1
     after = calls.read_text() if calls.exists() else ""
     assert after == served, "run started or reached the MCP server"
 
@@ -128,7 +130,7 @@ def test_stdio_server_listed_recorded_and_replayed_without_it(
     command = ["python", str(SERVER), "stdio"]  # `python`: the interpreter rlenv runs under
     spec = _spec(env_builder, {"command": command})
     calls = tmp_path / "stdio-calls.log"
-    _record_replay_twice(spec, tmp_path, calls)
+    _record_and_replay(spec, tmp_path, calls, runs=2)
     assert calls.read_text().splitlines() == ["add 2 3", "whoami"]
     validated = cli("validate", str(spec))
     assert validated.returncode == 0, validated.stderr
@@ -139,7 +141,9 @@ def test_streamable_http_server_listed_recorded_and_replayed(
     env_builder: EnvBuilder, tmp_path: Path, http_server: str
 ) -> None:
     spec = _spec(env_builder, {"url": http_server})
-    _record_replay_twice(spec, tmp_path, tmp_path / "http-calls.log")
+    # one replay: the stdio test holds two replays to equal digests (replay is the same code
+    # whichever transport recorded the cassette)
+    _record_and_replay(spec, tmp_path, tmp_path / "http-calls.log", runs=1)
     validated = cli("validate", str(spec))
     assert validated.returncode == 0, validated.stderr
     assert f"MCP server {http_server}: tools add, whoami" in validated.stdout

@@ -114,43 +114,23 @@ def test_two_grpo_steps_on_the_retail_env(tmp_path: Path) -> None:
     its tools as the environment's methods over the rollout's own copy of the database, graded
     by sqlite_state on the rows that copy holds, its replies by the judge (a tiny model built
     here; the env's judge service judges what its cassette lacks)."""
-    import trl
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import add_response_schema
+    from trl import GRPOTrainer
 
     import rlenv.trl as rt
-    from tests.tiny_models import build_checkpoint
+    from tests.tiny_models import grpo_config, tool_calling_model
 
     spec = _copy(tmp_path / "env")
-    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0, n_positions=4096)
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    tokenizer.chat_template = (
-        Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
-    ).read_text()
+    model, processing_class = tool_calling_model(tmp_path / "tiny")
     dataset = rt.dataset(spec)
     train_ids = {row["order_id"] for row in read_jsonl(ROOT / "fixtures/retail/train_inputs.jsonl")}
     assert len(dataset) == len(train_ids)
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(checkpoint),
-        processing_class=add_response_schema(tokenizer),
+        model=model,
+        processing_class=processing_class,
         reward_funcs=rt.reward_funcs(spec),
         train_dataset=dataset,
         environment_factory=rt.environment_factory(spec),
-        args=GRPOConfig(
-            output_dir=str(tmp_path / "out"),
-            per_device_train_batch_size=2,
-            num_generations=2,
-            max_completion_length=6,
-            max_steps=2,
-            logging_steps=1,
-            learning_rate=1e-3,
-            use_cpu=True,
-            seed=0,
-            report_to=[],
-            save_strategy="no",
-            reward_weights=rt.reward_weights(spec),
-        ),
+        args=grpo_config(tmp_path / "out", reward_weights=rt.reward_weights(spec)),
     )
     trainer.train()
     logged = {key: entry[key] for entry in trainer.state.log_history for key in entry}

@@ -17,22 +17,15 @@ pytest.importorskip("trl", reason="the trl extra")
 
 
 def test_grpo_trains_on_the_served_env(tmp_path: Path) -> None:
-    import trl
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import add_response_schema
+    from trl import GRPOTrainer
 
     from rlenv.serve.client import environment_factory, reward_func
-    from tests.tiny_models import build_checkpoint
+    from tests.tiny_models import grpo_config, tool_calling_model
 
     spec = tool_env(tmp_path / "env")
     out = tmp_path / "served"
-    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0, n_positions=4096)
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    tokenizer.chat_template = (
-        Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
-    ).read_text()
+    model, processing_class = tool_calling_model(tmp_path / "tiny")
     with served(spec, out, "--split", "train", "--workers", "1", "--model", "tiny-grpo") as (
         url,
         process,
@@ -46,24 +39,12 @@ def test_grpo_trains_on_the_served_env(tmp_path: Path) -> None:
             ]
         )
         trainer = GRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(checkpoint),
-            processing_class=add_response_schema(tokenizer),
+            model=model,
+            processing_class=processing_class,
             reward_funcs=[reward_func],
             train_dataset=dataset,
             environment_factory=Env,
-            args=GRPOConfig(
-                output_dir=str(tmp_path / "out"),
-                per_device_train_batch_size=2,
-                num_generations=2,
-                max_completion_length=6,
-                max_steps=2,
-                logging_steps=1,
-                learning_rate=1e-3,
-                use_cpu=True,
-                seed=0,
-                report_to=[],
-                save_strategy="no",
-            ),
+            args=grpo_config(tmp_path / "out"),
         )
         trainer.train()
         assert trainer.state.global_step == 2

@@ -12,6 +12,7 @@ import pytest
 
 from rlenv.errors import UserError
 from tests.conftest import EnvBuilder, cli, read_jsonl, sha256
+from tests.serving import LOOKUP
 
 CODE = """
 def policy(messages, tools, ctx):
@@ -32,18 +33,7 @@ TRAIN = [
     {"id": "t1", "prompt": "repeat cherry", "answer": "cherry"},
     {"id": "t2", "prompt": "repeat DATE", "answer": "DATE"},
 ]
-LOOKUP_TOOLS = [
-    {
-        "name": "lookup",
-        "description": "Look a word up.",
-        "parameters": {
-            "type": "object",
-            "properties": {"word": {"type": "string", "description": "the word"}},
-            "required": ["word"],
-        },
-        "function": "MOD:lookup",
-    }
-]
+LOOKUP_TOOLS = [LOOKUP]  # write() fills in MOD
 REWARD = {
     "components": {
         "correct": {"verifier": "exact", "weight": 1.0},
@@ -158,51 +148,27 @@ def test_environment_factory_replays_tools(env_builder: EnvBuilder) -> None:
     assert values == [1.0]
 
 
-def _grpo_config(output: Path, **extra: object):
-    from trl import GRPOConfig
-
-    return GRPOConfig(
-        output_dir=str(output),
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=6,
-        max_steps=2,
-        logging_steps=1,
-        learning_rate=1e-3,
-        use_cpu=True,
-        seed=0,
-        **{"report_to": [], "save_strategy": "no", **extra},
-    )
-
-
 def test_a_real_grpo_trainer_with_the_envs_tools_as_an_environment(
     env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
     """GRPO with environment_factory: one frozen-world environment per rollout, the spec's
     tool as its method (rendered into the prompt by a tool-calling chat template), graded by
     the env's reward functions with the environment's state."""
-    import trl
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
-    from trl.chat_template_utils import add_response_schema
 
     import rlenv.trl as rt
-    from tests.tiny_models import build_checkpoint
+    from tests.tiny_models import grpo_config, tool_calling_model
 
     spec = _spec(env_builder, tools=copy.deepcopy(LOOKUP_TOOLS))  # write() fills in MOD
     # the tool schema goes into the prompt: room for it, and a template that renders tool calls
-    checkpoint = build_checkpoint(tmp_path / "tiny", seed=0, n_positions=4096)
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    tokenizer.chat_template = (
-        Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
-    ).read_text()
+    model, processing_class = tool_calling_model(tmp_path / "tiny")
     trainer = GRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(checkpoint),
-        processing_class=add_response_schema(tokenizer),
+        model=model,
+        processing_class=processing_class,
         reward_funcs=rt.reward_funcs(spec),
         train_dataset=rt.dataset(spec),
         environment_factory=rt.environment_factory(spec),
-        args=_grpo_config(tmp_path / "out", reward_weights=rt.reward_weights(spec)),
+        args=grpo_config(tmp_path / "out", reward_weights=rt.reward_weights(spec)),
     )
     trainer.train()
     logged = {key for entry in trainer.state.log_history for key in entry}
@@ -232,7 +198,7 @@ def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
     from trl import GRPOTrainer
 
     import rlenv.trl as rt
-    from tests.tiny_models import build_checkpoint
+    from tests.tiny_models import build_checkpoint, grpo_config
 
     spec = _spec(env_builder, decoding={"temperature": 1.0, "max_tokens": 4, "seed": 0})
     checkpoint = build_checkpoint(tmp_path / "tiny", seed=0)
@@ -243,7 +209,7 @@ def test_callback_evaluates_each_checkpoint_and_watch_does_it_from_outside(
         processing_class=AutoTokenizer.from_pretrained(checkpoint),
         reward_funcs=rt.reward_funcs(spec),
         train_dataset=rt.dataset(spec),
-        args=_grpo_config(
+        args=grpo_config(
             output,
             reward_weights=rt.reward_weights(spec),
             save_strategy="steps",

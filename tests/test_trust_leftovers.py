@@ -9,15 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from rlenv.env import load_environment
+from tests.call_time_files import POLICY, assert_resume_refuses_each_edit, call_time_env
 from tests.conftest import EnvBuilder, cli
-
-POLICY = """
-def policy(messages, tools, ctx):
-    return messages[-1]["content"].split()[-1]
-"""
 
 # a decoy package that answers every in-world check "no problem"
 DECOY_ENV = """
@@ -47,50 +41,18 @@ def test_checking_child_ignores_a_decoy_rlenv_in_the_cwd(
     assert "no_such_function" in shadowed.stderr and "Traceback" not in shadowed.stderr
 
 
-# a flat-layout verifier beside the spec: its helper and its data reached by name at call time
-FLAT_VERIFIER = """
-import importlib
-from pathlib import Path
-
-import pytest
-
-from rlenv.env import load_environment
-
-def check(answer, input, ctx):
-    helper = importlib.import_module("flat_helper_dyn")
-    gold = (Path(__file__).parent / "flat_gold.txt").read_text().split()
-    return helper.same(answer, input["answer"]) and answer in gold
-"""
-FLAT_HELPER = """
-def same(answer, expected):
-    return answer == expected
-"""
-
-
 def _flat_env(builder: EnvBuilder) -> Path:
-    builder.root.mkdir(parents=True)
-    (builder.root / "flat_verify.py").write_text(FLAT_VERIFIER)
-    (builder.root / "flat_helper_dyn.py").write_text(FLAT_HELPER)
-    (builder.root / "flat_gold.txt").write_text("a b\n")
-    return builder.write(
-        POLICY, rollouts=1, verifiers=[{"type": "python", "function": "flat_verify:check"}]
-    )
+    """A flat-layout verifier beside the spec: its helper and its data reached by name at call
+    time."""
+    return call_time_env(builder, None)
 
 
-@pytest.mark.parametrize("edited", ["flat_helper_dyn.py", "flat_gold.txt"])
 def test_resume_refuses_an_edited_flat_layout_file_reached_at_call_time(
-    env_builder: EnvBuilder, tmp_path: Path, edited: str
+    env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
     spec = _flat_env(env_builder)
-    out = tmp_path / "run"
-    first = cli("run", str(spec), "--out", str(out), "--json", "--limit", "1")
-    assert first.returncode == 0, first.stderr
-    path = env_builder.root / edited
-    path.write_text(path.read_text() + "\n# edited: now a different verifier\n")
-    resumed = cli("run", str(spec), "--out", str(out), "--json", "--limit", "1", "--resume")
-    assert resumed.returncode == 2, resumed.stdout + resumed.stderr
-    lines = resumed.stderr.strip().splitlines()
-    assert len(lines) == 1 and "fingerprint" in lines[0], resumed.stderr
+    edited = [env_builder.root / "flat_helper_dyn.py", env_builder.root / "flat_gold.txt"]
+    assert_resume_refuses_each_edit(spec, tmp_path / "run", edited)
 
 
 def test_flat_layout_fingerprint_is_the_same_for_every_command(env_builder: EnvBuilder) -> None:

@@ -112,3 +112,38 @@ def build_pair(root: Path, *, seed: int = 0, scale: float = 0.03) -> tuple[Path,
     reference = build_checkpoint(root / "reference", seed=seed)
     policy = build_checkpoint(root / "policy", seed=seed, perturb_seed=seed + 1, scale=scale)
     return policy, reference
+
+
+def grpo_config(output: Path, **extra: object):
+    """The GRPO settings of the suite's 2-step trainer runs on a tiny model (CPU, seeded, no
+    saving or reporting unless `extra` asks for it)."""
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        output_dir=str(output),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=6,
+        max_steps=2,
+        logging_steps=1,
+        learning_rate=1e-3,
+        use_cpu=True,
+        seed=0,
+        **{"report_to": [], "save_strategy": "no", **extra},
+    )
+
+
+def tool_calling_model(directory: Path):
+    """A tiny checkpoint with room for tool schemas in the prompt (4,096 positions), loaded
+    with TRL's qwen3 chat template, which renders tool calls: (model, processing_class) for a
+    GRPOTrainer with `environment_factory`."""
+    import trl
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl.chat_template_utils import add_response_schema
+
+    checkpoint = build_checkpoint(directory, seed=0, n_positions=4096)
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    template = Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja"
+    tokenizer.chat_template = template.read_text()
+    model = AutoModelForCausalLM.from_pretrained(checkpoint)
+    return model, add_response_schema(tokenizer)
