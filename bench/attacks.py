@@ -35,10 +35,10 @@ FAMILIES: dict[tuple[str, str], str] = {
     ("test_sandbox_view", "test_graded_code_sees_none_of_the_project"): (
         "graded code reads the project"
     ),
-    ("test_integrity", "test_check_catches_tampering"): "tampered run directory",
-    ("test_integrity", "test_readers_refuse_tampered_records"): "tampered run directory",
-    ("test_integrity", "test_grade_refuses_tampered_records"): "tampered run directory",
-    ("test_integrity", "test_summary_refuses_tampered_records"): "tampered run directory",
+    ("test_audit", "test_check_catches_tampering"): "tampered run directory",
+    ("test_audit", "test_readers_refuse_tampered_records"): "tampered run directory",
+    ("test_audit", "test_grade_refuses_tampered_records"): "tampered run directory",
+    ("test_audit", "test_summary_refuses_tampered_records"): "tampered run directory",
     ("test_no_silent_success", "test_env_code_that_exits_or_is_interrupted_is_an_error_status"): (
         "env code exits / is interrupted"
     ),
@@ -71,19 +71,19 @@ FAMILIES: dict[tuple[str, str], str] = {
     ("test_world_clock", "test_every_clock_in_the_sandbox_reads_the_spec_year"): (
         "real clock read below Python"
     ),
-    ("test_verified_readers", "test_check_names_the_first_field_that_differs"): (
+    ("test_audit_readers", "test_check_names_the_first_field_that_differs"): (
         "readers trust more than they check"
     ),
-    ("test_verified_readers", "test_report_compare_grade_refuse_what_check_refuses"): (
+    ("test_audit_readers", "test_report_compare_grade_refuse_what_check_refuses"): (
         "readers trust more than they check"
     ),
-    ("test_verified_readers", "test_resume_refuses_an_edited_record_up_front"): (
+    ("test_audit_readers", "test_resume_refuses_an_edited_record_up_front"): (
         "readers trust more than they check"
     ),
-    ("test_verified_readers", "test_baseline_is_sealed_and_read_again"): (
+    ("test_audit_readers", "test_baseline_is_sealed_and_read_again"): (
         "readers trust more than they check"
     ),
-    ("test_verified_readers", "test_against_refuses_a_tampered_run"): (
+    ("test_audit_readers", "test_against_refuses_a_tampered_run"): (
         "readers trust more than they check"
     ),
     ("test_fingerprint", "test_resume_refuses_an_edited_file_the_verifier_reaches_at_call_time"): (
@@ -113,7 +113,7 @@ FAMILIES: dict[tuple[str, str], str] = {
         "score depends on the machine or batch"
     ),
 }
-QUICK = ("test_code_attacks", "test_sandbox_view", "test_integrity")
+QUICK = ("test_code_attacks", "test_sandbox_view", "test_audit")
 FULL = (
     *QUICK,
     "test_no_silent_success",
@@ -121,7 +121,7 @@ FULL = (
     "test_run_lock",
     "test_isolation_channels",
     "test_world_clock",
-    "test_verified_readers",
+    "test_audit_readers",
     "test_fingerprint",
     "test_trust_leftovers",
     "test_ray_replies",

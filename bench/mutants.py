@@ -78,9 +78,9 @@ TARGETS: dict[str, list[str]] = {
         *COMPACT_TESTS[1:],
     ],
     # the run-integrity reader: the record checks, the one reader, `rlenv check`'s library side
-    "rlenv/integrity.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
-    "rlenv/verified.py": ["tests/test_verified_run.py"],
-    "rlenv/check.py": ["tests/test_verified_run.py", *RESULT_TESTS],
+    "rlenv/audit_records.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
+    "rlenv/audit_reader.py": ["tests/test_verified_run.py"],
+    "rlenv/audit.py": ["tests/test_verified_run.py", *RESULT_TESTS],
     "rlenv/world/replay.py": ["tests/test_replay_index.py"],
 }
 # what the copied tests read besides rlenv/ and tests/
@@ -91,37 +91,37 @@ _MEMORY = "only how much memory the seen-table takes; every check and message th
 _UNUSED = "the first missing rollout is read only when one is missing"
 _SLOT = "the dense slot is always set before it is read (or the record refused first)"
 EQUIVALENT: dict[str, str] = {
-    "rlenv.integrity.xǁRecordChecksǁ__init____mutmut_15": "array q vs Q: line numbers >= 0",
-    "rlenv.integrity.xǁRecordChecksǁ__init____mutmut_19": _MEMORY,
-    "rlenv.integrity.xǁRecordChecksǁ__init____mutmut_22": _MEMORY,
-    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_14": _UNUSED,
-    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_15": _UNUSED,
-    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_23": _UNUSED,
-    "rlenv.integrity.xǁRecordChecksǁ_gaps__mutmut_24": _UNUSED,
-    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_3": _SLOT,
-    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_4": _SLOT,
-    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_5": _SLOT,
-    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_20": _SLOT,
-    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_70": "slot 0 is then recomputed as 0",
-    "rlenv.integrity.xǁRecordChecksǁcheck_key__mutmut_71": "slot 0 is then recomputed as 0",
+    "rlenv.audit_records.xǁRecordChecksǁ__init____mutmut_15": "array q vs Q: line numbers >= 0",
+    "rlenv.audit_records.xǁRecordChecksǁ__init____mutmut_19": _MEMORY,
+    "rlenv.audit_records.xǁRecordChecksǁ__init____mutmut_22": _MEMORY,
+    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_14": _UNUSED,
+    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_15": _UNUSED,
+    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_23": _UNUSED,
+    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_24": _UNUSED,
+    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_3": _SLOT,
+    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_4": _SLOT,
+    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_5": _SLOT,
+    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_20": _SLOT,
+    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_70": "slot 0 is then recomputed as 0",
+    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_71": "slot 0 is then recomputed as 0",
     **dict.fromkeys(
-        [f"rlenv.verified.x_read_baseline__mutmut_{n}" for n in range(13, 21)],
+        [f"rlenv.audit_reader.x_read_baseline__mutmut_{n}" for n in range(13, 21)],
         "a verified summary's env is the one recomputed from run.json: same fingerprint",
     ),
     **dict.fromkeys(
-        [f"rlenv.verified.x_recompute_summary__mutmut_{n}" for n in (2, 3, 4, 5)],
+        [f"rlenv.audit_reader.x_recompute_summary__mutmut_{n}" for n in (2, 3, 4, 5)],
         "expected_inputs reads run.json's inputs first too: the same count either way",
     ),
     **dict.fromkeys(
         [
-            f"rlenv.verified.x_recompute_summary__mutmut_{n}"
+            f"rlenv.audit_reader.x_recompute_summary__mutmut_{n}"
             for n in (28, 39, 40, 41, 42, 43, 44, 45, 46)
         ],
         "build_summary never reads its model_uri argument",
     ),
-    "rlenv.verified.x_brief__mutmut_3": "ensure_ascii=None is falsy, as False",
-    "rlenv.verified.x__read_object__mutmut_3": "encoding=None is the locale's: UTF-8 here",
-    "rlenv.verified.x__read_object__mutmut_5": "codec names are case-blind",
+    "rlenv.audit_reader.x_brief__mutmut_3": "ensure_ascii=None is falsy, as False",
+    "rlenv.audit_reader.x__read_object__mutmut_3": "encoding=None is the locale's: UTF-8 here",
+    "rlenv.audit_reader.x__read_object__mutmut_5": "codec names are case-blind",
     "rlenv.verifiers.state.x__show__mutmut_2": "ensure_ascii=None is falsy, as False",
     "rlenv.verifiers.state.x__verdict__mutmut_14": "a total of 1 means nothing met: 0/1 = 0/2",
     "rlenv.verifiers.state.x__trim__mutmut_11": "trimming exactly SHOWN rows to SHOWN keeps them",
@@ -137,7 +137,7 @@ EQUIVALENT: dict[str, str] = {
         "a row always has one value per column: zip's strict never fires",
     ),
     **dict.fromkeys(
-        [f"rlenv.check.x_check_run__mutmut_{n}" for n in range(17, 22)],
+        [f"rlenv.audit.x_check_run__mutmut_{n}" for n in range(17, 22)],
         "a verified summary always holds outcome_digest (recomputed and compared)",
     ),
 }

@@ -3,7 +3,7 @@
 Like Gymnasium's ``check_env``: `load_environment` loads the spec (schema and YAML in
 `rlenv.spec`) and then runs an ordered list of small, named checks on it, each raising a
 SpecError or UserError that names the file, the line and the field where it can. `validate`,
-`run`, `record`, `grade` and `rm probe` all come through here; `CHECKS` says which checks apply
+`run`, `record`, `grade` and `rm probe` all come through here; `ENV_CHECKS` says which checks apply
 to which purpose (recording skips the cassettes it is about to write, the probe calls no tool).
 
 The env fingerprint (canonical spec + the hash of every referenced file and module,
@@ -336,7 +336,7 @@ def _draws(seed: int) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
-class Check:
+class EnvCheck:
     name: str
     function: Callable[[Environment], None]
     purposes: frozenset[Purpose]
@@ -360,33 +360,33 @@ ALL: frozenset[Purpose] = frozenset(PURPOSES)
 WITH_CASSETTES: frozenset[Purpose] = frozenset({"validate", "run", "grade"})
 WITH_POLICY: frozenset[Purpose] = frozenset({"validate", "run", "record"})
 
-CHECKS: tuple[Check, ...] = (
-    Check("extras", check_extras, ALL),
-    Check("inputs_file", check_inputs_file, ALL),
-    Check("snapshot", check_snapshot, ALL),
-    Check("cassette_files", check_cassette_files, WITH_CASSETTES),
-    Check("reward_model_files", check_reward_model_files, ALL),
-    Check("inputs", check_inputs, ALL, needs=("inputs_file",)),
-    Check("verifiers_apply", check_verifiers_apply, ALL, needs=("inputs",)),
-    Check("gold", check_gold, ALL, needs=("inputs",)),
-    Check("train_inputs", check_train_inputs, ALL, needs=("inputs",)),
-    Check("importable", check_importable, ALL, in_world=True),
-    Check("policy_importable", check_policy_importable, WITH_POLICY, in_world=True),
-    Check("signatures", check_signatures, ALL, needs=("importable",), in_world=True),
-    Check("cassette_secrets", check_cassette_secrets, WITH_CASSETTES, needs=("cassette_files",)),
-    Check("leakage", check_leakage, ALL, needs=("inputs", "reward_model_files", "importable")),
-    Check("deferrable", check_deferrable, frozenset({"run", "record"}), needs=("importable",)),
-    Check("reward_endpoints", check_reward_endpoints, ALL),
-    Check("system_packages", check_system_packages, frozenset({"validate", "record"})),
-    Check("seeds_matter", check_seeds_matter, ALL, needs=("inputs",)),
+ENV_CHECKS: tuple[EnvCheck, ...] = (
+    EnvCheck("extras", check_extras, ALL),
+    EnvCheck("inputs_file", check_inputs_file, ALL),
+    EnvCheck("snapshot", check_snapshot, ALL),
+    EnvCheck("cassette_files", check_cassette_files, WITH_CASSETTES),
+    EnvCheck("reward_model_files", check_reward_model_files, ALL),
+    EnvCheck("inputs", check_inputs, ALL, needs=("inputs_file",)),
+    EnvCheck("verifiers_apply", check_verifiers_apply, ALL, needs=("inputs",)),
+    EnvCheck("gold", check_gold, ALL, needs=("inputs",)),
+    EnvCheck("train_inputs", check_train_inputs, ALL, needs=("inputs",)),
+    EnvCheck("importable", check_importable, ALL, in_world=True),
+    EnvCheck("policy_importable", check_policy_importable, WITH_POLICY, in_world=True),
+    EnvCheck("signatures", check_signatures, ALL, needs=("importable",), in_world=True),
+    EnvCheck("cassette_secrets", check_cassette_secrets, WITH_CASSETTES, needs=("cassette_files",)),
+    EnvCheck("leakage", check_leakage, ALL, needs=("inputs", "reward_model_files", "importable")),
+    EnvCheck("deferrable", check_deferrable, frozenset({"run", "record"}), needs=("importable",)),
+    EnvCheck("reward_endpoints", check_reward_endpoints, ALL),
+    EnvCheck("system_packages", check_system_packages, frozenset({"validate", "record"})),
+    EnvCheck("seeds_matter", check_seeds_matter, ALL, needs=("inputs",)),
 )
 
 
-def checks_for(purpose: Purpose) -> list[Check]:
+def checks_for(purpose: Purpose) -> list[EnvCheck]:
     """The checks `load_environment` runs for a purpose, in order."""
     if purpose not in PURPOSES:
         raise ValueError(f"unknown purpose {purpose!r}; expected one of {', '.join(PURPOSES)}")
-    return [check for check in CHECKS if purpose in check.purposes]
+    return [check for check in ENV_CHECKS if purpose in check.purposes]
 
 
 def _reported(problems: list[UserError], purpose: Purpose) -> UserError:
@@ -420,7 +420,7 @@ def load_environment(
     check runs even after one fails (except those that `need` a failed one), so every problem
     is reported at once: one is raised as itself, several as `Problems`.
 
-    The checks that import the env's python modules (`Check.in_world`) run, by
+    The checks that import the env's python modules (`EnvCheck.in_world`) run, by
     `world_checks`, in a child process with the frozen world's environment variables and
     socket filter ("child": module-level env code never runs in this process, which holds
     the API keys and the network), or are left to the run's workers, which import the
@@ -448,7 +448,7 @@ def load_environment(
 
 
 def _run_checks(
-    env: Environment, checks: list[Check], world_checks: WorldChecks, child: CheckingChild | None
+    env: Environment, checks: list[EnvCheck], world_checks: WorldChecks, child: CheckingChild | None
 ) -> dict[str, list[UserError] | None]:
     """Each check's problems, in order ([]: it passed; None: skipped, a check it needs did
     not pass); an in-world check's come from `child` (none when the workers make it)."""
@@ -463,7 +463,7 @@ def _run_checks(
     return found
 
 
-def _problems_of(check: Check, env: Environment) -> list[UserError]:
+def _problems_of(check: EnvCheck, env: Environment) -> list[UserError]:
     try:
         check.function(env)
     except Problems as exc:
@@ -505,9 +505,9 @@ def _world_child() -> None:
 
 # re-exported: the names callers used before the fingerprint and the checking child moved out
 __all__ = [
-    "CHECKS",
+    "ENV_CHECKS",
     "PURPOSES",
-    "Check",
+    "EnvCheck",
     "Environment",
     "Purpose",
     "checks_for",

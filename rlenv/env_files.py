@@ -1,6 +1,6 @@
 """The environment a spec becomes, and the checks of the files it references: the held-out
 inputs, the snapshot, the cassettes (present, pinned, free of secrets), the reward model's files.
-`rlenv.env` runs them, with the checks that import the env's code, in the order of its `CHECKS`.
+`rlenv.env` runs them, with the checks that import the env's code, in the order of its `ENV_CHECKS`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any, Literal
 from rlenv.canonical import manifest_hash, sha256_bytes, sha256_file, unsafe_entries
 from rlenv.errors import Problems, SpecError, UserError
 from rlenv.files import atomic_write
-from rlenv.inputs import InputRecord, check_templates, dataset_rows, load_inputs
+from rlenv.inputs import EnvInput, check_templates, dataset_rows, load_inputs
 from rlenv.spec import LoadedSpec, line_of
 
 Purpose = Literal["validate", "run", "record", "grade", "probe"]
@@ -30,7 +30,7 @@ class Environment:
     model: str | None = None
     defer_expensive: bool = False
     file_hashes: dict[str, str] = field(default_factory=dict)
-    inputs: list[InputRecord] = field(default_factory=list)
+    inputs: list[EnvInput] = field(default_factory=list)
     reward_endpoints: list[tuple[str, int]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     fingerprint: str = ""
@@ -235,7 +235,7 @@ def check_train_inputs(env: Environment) -> None:
         env.loaded.source_path(spec.train_inputs), templated=spec.prompt is not None
     )
 
-    def shown(records: list[InputRecord]) -> list[dict[str, Any]]:
+    def shown(records: list[EnvInput]) -> list[dict[str, Any]]:
         if spec.prompt is None:
             return [record.data for record in records]
         return [

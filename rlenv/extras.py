@@ -1,7 +1,7 @@
 """Which optional extras a spec needs, found before any rollout runs.
 
 An env whose reward model needs the ``rm`` extra validated "ok" without it and then failed on
-every rollout. `check_extras` (one of the env's named checks, `rlenv.env.CHECKS`) looks the
+every rollout. `check_extras` (one of the env's named checks, `rlenv.env.ENV_CHECKS`) looks the
 needed modules up (`importlib.util.find_spec`: nothing is imported, so it stays fast) and names
 the extra and the pip command in one line.
 """

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlenv.check import baseline_of, read_verified_run, seal_run_json
+from rlenv.audit import baseline_of, read_audited_run, seal_run_json
 from rlenv.env import load_environment
 from rlenv.errors import UserError, WorkerLost
 from rlenv.executors.local import LocalExecutor
@@ -49,7 +49,7 @@ def grade(
         )
     # the run as every reader verifies it (records, summary.json and run.json agree), before
     # the env run.json names is loaded
-    verified = read_verified_run(run_path)
+    verified = read_audited_run(run_path)
     try:
         meta = verified.meta
         spec_path = meta["spec"]

@@ -16,7 +16,7 @@ from rlenv.jsonl import read_objects
 
 
 @dataclass(frozen=True)
-class InputRecord:
+class EnvInput:
     index: int
     id: str
     data: dict[str, Any]
@@ -65,7 +65,7 @@ def render(template: str, fields: dict[str, Any]) -> str:
         raise ValueError(f"prompt.template: {exc}") from None
 
 
-def check_templates(records: list[InputRecord], prompt: Any, where: str) -> None:
+def check_templates(records: list[EnvInput], prompt: Any, where: str) -> None:
     """Every input (and few-shot example) renders: a missing field is found by validate, not
     by the run."""
     if prompt is None:
@@ -83,12 +83,12 @@ def check_templates(records: list[InputRecord], prompt: Any, where: str) -> None
 
 
 def select(
-    records: list[InputRecord],
+    records: list[EnvInput],
     *,
     ids: list[str] | None = None,
     where: dict[str, str] | None = None,
     limit: int | None = None,
-) -> list[InputRecord]:
+) -> list[EnvInput]:
     """The inputs a run covers: those named by `ids` (in file order), those whose fields equal
     every `where` value (compared as text), then the first `limit` of them."""
     chosen = records
@@ -154,10 +154,10 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         raise SpecError(f"invalid CSV: {exc}", where=str(path)) from None
 
 
-def load_inputs(path: Path, *, templated: bool = False) -> list[InputRecord]:
+def load_inputs(path: Path, *, templated: bool = False) -> list[EnvInput]:
     """Parse and check the inputs file; every problem names file:line. With a prompt template
     (`templated`) a record needs no ``prompt`` of its own."""
-    records: list[InputRecord] = []
+    records: list[EnvInput] = []
     seen: dict[str, int] = {}
     rows = (
         _rows(path)
@@ -181,7 +181,7 @@ def load_inputs(path: Path, *, templated: bool = False) -> list[InputRecord]:
                 raise SpecError("'messages' must be a list of {role, content} objects", where=where)
         elif not templated and not isinstance(data.get("prompt"), str):
             raise SpecError("each input needs a 'prompt' string or a 'messages' list", where=where)
-        records.append(InputRecord(index=len(records), id=input_id, data=data))
+        records.append(EnvInput(index=len(records), id=input_id, data=data))
     if not records:
         raise SpecError("inputs file has no records", where=str(path))
     return records

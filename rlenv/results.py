@@ -66,7 +66,7 @@ VERIFIER_ERROR = "verifier error: "
 """How a verifier's ``detail`` starts when the verifier itself raised."""
 
 
-class VerifierResult(TypedDict):
+class VerifierRecord(TypedDict):
     """One verifier's verdict on a rollout; ``passed`` is None when it was not graded."""
 
     name: str
@@ -104,7 +104,7 @@ class RolloutRecord(TypedDict):
     messages: list[dict[str, Any]]
     tool_calls: list[ToolCallRecord]
     answer: str | None
-    verifiers: list[VerifierResult]
+    verifiers: list[VerifierRecord]
     passed: bool | None
     reward: float | None
     usage: dict[str, int]

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rlenv.audit_reader import read_audited_run
 from rlenv.canonical import canonical_bytes
 from rlenv.clock import wall_now
 from rlenv.errors import RunFailed, UserError
@@ -21,7 +22,6 @@ from rlenv.files import atomic_write
 from rlenv.results import (
     read_results,
 )
-from rlenv.verified import read_verified_run
 from rlenv.version import __version__
 
 RETRIED_FILE = "retried.jsonl"
@@ -172,7 +172,7 @@ def _open_run_dir(
                 f" ({_short(earlier, changed)} then, {_short(now, changed)} now);"
                 " results would mix settings: use another --out"
             )
-        records = read_verified_run(run_dir, resume=True).records
+        records = read_audited_run(run_dir, resume=True).records
         if retry:
             records = _set_aside(run_dir, records, retry)
         _note_base_url(meta_path, earlier, now)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
+from rlenv.audit_reader import read_baseline, seal_run_json
 from rlenv.clock import monotonic
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
 from rlenv.errors import InfraError, UserError, WorkerLost
@@ -44,7 +45,6 @@ from rlenv.run_dir import (
 from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.summary import _Totals, build_summary, judges_block
-from rlenv.verified import read_baseline, seal_run_json
 from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.verifiers.judge import judging_writer
 from rlenv.worker.config import GC_THRESHOLD, PendingTasks, RolloutTask, WorkerConfig
@@ -237,7 +237,7 @@ def run(
     }
     if settings.group_by:
         meta["group_by"] = settings.group_by
-    if base is not None:  # judged against it: a reader reads it again (rlenv.verified)
+    if base is not None:  # judged against it: a reader reads it again (rlenv.audit_reader)
         meta["baseline"] = base.source
     if any(verifier.judge is not None for verifier in prepared.loaded.spec.verifiers):
         meta["judges"] = describe_judges(prepared.loaded)  # model, decoding, rubric digest

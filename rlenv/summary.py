@@ -1,7 +1,7 @@
 """summary.json: what a run's records add up to (counts, pass rates, rewards, flags, the digest
 and the outcome digest), tallied one record at a time as the runner writes them (`_Totals`) and
 built by `build_summary`, which `rlenv grade` and the benchmarks call too, and with which every
-reader of a run recomputes it to compare (rlenv.verified.read_verified_run): so this module
+reader of a run recomputes it to compare (rlenv.audit_reader.read_audited_run): so this module
 imports nothing that runs rollouts (no env, runner, worker, world, sandbox or provider).
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv.integrity import RecordChecks, TamperedRun
+from rlenv.audit_records import RecordAudit, TamperedRun
 from rlenv.results import (
     CompactRecord,
     compact_for_metrics,
@@ -76,16 +76,16 @@ class _Totals:
             return
         self.add(record)
 
-    def check_written(self, checks: RecordChecks, first_line: int) -> None:
+    def admit_written(self, audit: RecordAudit, first_line: int) -> None:
         """The lines this process wrote, checked in their place after the earlier ones (lines
         `first_line`...), as the summary checks every record of results.jsonl."""
         rows = iter(self.compact)
         for position in range(self.written):
             number = first_line + position
             if position in self.refused:
-                raise TamperedRun(self.refused[position], where=f"{checks.where}:{number}")
+                raise TamperedRun(self.refused[position], where=f"{audit.where}:{number}")
             row = next(rows)
-            checks.check_key(number, row.input_id, row.rollout, row.input_index)
+            audit.admit_key(number, row.input_id, row.rollout, row.input_index)
 
 
 def judges_block(meta: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any] | None:
@@ -131,16 +131,16 @@ def build_summary(
     expected_inputs = meta.get("input_indices") or len(
         prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
     )
-    checks = RecordChecks(
+    audit = RecordAudit(
         where, rollouts_per_input=meta["rollouts_per_input"], inputs=expected_inputs
     )
     totals = written if written is not None else _Totals()
     line = 0
     for line, record in enumerate(records, start=1):
-        checks.check(line, record)
+        audit.admit(line, record)
         totals.add(record)
-    totals.check_written(checks, first_line=line + 1)
-    checks.finish()
+    totals.admit_written(audit, first_line=line + 1)
+    audit.finish()
     totals.compact.sort(key=lambda r: (r.input_index, r.rollout))
     # (input index, rollout) is unique once checked: the run digest's own order
     digest = digest_in_order(unpacked(row.digest) for row in totals.compact)

@@ -33,8 +33,8 @@ from typing import Any
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.env import Environment, load_environment
 from rlenv.errors import UserError
-from rlenv.grading import component_failure
-from rlenv.inputs import InputRecord, load_inputs
+from rlenv.grade_cache import component_failure
+from rlenv.inputs import EnvInput, load_inputs
 from rlenv.tool_methods import tool_method
 from rlenv.verifiers.judge import Judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -46,7 +46,7 @@ def _environment(spec: str | Path) -> Environment:
     return load_environment(spec, purpose="run")
 
 
-def _train_records(prepared: Environment) -> list[InputRecord]:
+def _train_records(prepared: Environment) -> list[EnvInput]:
     loaded = prepared.loaded
     if loaded.spec.train_inputs is None:
         raise UserError(

@@ -73,10 +73,10 @@ class Verdicts:
         self.checkpoints: list[dict[str, Any]] = []
 
     def add(self, evaluation: Evaluation) -> None:
-        from rlenv.check import read_verified_run
+        from rlenv.audit import read_audited_run
         from rlenv.metrics.verdict import judge, overall
 
-        records = read_verified_run(evaluation.run_dir).records
+        records = read_audited_run(evaluation.run_dir).records
         label = evaluation.run_dir.name
         if self.reference is None:
             self.reference = (label, records)
@@ -134,13 +134,13 @@ def evaluate_checkpoint(
 ) -> Evaluation:
     """Run the held-out env on one checkpoint into ``out_root/step-N`` (a finished run there
     is reused, so a restarted watcher or trainer does not score a checkpoint twice)."""
-    from rlenv.check import read_verified_run
+    from rlenv.audit import read_audited_run
     from rlenv.runner import RunSettings, run
 
     run_dir = Path(out_root) / f"step-{step}"
     finished = run_dir / "summary.json"
     if finished.is_file():  # reused only as every reader reads a run: verified
-        summary = read_verified_run(run_dir).summary
+        summary = read_audited_run(run_dir).summary
         return Evaluation(step, Path(checkpoint), run_dir, summary, 0.0, reused=True)
     started = time.monotonic()
     result = run(

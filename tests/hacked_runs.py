@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from rlenv.check import seal_run_json
+from rlenv.audit import seal_run_json
 from rlenv.results import ResultsWriter, seal
 from rlenv.runner import build_summary
 from rlenv.seeding import derive_seed

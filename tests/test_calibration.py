@@ -199,7 +199,7 @@ def test_http_reward_model_needs_out_and_scale_must_hold_the_scores(
 def _summarise_again(run: Path) -> None:
     """summary.json rebuilt from the records and the edited run.json, and sealed, as the
     runner would have written it with that run.json."""
-    from rlenv.check import recompute_summary, seal_run_json
+    from rlenv.audit import recompute_summary, seal_run_json
 
     meta = json.loads((run / "run.json").read_text())
     old = json.loads((run / "summary.json").read_text())

@@ -16,7 +16,7 @@ import pytest
 from rlenv.sandbox import SandboxLimits, probe_mechanism
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import VerifierContext
-from rlenv.verifiers.code import run_program_cases, run_python_tests, sandboxed_check
+from rlenv.verifiers.code import run_program_cases, run_python_tests, sandboxed_grader
 from tests.conftest import needs
 
 LIMITS = SandboxLimits(cpu_seconds=2, wall_seconds=5, memory_mb=256, file_size_mb=8)
@@ -253,7 +253,7 @@ def test_code_verifier_cannot_write_what_file_state_checks(kind: str, tmp_path: 
     )
     material = TESTS["functions"] if kind == "python_tests" else [CASES[0]]
     config = Verifier.model_validate({"type": kind, "expected_field": "tests"})
-    passed, _, detail = sandboxed_check(config)(_context(workdir, code, material))
+    passed, _, detail = sandboxed_grader(config)(_context(workdir, code, material))
     assert passed, detail
     assert not (workdir / "result.txt").exists()
     assert (workdir / "notes.txt").read_text() == "policy wrote this"
@@ -269,9 +269,9 @@ def test_refuses_without_a_namespace_sandbox(
     config = Verifier.model_validate({"type": "program_cases", "expected_field": "tests"})
     context = _context(tmp_path, "print(3)\n", [CASES[0]])
     with pytest.raises(RuntimeError, match="RLENV_ALLOW_WEAK_SANDBOX"):
-        sandboxed_check(config)(context)
+        sandboxed_grader(config)(context)
     monkeypatch.setenv("RLENV_ALLOW_WEAK_SANDBOX", "1")
-    _, _, detail = sandboxed_check(config)(context)  # it runs (here as root it may not
+    _, _, detail = sandboxed_grader(config)(context)  # it runs (here as root it may not
     assert detail is not None and "refusing" not in detail  # reach the interpreter)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from rlenv import metrics as m
-from rlenv.check import seal_run_json
+from rlenv.audit import seal_run_json
 from rlenv.metrics.verdict import judge_series
 from rlenv.results import ResultsWriter, seal
 from rlenv.runner import build_summary

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 import rlenv.env
-from rlenv.env import CHECKS, Environment, checks_for, load_environment
+from rlenv.env import ENV_CHECKS, Environment, checks_for, load_environment
 from rlenv.errors import UserError
 from tests.conftest import EnvBuilder, sha256
 
@@ -167,7 +167,7 @@ def _load(spec: Path, name: str) -> Environment:
 
 
 def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
-    assert [check.name for check in CHECKS] == [
+    assert [check.name for check in ENV_CHECKS] == [
         "extras",
         "inputs_file",
         "snapshot",
@@ -187,7 +187,7 @@ def test_the_checks_run_in_order_and_each_purpose_says_which() -> None:
         "system_packages",
         "seeds_matter",
     ]
-    assert all(check.description for check in CHECKS)
+    assert all(check.description for check in ENV_CHECKS)
     names = {purpose: [c.name for c in checks_for(purpose)] for purpose in rlenv.env.PURPOSES}
     assert "cassette_files" not in names["record"] and "cassette_secrets" not in names["record"]
     assert "cassette_files" not in names["probe"] and "cassette_secrets" not in names["probe"]
@@ -218,7 +218,7 @@ def test_every_check_is_needed(
     build, fragment = BROKEN[name]
     fragment = fragment.format(module=env_builder.module)
     spec = build(env_builder)
-    monkeypatch.setattr(rlenv.env, "CHECKS", tuple(c for c in CHECKS if c.name != name))
+    monkeypatch.setattr(rlenv.env, "ENV_CHECKS", tuple(c for c in ENV_CHECKS if c.name != name))
     try:
         _load(spec, name)
     except Exception as error:  # a later step may still trip over the problem, but not this way
@@ -310,7 +310,9 @@ def test_seeds_matter_refuses_rollouts_that_share_a_seed(
     monkeypatch.setattr(rlenv.env, "derive_seed", lambda env_seed, *parts: env_seed)
     with pytest.raises(UserError, match="rollouts 0 and 1 of input 'a' got the same random state"):
         load_environment(spec)
-    monkeypatch.setattr(rlenv.env, "CHECKS", tuple(c for c in CHECKS if c.name != "seeds_matter"))
+    monkeypatch.setattr(
+        rlenv.env, "ENV_CHECKS", tuple(c for c in ENV_CHECKS if c.name != "seeds_matter")
+    )
     load_environment(spec)
 
 

@@ -1,8 +1,8 @@
-"""The record checks of the run-integrity reader (rlenv.integrity), in process: each line
+"""The record checks of the run-integrity reader (rlenv.audit_records), in process: each line
 parsed within bounds, each record's digest recomputed, no (input, rollout) twice, none outside
 the run, no gap — and the one line that names where. Both ways of remembering what was seen
 (a slot per rollout while K is small, a set otherwise) must say the same. The mutation run's
-fast set for rlenv/integrity.py (tests/test_integrity.py runs the same promises through
+fast set for rlenv/audit_records.py (tests/test_audit.py runs the same promises through
 `rlenv check` on a real run)."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from rlenv.integrity import (
+from rlenv.audit_records import (
     DENSE_ROLLOUTS,
-    RecordChecks,
+    RecordAudit,
     TamperedRun,
+    audited_records,
     expected_inputs,
     numbered_records,
-    verified_records,
 )
 from rlenv.results import encode_line, seal
 
@@ -41,7 +41,7 @@ def record(input_id: str, rollout: int, index: int = 0, **extra: Any) -> dict[st
 
 
 def read(records: list[dict[str, Any]], **bounds: Any) -> list[dict[str, Any]]:
-    return list(verified_records(enumerate(records, start=1), "R", **bounds))
+    return list(audited_records(enumerate(records, start=1), "R", **bounds))
 
 
 def refused(records: list[dict[str, Any]], **bounds: Any) -> str:
@@ -173,7 +173,7 @@ def test_a_missing_input_is_named_with_the_count() -> None:
 def test_the_checks_run_as_records_pass() -> None:
     """A reader that streams sees every good record before the bad one is refused."""
     seen = []
-    stream = verified_records(enumerate([record("a", 0), record("a", 0)], 1), "R")
+    stream = audited_records(enumerate([record("a", 0), record("a", 0)], 1), "R")
     with pytest.raises(TamperedRun):
         for one in stream:
             seen.append(one["rollout"])
@@ -181,7 +181,7 @@ def test_the_checks_run_as_records_pass() -> None:
 
 
 def test_check_key_alone_keeps_the_same_promises() -> None:
-    checks = RecordChecks("W", rollouts_per_input=2, inputs=1)
+    checks = RecordAudit("W", rollouts_per_input=2, inputs=1)
     checks.check_key(1, "a", 0, 0)
     with pytest.raises(TamperedRun, match="W:2: duplicate record"):
         checks.check_key(2, "a", 0, 0)

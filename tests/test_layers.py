@@ -1,5 +1,5 @@
 """Every module of rlenv sits in a layer of the import-linter contract (pyproject.toml): a module
-in none can import anything unseen (as the runner once imported the API's `rlenv.check`)."""
+in none can import anything unseen (as the runner once imported the API's `rlenv.audit`)."""
 
 from __future__ import annotations
 
@@ -58,13 +58,13 @@ def unlayered(modules: list[str], layered: set[str]) -> list[str]:
 
 def test_every_module_is_in_a_layer() -> None:
     modules = _modules()
-    assert "rlenv.check" in modules and "rlenv.rm.score" in modules  # the walk sees them all
+    assert "rlenv.audit" in modules and "rlenv.rm.score" in modules  # the walk sees them all
     assert unlayered(modules, _layered()) == []
 
 
 def test_a_module_in_no_layer_is_found() -> None:
-    layered = _layered() - {"rlenv.check"}
-    assert unlayered(_modules(), layered) == ["rlenv.check"]
+    layered = _layered() - {"rlenv.audit"}
+    assert unlayered(_modules(), layered) == ["rlenv.audit"]
     # a package spread over layers whose __init__ imports rlenv code would be in none
     assert unlayered(["rlenv.metrics", "rlenv.metrics.run"], {"rlenv.metrics.run"}) == [
         "rlenv.metrics"

@@ -1,5 +1,5 @@
 """The record digest and the results file through the public functions of rlenv.results and
-rlenv.check, in process (the mutation run's fast set for both).
+rlenv.audit, in process (the mutation run's fast set for both).
 
 Issue 27: a mutant that no longer left `output` out of the digest was caught only by a test
 file not run with results.py; here it is caught beside the module."""
@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from rlenv.audit import TamperedRun, audited_records, numbered_records
 from rlenv.canonical import canonical_bytes
-from rlenv.check import TamperedRun, numbered_records, verified_records
 from rlenv.errors import UserError
 from rlenv.results import (
     VOLATILE_FIELDS,
@@ -97,7 +97,7 @@ def test_order_key_and_run_digest_order() -> None:
     assert run_digest(records[:3]) != expected
     sealed = [seal(dict(r)) for r in records]
     assert run_digest(sealed) == expected
-    # a stored digest is what the run digest takes (rlenv.check verifies it against content)
+    # a stored digest is what the run digest takes (rlenv.audit verifies it against content)
     forged = [{**sealed[0], "digest": "f" * 64}, *sealed[1:]]
     assert run_digest(forged) != expected
     assert run_digest([]) == hashlib.sha256(b"").hexdigest()
@@ -153,20 +153,20 @@ def write(path: Path, records: list[dict[str, Any]]) -> None:
     path.write_bytes(b"".join(encode_line(r) + b"\n" for r in records))
 
 
-def test_verified_records_recompute_each_digest(tmp_path: Path) -> None:
+def test_audited_records_recompute_each_digest(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     records = [seal(record("a", n, 0, output={"stdout": str(n)})) for n in range(2)]
     write(path, records)
-    assert list(verified_records(numbered_records(path), str(path))) == records
+    assert list(audited_records(numbered_records(path), str(path))) == records
     # what in-world code printed may differ: it is not digested
     edited = [{**records[0], "output": {"stdout": "changed"}}, records[1]]
     write(path, edited)
-    assert len(list(verified_records(numbered_records(path), str(path)))) == 2
+    assert len(list(audited_records(numbered_records(path), str(path)))) == 2
     # a flipped verdict is not
     flipped = [{**records[0], "passed": False}, records[1]]
     write(path, flipped)
     with pytest.raises(TamperedRun):
-        list(verified_records(numbered_records(path), str(path)))
+        list(audited_records(numbered_records(path), str(path)))
     write(path, [records[0], records[0]])
     with pytest.raises(TamperedRun):
-        list(verified_records(numbered_records(path), str(path)))
+        list(audited_records(numbered_records(path), str(path)))

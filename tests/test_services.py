@@ -213,7 +213,7 @@ def test_missing_libfaketime_is_refused_before_anything_starts(
 ) -> None:
     import rlenv.sandbox
     from rlenv.errors import RunFailed
-    from rlenv.record import record
+    from rlenv.recording import record
 
     pids = tmp_path / "pids"
     pids.mkdir()

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlenv import metrics
+from rlenv.audit import RecordAudit, TamperedRun, audit_run, audited_records, seal_run_json
 from rlenv.canonical import canonical_bytes
-from rlenv.check import RecordChecks, TamperedRun, check_run, seal_run_json, verified_records
 from rlenv.env import load_environment
 from rlenv.results import (
     compact_for_metrics,
@@ -99,7 +99,7 @@ def test_run_summary_is_the_summary_of_its_file(finished: Path) -> None:
     assert (finished / "summary.json").read_bytes() == _from_disk(finished)
     # the run digest as RunDigest computes it from the file, and `rlenv check` agrees
     assert summary["digest"] == run_digest(iter_results(finished / "results.jsonl"))
-    assert check_run(finished).ok, check_run(finished).problems
+    assert audit_run(finished).ok, audit_run(finished).problems
 
 
 def test_resumed_summary_is_the_summary_of_its_file(finished: Path, tmp_path: Path) -> None:
@@ -222,7 +222,7 @@ def _verified_before(
     rollouts_per_input: int | None = None,
     inputs: int | Sequence[int] | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """rlenv.check.verified_records as it was before RecordChecks (the reference)."""
+    """rlenv.audit.audited_records as it was before RecordAudit (the reference)."""
     expected = (
         None if inputs is None else set(range(inputs)) if isinstance(inputs, int) else set(inputs)
     )
@@ -316,16 +316,16 @@ def test_record_checks_give_the_verdicts_they_gave_before(
     before = _verdict(_verified_before(numbered, "f", rollouts_per_input=per_input, inputs=inputs))
 
     def now() -> Iterator[dict[str, Any]]:
-        checks = RecordChecks("f", rollouts_per_input=per_input, inputs=inputs)
-        checks.dense = dense and per_input is not None
+        audit = RecordAudit("f", rollouts_per_input=per_input, inputs=inputs)
+        audit.dense = dense and per_input is not None
         for number, record in numbered:
-            checks.check(number, record)
+            audit.admit(number, record)
             yield record
-        checks.finish()
+        audit.finish()
 
     assert _verdict(now()) == before
     assert (
-        _verdict(verified_records(numbered, "f", rollouts_per_input=per_input, inputs=inputs))
+        _verdict(audited_records(numbered, "f", rollouts_per_input=per_input, inputs=inputs))
         == before
     )
 

@@ -1,9 +1,9 @@
-"""The one reader of a run directory (rlenv.verified.read_verified_run) and `rlenv check`'s
-library side (rlenv.check), in process, on a run directory written here with the functions
+"""The one reader of a run directory (rlenv.audit_reader.read_audited_run) and `rlenv check`'s
+library side (rlenv.audit), in process, on a run directory written here with the functions
 `rlenv run` writes it with (sealed records, `build_summary`, `seal_run_json`). Each edit a
 tamperer could make is one TamperedRun naming the file and the field; an intact run is read
-as written. The mutation run's fast set for rlenv/verified.py and rlenv/check.py
-(tests/test_verified_readers.py runs the same promises through the CLI on a real run)."""
+as written. The mutation run's fast set for rlenv/audit_reader.py and rlenv/audit.py
+(tests/test_audit_readers.py runs the same promises through the CLI on a real run)."""
 
 from __future__ import annotations
 
@@ -14,19 +14,19 @@ from typing import Any
 
 import pytest
 
-from rlenv.check import AgainstResult, CheckResult, check_against, check_run
-from rlenv.errors import UserError
-from rlenv.integrity import TamperedRun
-from rlenv.results import encode_line, run_digest, run_outcome_digest, seal
-from rlenv.summary import build_summary, judges_block
-from rlenv.verified import (
+from rlenv.audit import AgainstResult, AuditResult, audit_against, audit_run
+from rlenv.audit_reader import (
     brief,
+    read_audited_run,
     read_baseline,
-    read_verified_run,
     recompute_summary,
     run_json_digest,
     seal_run_json,
 )
+from rlenv.audit_records import TamperedRun
+from rlenv.errors import UserError
+from rlenv.results import encode_line, run_digest, run_outcome_digest, seal
+from rlenv.summary import build_summary, judges_block
 
 FINGERPRINT = "f" * 64
 DROP = object()  # a run.json field left out (run.json written by an older rlenv)
@@ -114,18 +114,18 @@ def edit(path: Path, change: Any) -> None:
 
 def refused(run: Path) -> str:
     with pytest.raises(TamperedRun) as caught:
-        read_verified_run(run)
+        read_audited_run(run)
     return str(caught.value)
 
 
 def test_an_intact_run_is_read_as_written(run: Path) -> None:
-    verified = read_verified_run(run)
+    verified = read_audited_run(run)
     assert verified.run_dir == run
     assert verified.records == rollouts()
     assert verified.meta == json.loads((run / "run.json").read_text())
     assert verified.summary == json.loads((run / "summary.json").read_text())
     assert verified.summary["digest"] == run_digest(rollouts())
-    checked = check_run(run)
+    checked = audit_run(run)
     assert checked.ok and checked.problems == []
     assert checked.as_dict() == {
         "run_dir": str(run),
@@ -135,7 +135,7 @@ def test_an_intact_run_is_read_as_written(run: Path) -> None:
         "outcome_digest": run_outcome_digest(rollouts()),
         "problems": [],
     }
-    assert read_verified_run(str(run)).records == verified.records  # a str path too
+    assert read_audited_run(str(run)).records == verified.records  # a str path too
 
 
 def test_a_record_edited_is_named_by_its_line(run: Path) -> None:
@@ -146,7 +146,7 @@ def test_a_record_edited_is_named_by_its_line(run: Path) -> None:
     (run / "results.jsonl").write_text("".join(lines))
     message = refused(run)
     assert message.startswith(f"{run / 'results.jsonl'}:3: record ('b', rollout 0)")
-    result = check_run(run)
+    result = audit_run(run)
     assert not result.ok and result.problems == [message]
     assert result.records == 0 and result.digest is None
 
@@ -182,13 +182,13 @@ def test_an_edited_summary_names_the_field(run: Path, field: str, change: Any, n
 
 def test_unrecomputed_fields_may_differ(run: Path) -> None:
     edit(run / "summary.json", lambda s: s.update(rlenv_version="0.0.1", groups={"x": 1}))
-    assert read_verified_run(run).summary["rlenv_version"] == "0.0.1"
+    assert read_audited_run(run).summary["rlenv_version"] == "0.0.1"
 
 
 def test_run_json_is_sealed(run: Path) -> None:
     assert json.loads((run / "summary.json").read_text())["run_json_digest"] == run_json_digest(run)
     (run / "run.json").write_text(json.dumps(json.loads((run / "run.json").read_text())))
-    read_verified_run(run)  # whitespace is not content
+    read_audited_run(run)  # whitespace is not content
     edit(run / "run.json", lambda m: m["model"].update(uri="python:other"))
     assert refused(run) == f"{run / 'run.json'}: does not match the digest sealed in summary.json"
     edit(run / "summary.json", lambda s: s.pop("run_json_digest"))
@@ -199,10 +199,10 @@ def test_run_json_is_sealed(run: Path) -> None:
 
 def test_missing_files_and_bad_json(run: Path, tmp_path: Path) -> None:
     with pytest.raises(UserError) as caught:
-        read_verified_run(tmp_path / "nowhere")
+        read_audited_run(tmp_path / "nowhere")
     assert str(caught.value) == f"{tmp_path / 'nowhere'}: not a run directory (no results.jsonl)"
     with pytest.raises(UserError, match=r"0: not a run directory \(no results.jsonl\)"):
-        read_verified_run(tmp_path)  # a directory, but no results.jsonl in it
+        read_audited_run(tmp_path)  # a directory, but no results.jsonl in it
     (run / "summary.json").rename(tmp_path / "summary.json")
     assert refused(run) == (
         f"{run / 'summary.json'}: missing (a run that did not finish: --resume it)"
@@ -212,12 +212,12 @@ def test_missing_files_and_bad_json(run: Path, tmp_path: Path) -> None:
     (tmp_path / "summary.json").rename(run / "summary.json")
     (run / "run.json").write_text("[1]")
     with pytest.raises(UserError, match=r"run.json: not a JSON object"):
-        read_verified_run(run)
+        read_audited_run(run)
     (run / "run.json").write_text("{oops")
     with pytest.raises(UserError, match=r"run.json: not readable JSON"):
-        read_verified_run(run)
+        read_audited_run(run)
     with pytest.raises(UserError, match="not a run directory"):
-        check_run(tmp_path / "nowhere")
+        audit_run(tmp_path / "nowhere")
 
 
 def test_a_gap_is_refused_but_resumable(tmp_path: Path) -> None:
@@ -227,12 +227,12 @@ def test_a_gap_is_refused_but_resumable(tmp_path: Path) -> None:
         b"".join(encode_line(r) + b"\n" for r in records[:3]) + b'{"input_id": "b", "rol'
     )
     assert refused(run).endswith("input 'b' is missing rollout 1 (1 of 2 missing)")
-    resumed = read_verified_run(run, resume=True)
+    resumed = read_audited_run(run, resume=True)
     assert resumed.records == records[:3] and resumed.summary == {}
     assert resumed.run_dir == run and resumed.meta == json.loads((run / "run.json").read_text())
     assert (run / "results.jsonl").read_bytes().endswith(b"\n")  # the torn line cut off
     (run / "summary.json").unlink()  # an interrupted run has none
-    assert read_verified_run(run, resume=True).records == records[:3]
+    assert read_audited_run(run, resume=True).records == records[:3]
 
 
 def test_resume_still_checks_each_record(tmp_path: Path) -> None:
@@ -242,22 +242,22 @@ def test_resume_still_checks_each_record(tmp_path: Path) -> None:
         b"".join(encode_line(r) + b"\n" for r in [records[0], {**records[1], "answer": "edited"}])
     )
     with pytest.raises(TamperedRun) as caught:
-        read_verified_run(run, resume=True)
+        read_audited_run(run, resume=True)
     assert str(caught.value).startswith(f"{run / 'results.jsonl'}:2: record ('a', rollout 1)")
     extra = seal({**records[0], "rollout": 2})  # outside the 2 rollouts per input run.json holds
     (run / "results.jsonl").write_bytes(encode_line(extra) + b"\n")
     with pytest.raises(TamperedRun, match="outside the run's 2 rollouts per input"):
-        read_verified_run(run, resume=True)
+        read_audited_run(run, resume=True)
     index = seal({**records[0], "input_index": 2})  # outside its 2 inputs
     (run / "results.jsonl").write_bytes(encode_line(index) + b"\n")
     with pytest.raises(TamperedRun, match="outside the run's 2 inputs"):
-        read_verified_run(run, resume=True)
+        read_audited_run(run, resume=True)
     edit(run / "run.json", lambda m: m.update(rollouts_per_input=True))  # a bool is no count
     (run / "results.jsonl").write_bytes(encode_line(extra) + b"\n")
-    assert read_verified_run(run, resume=True).records == [extra]
+    assert read_audited_run(run, resume=True).records == [extra]
     edit(run / "run.json", lambda m: m.update(input_indices=["x"]))
     with pytest.raises(TamperedRun, match="run.json: input_indices is not a list of integers"):
-        read_verified_run(run, resume=True)
+        read_audited_run(run, resume=True)
 
 
 def test_a_summary_from_foreign_records_is_named(run: Path) -> None:
@@ -290,7 +290,7 @@ def test_a_baseline_is_read_again_and_must_keep_its_digest(tmp_path: Path) -> No
     }
     assert len(read_baseline(base, None)) == 4
     run = write_run(tmp_path / "run", baseline=base)
-    assert read_verified_run(run).meta["baseline"] == records.source
+    assert read_audited_run(run).meta["baseline"] == records.source
     with pytest.raises(UserError) as caught:
         read_baseline(base, "0123456789abcdef" * 4)
     assert str(caught.value) == (
@@ -344,7 +344,7 @@ def test_brief_keeps_a_value_short() -> None:
 
 def test_against_itself_and_a_score_or_an_outcome_apart(tmp_path: Path) -> None:
     mine = write_run(tmp_path / "a")
-    same = check_against(mine, write_run(tmp_path / "b"))
+    same = audit_against(mine, write_run(tmp_path / "b"))
     assert isinstance(same, AgainstResult) and same.ok
     assert same.message == "same outcomes; scores within 1e-6"
     assert same.outcome_digests == (run_outcome_digest(rollouts()),) * 2
@@ -357,9 +357,9 @@ def test_against_itself_and_a_score_or_an_outcome_apart(tmp_path: Path) -> None:
         "tolerance": 1e-6,
         "difference": None,
     }
-    near = check_against(mine, write_run(tmp_path / "c", rollouts((1.0, 0.0, 0.5, 0.2500001))))
+    near = audit_against(mine, write_run(tmp_path / "c", rollouts((1.0, 0.0, 0.5, 0.2500001))))
     assert near.ok
-    far = check_against(mine, write_run(tmp_path / "d", rollouts((1.0, 0.0, 0.5, 0.26))))
+    far = audit_against(mine, write_run(tmp_path / "d", rollouts((1.0, 0.0, 0.5, 0.26))))
     assert not far.ok
     assert far.message == (
         "same outcomes; scores differ by more than 1e-6 at input 'b' rollout 1: reward"
@@ -367,7 +367,7 @@ def test_against_itself_and_a_score_or_an_outcome_apart(tmp_path: Path) -> None:
     )
     flipped = rollouts()
     flipped[1] = seal({**flipped[1], "answer": "other"})
-    apart = check_against(mine, write_run(tmp_path / "e", flipped))
+    apart = audit_against(mine, write_run(tmp_path / "e", flipped))
     assert not apart.ok and apart.as_dict()["ok"] is False
     assert apart.message == (
         'outcomes differ at input \'a\' rollout 1: answer ("answer 1" vs "other")'
@@ -376,21 +376,21 @@ def test_against_itself_and_a_score_or_an_outcome_apart(tmp_path: Path) -> None:
 
 
 def test_check_result_ok_only_without_problems() -> None:
-    assert CheckResult("r").ok
-    assert not CheckResult("r", problems=["x"]).ok
+    assert AuditResult("r").ok
+    assert not AuditResult("r", problems=["x"]).ok
 
 
 def test_a_run_json_from_an_older_rlenv_is_read(tmp_path: Path) -> None:
     """run.json without `inputs` (the count comes from the summary) or `limit`."""
     run = write_run(tmp_path / "run", inputs=DROP, limit=DROP)
-    assert read_verified_run(run).records == rollouts()
-    resumed = read_verified_run(run, resume=True)
+    assert read_audited_run(run).records == rollouts()
+    resumed = read_audited_run(run, resume=True)
     assert resumed.records == rollouts()
 
 
 def test_a_grouped_run_is_read(tmp_path: Path) -> None:
     run = write_run(tmp_path / "run", group_by="topic")
-    assert read_verified_run(run).meta["group_by"] == "topic"
+    assert read_audited_run(run).meta["group_by"] == "topic"
 
 
 def test_the_whole_message_of_a_summary_field(run: Path) -> None:
@@ -408,7 +408,7 @@ def test_a_baseline_of_another_env_is_refused_when_read_again(tmp_path: Path) ->
     edit(base / "run.json", lambda m: m.update(env=other))
     edit(base / "summary.json", lambda s: s.update(env=other))
     edit(base / "summary.json", lambda s: s.update(run_json_digest=run_json_digest(base)))
-    assert read_verified_run(base).summary["env"] == other
+    assert read_audited_run(base).summary["env"] == other
     assert refused(run) == (
         f"{run / 'run.json'}: the run was judged against a baseline that cannot be read again:"
         f" --baseline {base}: env fingerprint eeeeeeeeeeee differs from the run's ffffffffffff"
@@ -431,7 +431,7 @@ def test_live_judgments_are_counted_from_the_judge_logs(tmp_path: Path) -> None:
         lambda s: s.update(judges={"judged": {"mode": "live", "live_judgments": 2}}),
     )
     edit(written / "summary.json", lambda s: s.update(run_json_digest=run_json_digest(written)))
-    assert read_verified_run(written).summary["judges"] == {
+    assert read_audited_run(written).summary["judges"] == {
         "judged": {"mode": "live", "live_judgments": 2}
     }
     with open(written / "judge-judged.jsonl", "a") as handle:

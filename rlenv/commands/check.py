@@ -1,5 +1,5 @@
 """`rlenv check RUN_DIR [--against OTHER_RUN]`: verify a run directory's integrity, or that two
-runs have the same outcomes (library: rlenv.check)."""
+runs have the same outcomes (library: rlenv.audit)."""
 
 from __future__ import annotations
 
@@ -30,11 +30,11 @@ def check(
     """Verify a run: each record against its digest, no duplicate or missing rollout,
     summary.json recomputed from the records, run.json against its seal. Exit 1 on tampering
     (or, with --against, on a difference), naming the first problem."""
-    from rlenv.check import TamperedRun, check_against, check_run
+    from rlenv.audit import TamperedRun, audit_against, audit_run
 
     if against is not None:
         try:
-            compared = check_against(run_dir, against)
+            compared = audit_against(run_dir, against)
         except TamperedRun as exc:
             fail(str(exc), 1)
         if as_json:
@@ -45,7 +45,7 @@ def check(
             typer.echo(compared.message)
             typer.echo(f"outcome  {compared.outcome_digests[0]}")
         return
-    result = check_run(run_dir)
+    result = audit_run(run_dir)
     if as_json:
         print_json(result.as_dict())
         if not result.ok:

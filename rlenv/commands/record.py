@@ -1,4 +1,4 @@
-"""`rlenv record SPEC`: record the tools' HTTP into cassettes (library: rlenv.record)."""
+"""`rlenv record SPEC`: record the tools' HTTP into cassettes (library: rlenv.recording)."""
 
 from __future__ import annotations
 
@@ -43,8 +43,8 @@ def record(
     spec = spec_with_sets(spec, sets)
     from dataclasses import asdict
 
-    from rlenv.record import pinned_hash_lines
-    from rlenv.record import record as record_env
+    from rlenv.recording import pinned_hash_lines
+    from rlenv.recording import record as record_env
 
     result = record_env(
         spec, model=model, mode=mode.value, base_url=base_url, limit=limit, rollouts=rollouts

@@ -71,10 +71,10 @@ class RunData:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """Read a run directory as every reader does (rlenv.check.read_verified_run: records,
+    """Read a run directory as every reader does (rlenv.audit.read_audited_run: records,
     summary.json and run.json agree); UserError (one line) when it is not a run directory or
     not intact."""
-    from rlenv.check import read_verified_run
+    from rlenv.audit import read_audited_run
 
     path = Path(run_dir)
     if not path.is_dir():
@@ -82,7 +82,7 @@ def load_run(run_dir: str | Path) -> RunData:
     if not (path / "results.jsonl").is_file():
         raise UserError(f"{path}: no results.jsonl, not a run directory")
     try:
-        run = read_verified_run(path)
+        run = read_audited_run(path)
     except OSError as exc:
         raise UserError(f"{path}: unreadable: {exc}") from None
     return RunData(path, run.meta, run.summary, run.records)

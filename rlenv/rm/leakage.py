@@ -112,7 +112,7 @@ class Overlap:
 
 
 @dataclass
-class Check:
+class OverlapScan:
     name: str
     left: str
     right: str
@@ -140,7 +140,7 @@ class Check:
 
 @dataclass
 class LeakageReport:
-    checks: list[Check]
+    checks: list[OverlapScan]
     method: str = ""
 
     @property
@@ -179,9 +179,9 @@ def compare(
     *,
     containment: float = CONTAINMENT,
     jaccard: float | None = None,
-) -> Check:
+) -> OverlapScan:
     """Every (left item, distinct right text) overlap, exact or near, sorted by left id."""
-    check = Check(name, labels[0], labels[1], len(left), len(right))
+    check = OverlapScan(name, labels[0], labels[1], len(left), len(right))
     holders: dict[tuple[str, ...], list[str]] = {}
     for right_id, right_field, text in right:
         holders.setdefault(tokens(text), []).append(f"{right_id}.{right_field}")
@@ -241,7 +241,7 @@ def check_leakage(
     """Compare held-out inputs with the held-out RM's training pairs (and, when given, the
     policy's training prompts); compare the RM's training prompts with the training RM's.
 
-    Inputs are records with ``id`` and ``prompt`` or ``messages`` (InputRecord.data, dicts),
+    Inputs are records with ``id`` and ``prompt`` or ``messages`` (EnvInput.data, dicts),
     pairs are dicts or PreferencePair objects with ``prompt``/``chosen``/``rejected``, prompts
     are records or plain strings.
     """
@@ -379,7 +379,7 @@ def enforce_leakage(loaded: Any) -> list[str]:
     return [f"warning: held-out leakage: {line}" for line in lines]
 
 
-def train_overlap(heldout: Iterable[Any], train: Iterable[Any]) -> Check:
+def train_overlap(heldout: Iterable[Any], train: Iterable[Any]) -> OverlapScan:
     """Held-out inputs whose prompt appears (exactly or nearly) among the training inputs'
     (records with ``id`` and ``prompt``/``messages``): the spec's ``train_inputs`` check."""
     return compare(

@@ -27,7 +27,7 @@ from rlenv.files import atomic_write, sys_path
 
 if TYPE_CHECKING:
     from rlenv.env import Environment
-    from rlenv.inputs import InputRecord
+    from rlenv.inputs import EnvInput
     from rlenv.spec import LoadedSpec
 
 STOPWORDS = frozenset(
@@ -231,7 +231,7 @@ def _hack_names(hacks: Sequence[str] | None) -> list[str]:
     return names
 
 
-def _gold_inputs(env: Environment, field: str) -> tuple[list[tuple[InputRecord, str]], list[str]]:
+def _gold_inputs(env: Environment, field: str) -> tuple[list[tuple[EnvInput, str]], list[str]]:
     """The held-out inputs with a gold answer in `field`, and the ids of those without."""
     golds = [(record, _gold_text(record.data.get(field))) for record in env.inputs]
     skipped = [record.id for record, gold in golds if gold is None]
@@ -285,7 +285,7 @@ def _reward_scorer(
 
 
 def _verdict_rows(
-    loaded: LoadedSpec, usable: list[tuple[InputRecord, str]], names: list[str], workdir: Path
+    loaded: LoadedSpec, usable: list[tuple[EnvInput, str]], names: list[str], workdir: Path
 ) -> list[dict[str, Any]]:
     """Per input: the unhacked and hacked answers and the spec's verifiers' verdict on each."""
     from rlenv.rm.train import prompt_text

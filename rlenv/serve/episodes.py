@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.agent import ToolOutcome, Trajectory, parse_arguments, rollout_loop
+from rlenv.audit_reader import seal_run_json
 from rlenv.bounds import MAX_REPLY_BYTES, reply_problem
 from rlenv.env import Environment, load_environment
 from rlenv.errors import FixtureMiss, ModelOutputError, UserError, WorkerLost
 from rlenv.executors import Executor, make_executor
 from rlenv.files import atomic_write
-from rlenv.inputs import InputRecord, load_inputs
+from rlenv.inputs import EnvInput, load_inputs
 from rlenv.providers.base import ModelReply
 from rlenv.providers.python import normalise_reply
 from rlenv.results import ResultsWriter, iter_results
@@ -35,7 +36,6 @@ from rlenv.run_dir import _open_run_dir, _pretty, _run_dir_lock, default_run_dir
 from rlenv.runner import world_modes
 from rlenv.seeding import derive_seed
 from rlenv.summary import build_summary, judges_block
-from rlenv.verified import seal_run_json
 from rlenv.verifiers.judge import Judges
 from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -122,7 +122,7 @@ class Episode:
 
     world: ServedWorld
     episode_id: str
-    input: InputRecord
+    input: EnvInput
     task: RolloutTask
     seed: int
     replies: asyncio.Queue[ModelReply] = field(default_factory=asyncio.Queue)
@@ -352,7 +352,7 @@ class ServedWorld:
 
     # -- episodes -----------------------------------------------------------------------------
 
-    def choose(self, input_id: str | None, seed: int | None) -> InputRecord:
+    def choose(self, input_id: str | None, seed: int | None) -> EnvInput:
         """The input of a new episode: the one named, else the seed's (seed mod the number of
         inputs), else the next in order (round robin)."""
         if input_id is not None:

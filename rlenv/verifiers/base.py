@@ -54,7 +54,7 @@ class LiveJudgment(Exception):  # noqa: N818 - a signal, not an error
     """Raised in the world when a judge's judgment must be made live, outside it."""
 
 
-Check = Callable[[VerifierContext], tuple[Any, ...]]
+Grader = Callable[[VerifierContext], tuple[Any, ...]]
 """A built verifier: (passed, score, detail) for one rollout, and a state verifier's diff
 as a fourth element."""
 

@@ -19,7 +19,7 @@ from rlenv.refs import import_ref
 from rlenv.results import VERIFIER_ERROR
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import (
-    Check,
+    Grader,
     LiveJudgment,
     VerifierContext,
     VerifierResult,
@@ -47,8 +47,8 @@ def normalise(text: str, steps: Sequence[str]) -> str:
     return text
 
 
-def _exact(config: Verifier) -> Check:
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+def _exact(config: Verifier) -> Grader:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         expected = expected_value(config, context)
         candidates = expected if isinstance(expected, list) else [expected]
         if config.aliases_field and isinstance(context.input.get(config.aliases_field), list):
@@ -57,13 +57,13 @@ def _exact(config: Verifier) -> Check:
         ok = any(answer == normalise(str(candidate), config.normalize) for candidate in candidates)
         return ok, float(ok), None if ok else f"expected {candidates[0]!r}"
 
-    return check
+    return grade
 
 
 _FLAGS = {"ignorecase": re.IGNORECASE, "multiline": re.MULTILINE, "dotall": re.DOTALL}
 
 
-def _regex(config: Verifier) -> Check:
+def _regex(config: Verifier) -> Grader:
     flags = 0
     for flag in config.flags:
         flags |= _FLAGS[flag]
@@ -72,22 +72,22 @@ def _regex(config: Verifier) -> Check:
     except re.error as exc:
         raise UserError(f"verifier {config.label!r}: invalid regex: {exc}") from None
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         text = context.answer or ""
         found = pattern.fullmatch(text) if config.fullmatch else pattern.search(text)
         return bool(found), float(bool(found)), None if found else "pattern not found"
 
-    return check
+    return grade
 
 
-def _numeric(config: Verifier) -> Check:
+def _numeric(config: Verifier) -> Grader:
     if config.extract == "math":
-        from rlenv.verifiers.maths import math_check
+        from rlenv.verifiers.maths import math_grader
 
-        return math_check(config)
+        return math_grader(config)
     rule = Rule.of(config)
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         expected = read_gold(expected_value(config, context), rule)
         try:
             got = read_number(context.answer or "", rule)
@@ -98,7 +98,7 @@ def _numeric(config: Verifier) -> Check:
         )
         return ok, float(ok), None if ok else f"got {got:g}, expected {expected:g}"
 
-    return check
+    return grade
 
 
 def _seen(text: str, steps: Sequence[str]) -> str:
@@ -106,10 +106,10 @@ def _seen(text: str, steps: Sequence[str]) -> str:
     return skeleton(normalise(skeleton(text), steps))
 
 
-def _contains(config: Verifier) -> Check:
+def _contains(config: Verifier) -> Grader:
     skeleton("")  # loads the confusables data now, at the worker's start, not in a rollout
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         answer = _seen(context.answer or "", config.normalize)
         required = list(config.all)
         if config.expected_field:
@@ -132,21 +132,21 @@ def _contains(config: Verifier) -> Check:
             )
         return failures == 0, score, detail
 
-    return check
+    return grade
 
 
-def _json_schema(config: Verifier) -> Check:
-    from rlenv.verifiers.json_answers import schema_check
+def _json_schema(config: Verifier) -> Grader:
+    from rlenv.verifiers.json_answers import schema_grader
 
-    return schema_check(config)
+    return schema_grader(config)
 
 
-def _python(config: Verifier) -> Check:
+def _python(config: Verifier) -> Grader:
     function = import_ref(config.function or "", what=f"verifier {config.label!r}")
     if not callable(function):
         raise UserError(f"verifier {config.label!r}: {config.function} is not callable")
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         value = function(context.answer, context.input, context, **config.options)
         if isinstance(value, bool):
             return value, float(value), None
@@ -163,11 +163,11 @@ def _python(config: Verifier) -> Check:
             return passed, float(value.get("score", float(passed))), value.get("detail")
         raise TypeError(f"returned {type(value).__name__}; expected bool, float, tuple or dict")
 
-    return check
+    return grade
 
 
-def _file_state(config: Verifier) -> Check:
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+def _file_state(config: Verifier) -> Grader:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         relative = config.path or str(context.input.get(config.path_field or "", ""))
         target = (context.workdir / relative).resolve()
         if not target.is_relative_to(context.workdir.resolve()):
@@ -190,29 +190,29 @@ def _file_state(config: Verifier) -> Check:
             return ok, float(ok), None if ok else f"{relative} content differs"
         return True, 1.0, None
 
-    return check
+    return grade
 
 
-def _code(config: Verifier) -> Check:
+def _code(config: Verifier) -> Grader:
     """python_tests and program_cases: the model's code runs in the sandbox (lazy import)."""
-    from rlenv.verifiers.code import sandboxed_check
+    from rlenv.verifiers.code import sandboxed_grader
 
-    return sandboxed_check(config)
+    return sandboxed_grader(config)
 
 
-def _judge(config: Verifier) -> Check:
+def _judge(config: Verifier) -> Grader:
     from rlenv.verifiers.judge import build
 
     return build(config)
 
 
-def _state(config: Verifier) -> Check:
+def _state(config: Verifier) -> Grader:
     from rlenv.verifiers.state import build_json, build_sqlite
 
     return build_sqlite(config) if config.type == "sqlite_state" else build_json(config)
 
 
-_BUILDERS: dict[str, Callable[[Verifier], Check]] = {
+_BUILDERS: dict[str, Callable[[Verifier], Grader]] = {
     "exact_match": _exact,
     "regex": _regex,
     "numeric": _numeric,
@@ -231,13 +231,13 @@ _BUILDERS: dict[str, Callable[[Verifier], Check]] = {
 class BuiltVerifier:
     def __init__(self, config: Verifier) -> None:
         self.config = config
-        self.check = _BUILDERS[config.type](config)
+        self.grader = _BUILDERS[config.type](config)
 
     def __call__(self, context: VerifierContext) -> VerifierResult:
         frames: list[str] | None = None
         state: dict[str, Any] | None = None
         try:
-            output = self.check(context)
+            output = self.grader(context)
             if len(output) == 4:  # a state verifier's diff
                 state = output[3]
             passed, score, detail = _checked_output(*output[:3])

@@ -35,7 +35,7 @@ from rlenv.sandbox import (
     sandbox_python,
 )
 from rlenv.spec import Verifier
-from rlenv.verifiers.base import Check, VerifierContext, expected_value
+from rlenv.verifiers.base import Grader, VerifierContext, expected_value
 
 __all__ = [
     "SolutionError",
@@ -43,7 +43,7 @@ __all__ = [
     "plain_value",
     "run_program_cases",
     "run_python_tests",
-    "sandboxed_check",
+    "sandboxed_grader",
 ]
 
 WEAK_SANDBOX_VARIABLE = "RLENV_ALLOW_WEAK_SANDBOX"
@@ -70,7 +70,7 @@ def extract_code(answer: str | None) -> str:
     return found.group(1) if found else (answer or "")
 
 
-def sandboxed_check(config: Verifier) -> Check:
+def sandboxed_grader(config: Verifier) -> Grader:
     """Run the model's code in the sandbox (bubblewrap, else unshare) against the input's tests
     or cases, on a throw-away copy of the rollout's workdir. With no namespace sandbox it
     refuses (a verifier error) unless ``--allow-weak-sandbox`` / ``RLENV_ALLOW_WEAK_SANDBOX=1``."""
@@ -83,7 +83,7 @@ def sandboxed_check(config: Verifier) -> Check:
                 f"verifier {config.label!r}: option {name} is {value!r:.40}, not a positive number"
             )
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         mechanism = probe_mechanism()
         if mechanism == "rlimits" and os.environ.get(WEAK_SANDBOX_VARIABLE) != "1":
             raise RuntimeError(
@@ -108,7 +108,7 @@ def sandboxed_check(config: Verifier) -> Check:
                 outcome = run_program_cases(code, list(material), copy, limits, mechanism=mechanism)
         return bool(outcome["passed"]), float(outcome["score"]), outcome.get("detail")
 
-    return check
+    return grade
 
 
 def _limit_reason(result: SandboxResult) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from rlenv.errors import UserError
 from rlenv.spec import Verifier
-from rlenv.verifiers.base import Check, VerifierContext
+from rlenv.verifiers.base import Grader, VerifierContext
 
 _FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(?P<body>.*?)\n?```\s*", re.DOTALL | re.IGNORECASE)
 # keywords whose values are instances, not schemas: a "format" key inside them is data
@@ -74,7 +74,7 @@ def _formats(schema: Any) -> Iterator[str]:
             yield from _formats(item)
 
 
-def schema_check(config: Verifier) -> Check:
+def schema_grader(config: Verifier) -> Grader:
     from rlenv.json_schema import load_jsonschema
 
     jsonschema = load_jsonschema()
@@ -95,7 +95,7 @@ def schema_check(config: Verifier) -> Check:
         )
     validator = validator_class(schema, format_checker=checker)
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         try:
             value = strict_json(context.answer or "")
         except json.JSONDecodeError as exc:
@@ -109,4 +109,4 @@ def schema_check(config: Verifier) -> Check:
             return False, 0.0, errors[0].message[:200]
         return True, 1.0, None
 
-    return check
+    return grade

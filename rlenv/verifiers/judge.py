@@ -40,7 +40,7 @@ from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import FixtureMiss, UserError
 from rlenv.jsonl import json_lines, parse_json_line
 from rlenv.spec import Judge, LoadedSpec, Verifier
-from rlenv.verifiers.base import Check, LiveJudgment, VerifierContext
+from rlenv.verifiers.base import Grader, LiveJudgment, VerifierContext
 
 PENDING_JUDGMENT = "judge: awaiting a live judgment"
 """A judge verifier's detail when the world left the judgment to the orchestrator."""
@@ -188,12 +188,12 @@ def verdict_of(judge: Judge, reply: str) -> tuple[bool, float, str]:
     return score >= judge.threshold, score, detail
 
 
-def build(config: Verifier) -> Check:
+def build(config: Verifier) -> Grader:
     judge = config.judge
     assert judge is not None
     cache: dict[str, str] | None = None
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         nonlocal cache
         request = request_of(config, context)
         key = key_of(request)
@@ -222,7 +222,7 @@ def build(config: Verifier) -> Check:
             reply = cache[key]
         return verdict_of(judge, reply)
 
-    return check
+    return grade
 
 
 # ---------------------------------------------------------------------------------------------

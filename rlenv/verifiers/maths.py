@@ -18,7 +18,7 @@ from typing import Any
 
 from rlenv.errors import UserError
 from rlenv.spec import Verifier
-from rlenv.verifiers.base import Check, VerifierContext, expected_value
+from rlenv.verifiers.base import Grader, VerifierContext, expected_value
 from rlenv.verifiers.numbers import Unreadable, marked_answers
 from rlenv.verifiers.text import visible
 
@@ -73,10 +73,10 @@ def gold_text(value: Any) -> str:
     return str(value)
 
 
-def math_check(config: Verifier) -> Check:
+def math_grader(config: Verifier) -> Grader:
     reader = _Reader(config)
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None]:
         gold = gold_text(expected_value(config, context))
         golds = reader.expressions(gold)
         if len(golds) != 1:
@@ -90,4 +90,4 @@ def math_check(config: Verifier) -> Check:
                 return False, 0.0, f"got {extracted}, expected {golds[0][1]}"
         return True, 1.0, None
 
-    return check
+    return grade

@@ -36,7 +36,7 @@ from typing import Any
 
 from rlenv.canonical import sha256_file
 from rlenv.spec import Verifier
-from rlenv.verifiers.base import Check, VerifierContext, expected_value
+from rlenv.verifiers.base import Grader, VerifierContext, expected_value
 
 SHOWN = 50  # rows (or leaves) of each kind kept in a record's diff; the counts are exact
 
@@ -290,11 +290,11 @@ def _trim(diff: dict[str, Any]) -> dict[str, Any]:
     return diff
 
 
-def build_sqlite(config: Verifier) -> Check:
+def build_sqlite(config: Verifier) -> Grader:
     keys = {str(t): list(c) for t, c in dict(config.options.get("keys") or {}).items()}
     ignore = {str(t): list(c) for t, c in dict(config.options.get("ignore") or {}).items()}
 
-    def check(context: VerifierContext) -> tuple[bool, float, str | None, dict[str, Any]]:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None, dict[str, Any]]:
         before_path, after_path, relative = _files(config, context)
         expected = _expected(config, context)
         before = _read_sqlite(before_path, keys, frozen=True)
@@ -307,7 +307,7 @@ def build_sqlite(config: Verifier) -> Check:
         diff["file"] = relative
         return _verdict(problems, count, _trim(diff))
 
-    return check
+    return grade
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,8 +357,8 @@ def _read_json(path: Path | None) -> Any:
         raise StateError(f"cannot read {path.name} as JSON: {exc}") from None
 
 
-def build_json(config: Verifier) -> Check:
-    def check(context: VerifierContext) -> tuple[bool, float, str | None, dict[str, Any]]:
+def build_json(config: Verifier) -> Grader:
+    def grade(context: VerifierContext) -> tuple[bool, float, str | None, dict[str, Any]]:
         before_path, after_path, relative = _files(config, context)
         expected = _expected(config, context)
         if set(expected) - {"set", "deleted"}:
@@ -399,4 +399,4 @@ def build_json(config: Verifier) -> Check:
         }
         return _verdict(problems, len(expected_pointers), diff)
 
-    return check
+    return grade

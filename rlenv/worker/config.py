@@ -42,7 +42,7 @@ class RolloutTask:
     rollout: int
 
 
-class _Input(Protocol):  # rlenv.inputs.InputRecord, without importing it here
+class _Input(Protocol):  # rlenv.inputs.EnvInput, without importing it here
     @property
     def index(self) -> int: ...
 

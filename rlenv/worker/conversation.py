@@ -117,7 +117,7 @@ class WorldUser:
     def _recording(self) -> Any:
         if not self.config.live_tools or not self.config.record_dir:
             return contextlib.nullcontext()
-        from rlenv.world.record import recording_cassette
+        from rlenv.world.recording import recording_cassette
         from rlenv.world.scrub import spec_scrubber
 
         return recording_cassette(

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlenv.agent import Trajectory
-from rlenv.grading import PENDING
-from rlenv.inputs import InputRecord
+from rlenv.grade_cache import PENDING
+from rlenv.inputs import EnvInput
 from rlenv.results import seal
 from rlenv.seeding import derive_seed
 from rlenv.spec import LoadedSpec
@@ -17,7 +17,7 @@ from rlenv.worker.config import RolloutTask
 
 def lost_record(
     loaded: LoadedSpec,
-    inputs: list[InputRecord],
+    inputs: list[EnvInput],
     task: RolloutTask,
     model: str,
     status: str,

@@ -41,10 +41,10 @@ from rlenv.errors import (
     env_frames,
 )
 from rlenv.files import sys_path
-from rlenv.grading import (
+from rlenv.grade_cache import (
     PENDING,
 )
-from rlenv.inputs import InputRecord, load_inputs
+from rlenv.inputs import EnvInput, load_inputs
 from rlenv.providers.base import ModelReply
 from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import seal
@@ -98,7 +98,7 @@ class WorldRuntime:
         inputs_path = self.loaded.inputs_path
         if config.split == "train" and self.loaded.train_inputs_path is not None:
             inputs_path = self.loaded.train_inputs_path
-        self.inputs: list[InputRecord] = load_inputs(
+        self.inputs: list[EnvInput] = load_inputs(
             inputs_path, templated=self.loaded.spec.prompt is not None
         )
         self.tools = WorldTools(self.loaded, config, self.sanitise)

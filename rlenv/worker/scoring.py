@@ -11,7 +11,7 @@ from typing import Any
 
 from rlenv.agent import Trajectory
 from rlenv.errors import VerifierCrash
-from rlenv.grading import (
+from rlenv.grade_cache import (
     NOT_APPLICABLE,
     PENDING,
     SKIPPED,
@@ -20,7 +20,7 @@ from rlenv.grading import (
     sampled,
     verifier_identity,
 )
-from rlenv.inputs import InputRecord
+from rlenv.inputs import EnvInput
 from rlenv.spec import LoadedSpec
 from rlenv.verifiers import VerifierContext, build_verifiers
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -49,7 +49,7 @@ def ungraded(config: Any, why: str) -> dict[str, Any]:
 
 
 def rollout_record(
-    record: InputRecord,
+    record: EnvInput,
     task: RolloutTask,
     seed: int,
     model: str,

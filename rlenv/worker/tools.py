@@ -77,7 +77,7 @@ def unreachable(exc: BaseException) -> bool:
     return False
 
 
-def record_errors(loaded: LoadedSpec) -> bool:
+def keeps_error_responses(loaded: LoadedSpec) -> bool:
     """Whether `rlenv record` keeps error responses (HTTP >= 400, empty bodies): yes unless
     the spec says ``scrub: {record_errors: false}``."""
     scrub = loaded.spec.scrub
@@ -203,10 +203,10 @@ class WorldTools:
         """While recording, the tool's HTTP goes live through a vcrpy cassette that writes."""
         if not self.config.live_tools or not self.config.record_dir:
             return contextlib.nullcontext()
-        from rlenv.world.record import recording_cassette
+        from rlenv.world.recording import recording_cassette
 
         return recording_cassette(
             Path(self.config.record_dir) / f"{name}.yaml",
             spec_scrubber(self.loaded),
-            record_errors=record_errors(self.loaded),
+            record_errors=keeps_error_responses(self.loaded),
         )

@@ -34,7 +34,7 @@ from rlenv.world.services import date_warning, dated_responses, started_services
 
 
 @dataclass
-class RecordResult:
+class RecordingResult:
     cassettes: dict[str, dict[str, object]] = field(default_factory=dict)
     spec_updated: bool = False
     summary: dict[str, object] = field(default_factory=dict)
@@ -52,7 +52,7 @@ def record(
     base_url: str | None = None,
     limit: int | None = None,
     rollouts: int | None = None,
-) -> RecordResult:
+) -> RecordingResult:
     """Record every tool's HTTP while the policy runs; `mode="all"` re-records from scratch."""
     if mode not in ("new", "all"):
         raise UserError(f"--mode must be 'new' or 'all', got {mode!r}")
@@ -116,10 +116,11 @@ def record(
                 ),
             )
         _refuse_broken_recording(scratch / "run" / "results.jsonl")
-        from rlenv.worker.tools import record_errors
+        from rlenv.worker.tools import keeps_error_responses
 
-        outcome = RecordResult(
-            summary={"counts": result.summary["counts"]}, record_errors=record_errors(loaded)
+        outcome = RecordingResult(
+            summary={"counts": result.summary["counts"]},
+            record_errors=keeps_error_responses(loaded),
         )
         outcome.services = {service.name: service.base_url for service in loaded.spec.services}
         findings = []
@@ -265,7 +266,7 @@ def _refuse_broken_recording(results: Path) -> None:
         )
 
 
-def pinned_hash_lines(result: RecordResult) -> list[str]:
+def pinned_hash_lines(result: RecordingResult) -> list[str]:
     lines = [
         f"{name}: {info['interactions']} interactions ({info['new']} new)"
         + (f", sha256 {info['sha256']}" if "sha256" in info else f" — {info.get('note')}")

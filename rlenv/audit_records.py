@@ -1,6 +1,6 @@
 """The run-integrity reader: a run's records read while each one's digest is recomputed from
-its content, and duplicates and gaps refused (:func:`verified_records`). `rlenv check` (in
-`rlenv.check`), the summary, `rlenv run --resume` and its `--baseline`, `grade`, `report` and
+its content, and duplicates and gaps refused (:func:`audited_records`). `rlenv check` (in
+`rlenv.audit`), the summary, `rlenv run --resume` and its `--baseline`, `grade`, `report` and
 `compare` all read through it; it sits below the runner so the runner need not reach up to
 the API layer for it.
 """
@@ -45,7 +45,7 @@ def numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         yield number, record
 
 
-def verified_records(
+def audited_records(
     records: Iterable[tuple[int, dict[str, Any]]],
     where: str,
     *,
@@ -57,23 +57,23 @@ def verified_records(
     rollouts 0..K-1 (K = ``rollouts_per_input``) and, given ``inputs``, every input index
     0..inputs-1 (or every index of a list: a run of chosen inputs) is there. TamperedRun
     names ``where:LINE`` (or ``where`` for a gap)."""
-    checks = RecordChecks(where, rollouts_per_input=rollouts_per_input, inputs=inputs)
+    audit = RecordAudit(where, rollouts_per_input=rollouts_per_input, inputs=inputs)
     for number, record in records:
-        checks.check(number, record)
+        audit.admit(number, record)
         yield record
-    checks.finish()
+    audit.finish()
 
 
 DENSE_ROLLOUTS = 1024
-"""Up to this many rollouts per input, :class:`RecordChecks` keeps 8 bytes per (input, rollout)
+"""Up to this many rollouts per input, :class:`RecordAudit` keeps 8 bytes per (input, rollout)
 slot (at most 8 KiB per input id a file names, a small multiple of its record's own size)."""
 
 
-class RecordChecks:
-    """What :func:`verified_records` checks, one record at a time, keeping a few bytes per
+class RecordAudit:
+    """What :func:`audited_records` checks, one record at a time, keeping a few bytes per
     record (a line number per (input, rollout) slot, one entry per input), so a 100k-rollout
-    run is checked in little memory. :meth:`check` a whole record (its digest recomputed), or
-    :meth:`check_key` only its place in the run (a record whose digest was sealed where it was
+    run is checked in little memory. :meth:`admit` a whole record (its digest recomputed), or
+    :meth:`admit_key` only its place in the run (a record whose digest was sealed where it was
     made, in the worker, and that this process wrote itself); then :meth:`finish`."""
 
     def __init__(
@@ -99,9 +99,9 @@ class RecordChecks:
         # `rlenv check` allocate K slots per input): else a dict entry per record, as before
         self.dense = rollouts_per_input is not None and rollouts_per_input <= DENSE_ROLLOUTS
 
-    def check(self, number: int, record: dict[str, Any]) -> None:
+    def admit(self, number: int, record: dict[str, Any]) -> None:
         """One record of line `number`: a rollout record whose digest matches its content, in
-        its place (:meth:`check_key`)."""
+        its place (:meth:`admit_key`)."""
         at = f"{self.where}:{number}"
         try:
             input_id = str(record["input_id"])
@@ -118,9 +118,9 @@ class RecordChecks:
                 " (its content changed after it was written)",
                 where=at,
             )
-        self.check_key(number, input_id, rollout, index)
+        self.admit_key(number, input_id, rollout, index)
 
-    def check_key(self, number: int, input_id: str, rollout: int, index: int) -> None:
+    def admit_key(self, number: int, input_id: str, rollout: int, index: int) -> None:
         """The record of line `number` is (input_id, rollout) of input `index`: not a duplicate,
         within the run's rollouts and inputs, and its index names one input only."""
         at = f"{self.where}:{number}"

@@ -1,5 +1,5 @@
 """`rlenv check RUN_DIR [--against OTHER]`: a run verified by the one reader every command uses
-(rlenv.verified.read_verified_run), and two runs' outcomes compared (:class:`AgainstResult`).
+(rlenv.audit_reader.read_audited_run), and two runs' outcomes compared (:class:`AgainstResult`).
 README: "Checking a run".
 """
 
@@ -9,29 +9,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlenv.integrity import (  # noqa: F401 - the record reader lives below the runner; its names stay
-    DENSE_ROLLOUTS,
-    RecordChecks,
-    TamperedRun,
-    expected_inputs,
-    numbered_records,
-    verified_records,
-)
-from rlenv.results import SCORE_TOLERANCE, run_outcome_digest
-from rlenv.verified import (  # noqa: F401 - the reader's names, as rlenv.check always gave them
-    VerifiedRun,
+from rlenv.audit_reader import (  # noqa: F401 - the reader's names, as rlenv.audit always gave them
+    AuditedRun,
     baseline_of,
     brief,
+    read_audited_run,
     read_baseline,
-    read_verified_run,
     recompute_summary,
     run_json_digest,
     seal_run_json,
 )
+from rlenv.audit_records import (  # noqa: F401 - the record reader lives below the runner; its names stay
+    DENSE_ROLLOUTS,
+    RecordAudit,
+    TamperedRun,
+    audited_records,
+    expected_inputs,
+    numbered_records,
+)
+from rlenv.results import SCORE_TOLERANCE, run_outcome_digest
 
 
 @dataclass
-class CheckResult:
+class AuditResult:
     """What `rlenv check` found: ``problems`` is empty when the run is intact."""
 
     run_dir: str
@@ -55,14 +55,14 @@ class CheckResult:
         }
 
 
-def check_run(run_dir: str | Path) -> CheckResult:
-    """Verify a run directory with :func:`read_verified_run` (what every reader of a run
+def audit_run(run_dir: str | Path) -> AuditResult:
+    """Verify a run directory with :func:`read_audited_run` (what every reader of a run
     checks). Bad input (not a run directory, a file that is not JSON) is a UserError;
     tampering is the problem listed (the first found)."""
     path = Path(run_dir)
-    result = CheckResult(str(path))
+    result = AuditResult(str(path))
     try:
-        run = read_verified_run(path)
+        run = read_audited_run(path)
     except TamperedRun as exc:
         result.problems.append(str(exc))
         return result
@@ -116,13 +116,13 @@ class AgainstResult:
         }
 
 
-def check_against(run_dir: str | Path, other: str | Path) -> AgainstResult:
-    """Verify both runs (:func:`read_verified_run`; TamperedRun names the first problem), then
+def audit_against(run_dir: str | Path, other: str | Path) -> AgainstResult:
+    """Verify both runs (:func:`read_audited_run`; TamperedRun names the first problem), then
     name the first (input, rollout, field) whose outcome differs, else the first model score
     further apart than the tolerance (DESIGN: "The same outcome on any machine")."""
     from rlenv.divergence import first_outcome_difference
 
-    mine, theirs = read_verified_run(run_dir), read_verified_run(other)
+    mine, theirs = read_audited_run(run_dir), read_audited_run(other)
     return AgainstResult(
         str(run_dir),
         str(other),

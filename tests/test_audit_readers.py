@@ -1,5 +1,5 @@
 """Every reader verifies the same things (issue #26 item 4): `rlenv check`, report, compare,
-grade, --resume and --baseline read a run through rlenv.check.read_verified_run: each record's
+grade, --resume and --baseline read a run through rlenv.audit.read_audited_run: each record's
 digest recomputed, summary.json recomputed from the records and compared field by field, and
 run.json against the digest sealed in summary.json. Each attack below was accepted before."""
 
@@ -226,7 +226,7 @@ def _rewritten(run: Path, out: Path, change: Callable[[dict[str, Any]], None]) -
     """A copy of ``run`` whose records went through ``change`` and were sealed again, with
     its summary rebuilt and run.json sealed: an intact run (as another machine would write
     it), not a tampered one."""
-    from rlenv.check import recompute_summary, seal_run_json
+    from rlenv.audit import recompute_summary, seal_run_json
     from rlenv.results import ResultsWriter
 
     shutil.copytree(run, out)

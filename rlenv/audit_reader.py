@@ -1,8 +1,8 @@
-"""The one reader of a run directory, :func:`read_verified_run`, used by `rlenv check`, report,
+"""The one reader of a run directory, :func:`read_audited_run`, used by `rlenv check`, report,
 compare, grade, watch, --resume and --baseline (README: "Checking a run").
 
 It recomputes each record's digest from its content and refuses duplicates and gaps
-(rlenv.integrity.RecordChecks), recomputes summary.json from the records and run.json with the
+(rlenv.audit_records.RecordAudit), recomputes summary.json from the records and run.json with the
 function that wrote it (rlenv.summary) and names the first field that differs, and checks
 run.json against the digest sealed in summary.json. So a flipped verdict, an edited answer, a
 duplicated or deleted line, an edited reward statistic, flag, error count or verdict, and an
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlenv.audit_records import RecordAudit, TamperedRun, expected_inputs, numbered_records
 from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import UserError
-from rlenv.integrity import RecordChecks, TamperedRun, expected_inputs, numbered_records
 from rlenv.jsonl import parse_json_line
 from rlenv.results import CompactRecord, compact_for_metrics, read_results
 from rlenv.summary import build_summary, judges_block
@@ -34,7 +34,7 @@ class BaselineRecords(list[CompactRecord]):
 
 
 def read_baseline(run_dir: str | Path, fingerprint: str | None) -> BaselineRecords:
-    """The records of a ``--baseline`` run directory, read by :func:`read_verified_run` as
+    """The records of a ``--baseline`` run directory, read by :func:`read_audited_run` as
     every reader's, in the compact form the metrics read. UserError (one line) when it is not
     a run directory, or not intact, or its env fingerprint differs from ``fingerprint`` (a
     baseline must be the same env: same reward model, same verifiers)."""
@@ -42,7 +42,7 @@ def read_baseline(run_dir: str | Path, fingerprint: str | None) -> BaselineRecor
     if not (path / "results.jsonl").is_file():
         raise UserError(f"--baseline {path}: no results.jsonl, not a run directory")
     try:
-        run = read_verified_run(path)
+        run = read_audited_run(path)
     except UserError as exc:
         raise UserError(f"--baseline {exc}") from None
     theirs = (run.summary.get("env") or run.meta.get("env") or {}).get("fingerprint")
@@ -82,8 +82,8 @@ def seal_run_json(summary: dict[str, Any], run_dir: str | Path) -> dict[str, Any
 
 
 @dataclass
-class VerifiedRun:
-    """A run directory whose records, summary.json and run.json agree (read_verified_run)."""
+class AuditedRun:
+    """A run directory whose records, summary.json and run.json agree (read_audited_run)."""
 
     run_dir: Path
     meta: dict[str, Any]
@@ -92,7 +92,7 @@ class VerifiedRun:
     """In file order; none torn, none twice, each matching its digest."""
 
 
-def read_verified_run(run_dir: str | Path, *, resume: bool = False) -> VerifiedRun:
+def read_audited_run(run_dir: str | Path, *, resume: bool = False) -> AuditedRun:
     """The one reader of a run directory (`rlenv check`, report, compare, grade, --resume,
     --baseline): every record's digest recomputed, no duplicate and (but on ``resume``) no gap;
     summary.json recomputed from the records and run.json and compared field by field; run.json
@@ -120,13 +120,11 @@ def read_verified_run(run_dir: str | Path, *, resume: bool = False) -> VerifiedR
         per_input if isinstance(per_input, int) and not isinstance(per_input, bool) else None
     )
     if resume:
-        checks = RecordChecks(
-            str(results), rollouts_per_input=per_input, inputs=_inputs_of(meta, {})
-        )
+        audit = RecordAudit(str(results), rollouts_per_input=per_input, inputs=_inputs_of(meta, {}))
         for number, record in numbered_records(results):
-            checks.check(number, record)
+            audit.admit(number, record)
         # verified: now a torn last line (a write cut short by a crash) may be cut off
-        return VerifiedRun(path, meta, {}, read_results(results, repair=True))
+        return AuditedRun(path, meta, {}, read_results(results, repair=True))
     summary = _read_object(summary_path)
     records = [record for _, record in numbered_records(results)]  # each line parsed, bounded
     sealed = summary.get(RUN_JSON_SEAL)
@@ -139,7 +137,7 @@ def read_verified_run(run_dir: str | Path, *, resume: bool = False) -> VerifiedR
         )
     recomputed = recompute_summary(path, meta, summary, records)
     _compare_summary(summary, recomputed, summary_path)
-    return VerifiedRun(path, meta, summary, records)
+    return AuditedRun(path, meta, summary, records)
 
 
 def recompute_summary(
