@@ -15,6 +15,7 @@ from rlenv.bounds import bounds_problem, reply_problem
 from rlenv.canonical import MAX_DEPTH
 from rlenv.errors import FixtureMiss, InfraError, ModelOutputError, PolicyCrash
 from rlenv.providers.base import ModelReply
+from rlenv.results import ToolCallRecord
 
 T = TypeVar("T")
 
@@ -46,7 +47,7 @@ class ToolOutcome:
 @dataclass
 class Trajectory:
     messages: list[dict[str, Any]]
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
     status: str = "ok"
     error: str | None = None
     traceback: list[str] = field(default_factory=list)  # the env's frames of `error`
@@ -133,7 +134,7 @@ async def rollout_loop(
                     arguments: Any = parse_arguments(function.get("arguments", ""))
                 except ValueError:
                     arguments = function.get("arguments")
-                record: dict[str, Any] = {
+                record: ToolCallRecord = {
                     "turn": turn,
                     "id": call["id"],
                     "name": function["name"],

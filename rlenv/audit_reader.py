@@ -22,7 +22,7 @@ from rlenv.audit_records import RecordAudit, TamperedRun, expected_inputs, numbe
 from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import UserError
 from rlenv.jsonl import parse_json_line
-from rlenv.results import CompactRecord, compact_for_metrics, read_results
+from rlenv.results import CompactRecord, RolloutRecord, compact_for_metrics, read_results
 from rlenv.summary import build_summary, judges_block
 
 
@@ -88,7 +88,7 @@ class AuditedRun:
     run_dir: Path
     meta: dict[str, Any]
     summary: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[RolloutRecord]
     """In file order; none torn, none twice, each matching its digest."""
 
 
@@ -144,7 +144,7 @@ def recompute_summary(
     run_dir: Path,
     meta: dict[str, Any],
     summary: dict[str, Any],
-    records: list[dict[str, Any]],
+    records: list[RolloutRecord],
     prepared: Any = None,
 ) -> dict[str, Any]:
     """summary.json as `rlenv run` would write it from these records and this run.json (the

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 from array import array
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rlenv.errors import UserError
-from rlenv.results import record_digest
+from rlenv.results import RolloutRecord, record_digest
 
 
 class TamperedRun(UserError):
@@ -22,9 +22,10 @@ class TamperedRun(UserError):
     commands that read a run, exit 1 for `rlenv check`)."""
 
 
-def numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def numbered_records(path: Path) -> Iterator[tuple[int, RolloutRecord]]:
     """(line number, record) of results.jsonl, stopping at a torn last line (a crash
-    mid-write; `--resume` cuts it off). A malformed line elsewhere is an error."""
+    mid-write; `--resume` cuts it off). A malformed line elsewhere is an error. Each JSON
+    object is typed as the record it claims to be: :class:`RecordAudit` checks the claim."""
     if not path.exists():
         return
     with open(path, "rb") as handle:
@@ -42,16 +43,16 @@ def numbered_records(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             raise TamperedRun("a line nested too deeply", where=f"{path}:{number}") from None
         if not isinstance(record, dict):
             raise TamperedRun("not a JSON object", where=f"{path}:{number}")
-        yield number, record
+        yield number, cast(RolloutRecord, record)
 
 
 def audited_records(
-    records: Iterable[tuple[int, dict[str, Any]]],
+    records: Iterable[tuple[int, RolloutRecord]],
     where: str,
     *,
     rollouts_per_input: int | None = None,
     inputs: int | Sequence[int] | None = None,
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[RolloutRecord]:
     """The records, each checked as it passes: its stored digest is recomputed from its
     content, and no (input, rollout) comes twice. When the iteration ends, every input has
     rollouts 0..K-1 (K = ``rollouts_per_input``) and, given ``inputs``, every input index
@@ -99,7 +100,7 @@ class RecordAudit:
         # `rlenv check` allocate K slots per input): else a dict entry per record, as before
         self.dense = rollouts_per_input is not None and rollouts_per_input <= DENSE_ROLLOUTS
 
-    def admit(self, number: int, record: dict[str, Any]) -> None:
+    def admit(self, number: int, record: Mapping[str, Any]) -> None:
         """One record of line `number`: a rollout record whose digest matches its content, in
         its place (:meth:`admit_key`)."""
         at = f"{self.where}:{number}"

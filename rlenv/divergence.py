@@ -4,11 +4,18 @@ the same (`rlenv verify`), and the outcome comparison of `rlenv check RUN --agai
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rlenv.canonical import canonical_bytes
-from rlenv.results import MODEL_SCORES, SCORE_TOLERANCE, order_key, outcome, stable
+from rlenv.results import (
+    MODEL_SCORES,
+    SCORE_TOLERANCE,
+    RolloutRecord,
+    order_key,
+    outcome,
+    stable,
+)
 
 TRAJECTORY_ORDER = ("messages", "tool_calls", "answer", "verifiers", "passed", "reward", "status")
 
@@ -44,7 +51,7 @@ def first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, A
 
 
 def first_divergence(
-    run_a: list[dict[str, Any]], run_b: list[dict[str, Any]]
+    run_a: Sequence[RolloutRecord], run_b: Sequence[RolloutRecord]
 ) -> dict[str, Any] | None:
     """The first (input, rollout, turn, field) where two runs differ, or None if identical."""
     a = {(r["input_id"], r["rollout"]): stable(r) for r in run_a}
@@ -100,7 +107,7 @@ def _turn_of(field: str, record: dict[str, Any]) -> int | None:
 
 
 def first_outcome_difference(
-    run_a: Iterable[Mapping[str, Any]], run_b: Iterable[Mapping[str, Any]]
+    run_a: Iterable[RolloutRecord], run_b: Iterable[RolloutRecord]
 ) -> dict[str, Any] | None:
     """Where two runs of the same policy outputs stop agreeing (``rlenv check --against``):
     the first (input, rollout) in run order whose outcome differs (``kind`` "outcome": a

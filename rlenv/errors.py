@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
@@ -57,7 +58,7 @@ class VerifierCrash(Exception):
     def __init__(self, message: str, frames: list[str] | None = None) -> None:
         super().__init__(message)
         self.frames = frames or []
-        self.results: list[dict[str, Any]] = []  # every verifier's result, this one ungraded
+        self.results: Sequence[Mapping[str, Any]] = []  # each verifier's result, this one ungraded
 
 
 class PolicyCrash(Exception):

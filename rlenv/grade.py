@@ -18,7 +18,7 @@ from rlenv.env import load_environment
 from rlenv.errors import UserError, WorkerLost
 from rlenv.executors.local import LocalExecutor
 from rlenv.files import atomic_write
-from rlenv.results import encode_line, order_key
+from rlenv.results import RolloutRecord, encode_line, order_key
 from rlenv.runner import _cache_dir, _pretty, build_summary, weak_sandbox_allowed
 from rlenv.worker.config import WorkerConfig
 from rlenv.worker.lost import late_grade_lost
@@ -105,12 +105,12 @@ def grade(
 
 
 async def _grade_all(
-    executor: LocalExecutor, records: list[dict[str, Any]], timeout_s: float
+    executor: LocalExecutor, records: list[RolloutRecord], timeout_s: float
 ) -> list[Any]:
     """Each record's deferred verifiers, within `limits.timeout_s` (a worker that overruns is
     killed and replaced, and that record's verdict says so: see `late_grade_lost`)."""
 
-    async def one(record: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
+    async def one(record: RolloutRecord) -> tuple[RolloutRecord, int, int]:
         try:
             return await executor.grade(record, timeout_s)
         except WorkerLost as lost:

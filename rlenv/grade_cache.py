@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rlenv.canonical import canonical_bytes, sha256_bytes, sha256_json
 from rlenv.files import atomic_write
-from rlenv.results import VERIFIER_ERROR
+from rlenv.results import VERIFIER_ERROR, VerifierRecord
 from rlenv.seeding import derive_seed
 
-PENDING = "pending"
+PENDING: Final = "pending"
 SKIPPED = "not sampled"
 NOT_APPLICABLE = "not applicable"  # the verifier's `when:` does not match the input
 UNSCORED = frozenset({NOT_APPLICABLE, SKIPPED})
@@ -54,7 +54,7 @@ class GraderCache:
     def key(self, verifier: dict[str, Any], content: str) -> str:
         return sha256_bytes(canonical_bytes({"verifier": verifier, "rollout": content}))
 
-    def get(self, key: str) -> dict[str, Any] | None:
+    def get(self, key: str) -> VerifierRecord | None:
         path = self.root / key[:2] / f"{key}.json"
         try:
             value = json.loads(path.read_text())
@@ -64,7 +64,7 @@ class GraderCache:
         self.hits += 1
         return value  # type: ignore[no-any-return]
 
-    def put(self, key: str, result: dict[str, Any]) -> None:
+    def put(self, key: str, result: VerifierRecord) -> None:
         path = self.root / key[:2] / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, canonical_bytes(result))

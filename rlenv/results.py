@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any, Literal, NotRequired, TypedDict
+from typing import IO, Any, Literal, NotRequired, TypedDict, overload
 
 import orjson
 
@@ -75,6 +75,7 @@ class VerifierRecord(TypedDict):
     score: float | None
     detail: str | None  # "pending" while deferred to `rlenv grade`, "not sampled" if skipped
     traceback: NotRequired[list[str]]  # the env's frames, when the verifier raised
+    state: NotRequired[dict[str, Any]]  # a state verifier's diff (sqlite_state, json_state)
 
 
 class ToolCallRecord(TypedDict):
@@ -99,7 +100,7 @@ class RolloutRecord(TypedDict):
     rollout: int
     seed: int
     model: str
-    status: Status
+    status: str  # a Status (a plain str once read back from results.jsonl)
     error: str | None
     messages: list[dict[str, Any]]
     tool_calls: list[ToolCallRecord]
@@ -137,12 +138,12 @@ VOLATILE_FIELDS = ("timing", "digest", "output")
 printed (``output``: kept for debugging, not the policy's behaviour; see rlenv.worker.capture)."""
 
 
-def stable(record: dict[str, Any]) -> dict[str, Any]:
+def stable(record: Mapping[str, Any]) -> dict[str, Any]:
     """The record without volatile fields (wall times, its own digest)."""
     return {key: value for key, value in record.items() if key not in VOLATILE_FIELDS}
 
 
-def record_digest(record: dict[str, Any]) -> str:
+def record_digest(record: Mapping[str, Any]) -> str:
     """sha256 of the record's canonical (RFC 8785) stable form; stored in the record."""
     return sha256_bytes(canonical_bytes(stable(record)))
 
@@ -171,7 +172,11 @@ def outcome_digest(record: Mapping[str, Any]) -> str:
     return sha256_bytes(canonical_bytes(outcome(record)))
 
 
-def seal(record: dict[str, Any]) -> dict[str, Any]:
+@overload
+def seal(record: RolloutRecord) -> RolloutRecord: ...
+@overload
+def seal(record: dict[str, Any]) -> dict[str, Any]: ...
+def seal(record: RolloutRecord | dict[str, Any]) -> RolloutRecord | dict[str, Any]:
     """Add the record's own digest (computed where the record is made, in the workers)."""
     record["digest"] = record_digest(record)
     return record
@@ -188,7 +193,7 @@ class RunDigest:
     def __init__(self) -> None:
         self._entries: list[tuple[int, str, int, str]] = []
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: Mapping[str, Any]) -> None:
         self._entries.append((*order_key(record), record.get("digest") or record_digest(record)))
 
     def hexdigest(self) -> str:
@@ -201,7 +206,7 @@ def digest_in_order(digests: Iterable[str]) -> str:
     return sha256_bytes("\n".join(digests).encode())
 
 
-def run_digest(records: Iterable[dict[str, Any]]) -> str:
+def run_digest(records: Iterable[Mapping[str, Any]]) -> str:
     """sha256 over the records' canonical digests in (input, rollout) order."""
     digest = RunDigest()
     for record in records:
@@ -216,7 +221,7 @@ def run_outcome_digest(records: Iterable[Mapping[str, Any]]) -> str:
     return digest_in_order(entry[3] for entry in entries)
 
 
-def encode_line(record: dict[str, Any]) -> bytes:
+def encode_line(record: Mapping[str, Any]) -> bytes:
     """One results line: sorted keys, compact; its digest field carries the canonical hash.
 
     Every line is strict JSON: a NaN or infinity that reached the record is written as null,
@@ -280,7 +285,7 @@ _LONG_DIGITS = re.compile(rb"[0-9]{19}")
 _LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
 
 
-def _reference_line(record: dict[str, Any]) -> bytes:
+def _reference_line(record: Mapping[str, Any]) -> bytes:
     """`encode_line` as json.dumps writes it (the reference of the orjson fast path)."""
     return json.dumps(
         plain_json(record),
@@ -303,7 +308,7 @@ class ResultsWriter:
         self.handle: IO[bytes] = open(path, "ab", buffering=0)
         self.on_line = on_line
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: Mapping[str, Any]) -> None:
         """Append one line whole, or not at all: a write that fails part-way (disk full) is
         cut back off, so the file never ends in a torn line."""
         encoded = encode_line(record)
@@ -327,7 +332,7 @@ class ResultsWriter:
             self.handle.close()
 
 
-def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
+def read_results(path: Path, *, repair: bool = False) -> list[RolloutRecord]:
     """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair.
 
     With `repair` (`--resume`), a line that does not parse with lines after it is no torn
@@ -336,7 +341,7 @@ def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     data = path.read_bytes()
-    records: list[dict[str, Any]] = []
+    records: list[RolloutRecord] = []
     good_end = 0
     position = 0
     lines = data.splitlines(keepends=True)
@@ -361,7 +366,7 @@ def read_results(path: Path, *, repair: bool = False) -> list[dict[str, Any]]:
     return records
 
 
-def iter_results(path: Path, end: int | None = None) -> Iterator[dict[str, Any]]:
+def iter_results(path: Path, end: int | None = None) -> Iterator[RolloutRecord]:
     """Records of results.jsonl one at a time, stopping at a torn last line (and, given `end`,
     at that byte offset: the lines that were there before a run appended its own)."""
     if not path.exists():

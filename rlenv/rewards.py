@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,7 +105,7 @@ def build_components(config: CompositeReward | None) -> dict[str, RewardFunction
 
 def composite(
     config: CompositeReward,
-    verifiers: list[dict[str, Any]],
+    verifiers: Sequence[Mapping[str, Any]],
     reward_model: float | None,
     functions: dict[str, RewardFunction],
     context: RewardContext,

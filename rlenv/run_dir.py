@@ -20,6 +20,7 @@ from rlenv.clock import wall_now
 from rlenv.errors import RunFailed, UserError
 from rlenv.files import atomic_write
 from rlenv.results import (
+    RolloutRecord,
     read_results,
 )
 from rlenv.version import __version__
@@ -198,8 +199,8 @@ def _refuse_earlier_run(run_dir: Path) -> None:
 
 
 def _set_aside(
-    run_dir: Path, records: list[dict[str, Any]], retry: tuple[str, ...]
-) -> list[dict[str, Any]]:
+    run_dir: Path, records: list[RolloutRecord], retry: tuple[str, ...]
+) -> list[RolloutRecord]:
     """Move the records to retry from results.jsonl to retried.jsonl; return those kept.
 
     retried.jsonl is appended (and flushed) first, then results.jsonl is replaced atomically:

@@ -33,7 +33,11 @@ from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import select
 from rlenv.providers.base import ModelReply, Provider, check_reference
 from rlenv.providers.registry import resolve_provider
-from rlenv.results import ResultsWriter, iter_results
+from rlenv.results import (
+    ResultsWriter,
+    RolloutRecord,
+    iter_results,
+)
 from rlenv.run_dir import (
     _discard_if_empty,
     _open_run_dir,
@@ -494,7 +498,7 @@ async def _execute(
     finished = 0
     timeout_s = prepared.loaded.spec.limits.timeout_s
 
-    def done(task: RolloutTask, record: dict[str, Any] | WorkerLost, started: float) -> None:
+    def done(task: RolloutTask, record: RolloutRecord | WorkerLost, started: float) -> None:
         nonlocal finished
         if isinstance(record, WorkerLost):  # killed for overrunning, or died: the run goes on
             # (a call's limit may be what was left of the rollout's: name the spec's)
@@ -558,7 +562,7 @@ async def _execute(
 
 async def _outside_rollout(
     prepared: Environment, provider: Provider, executor: Executor, task: RolloutTask
-) -> dict[str, Any]:
+) -> RolloutRecord:
     """Model calls here (outside the frozen world); tool calls and grading in a worker."""
     spec = prepared.loaded.spec
     record = prepared.inputs[task.input_index]

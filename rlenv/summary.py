@@ -15,6 +15,7 @@ from typing import Any
 from rlenv.audit_records import RecordAudit, TamperedRun
 from rlenv.results import (
     CompactRecord,
+    RolloutRecord,
     compact_for_metrics,
     decode_line,
     digest_in_order,
@@ -48,7 +49,7 @@ class _Totals:
     refused: dict[int, str] = field(default_factory=dict)
     """Position among the lines written -> why it is no rollout record (said in line order)."""
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: RolloutRecord) -> None:
         for call in record.get("tool_calls") or []:
             self.fixtures[call["fixture"]] = self.fixtures.get(call["fixture"], 0) + 1
         for key, value in (record.get("usage") or {}).items():
@@ -108,7 +109,7 @@ def judges_block(meta: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]
 def build_summary(
     prepared: Any,
     meta: dict[str, Any],
-    records: Iterable[dict[str, Any]],
+    records: Iterable[RolloutRecord],
     model_uri: str,
     where: str = "results.jsonl",
     baseline: Sequence[Mapping[str, Any]] | None = None,

@@ -35,6 +35,7 @@ from rlenv.env import Environment, load_environment
 from rlenv.errors import UserError
 from rlenv.grade_cache import component_failure
 from rlenv.inputs import EnvInput, load_inputs
+from rlenv.results import ToolCallRecord
 from rlenv.tool_methods import tool_method
 from rlenv.verifiers.judge import Judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -313,7 +314,7 @@ class RlenvEnvironment:
 
     _spec: str = ""
     _task: RolloutTask | None = None
-    _calls: list[dict[str, Any]]
+    _calls: list[ToolCallRecord]
     _turn: int = 0
 
     def reset(self, **row: Any) -> str | None:
@@ -329,7 +330,7 @@ class RlenvEnvironment:
         if self._task is None:
             raise RuntimeError("reset() first: no rollout in progress")
         number = len(self._calls)
-        call = {
+        call: dict[str, Any] = {
             "id": f"call_{number}",
             "function": {"name": name, "arguments": json.dumps(arguments, sort_keys=True)},
         }

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import WorkerLost
+from rlenv.results import RolloutRecord
 from rlenv.worker.config import RolloutTask
 
 START_TIMEOUT_S = 1800.0
@@ -56,13 +57,13 @@ class Executor(Protocol):
         """How many rollouts run at once (worker processes, actors)."""
         ...
 
-    async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
+    async def run_rollout(self, task: RolloutTask, timeout: float) -> RolloutRecord:
         """A whole rollout with the policy inside the world; the sealed record."""
         ...
 
     def run_batch(
         self, tasks: list[RolloutTask], timeout: float
-    ) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+    ) -> AsyncGenerator[tuple[RolloutTask, RolloutRecord | WorkerLost | None], None]:
         """Whole rollouts in the world, one after another on one worker: (task, record) as
         each ends; (task, WorkerLost) for the one its worker overran or died in, and (task,
         None) for each it did not reach then (the caller runs those again)."""
@@ -80,13 +81,11 @@ class Executor(Protocol):
 
     async def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-    ) -> dict[str, Any]:
+    ) -> RolloutRecord:
         """Grade a prepared rollout's trajectory; the sealed record (the workdir is removed)."""
         ...
 
-    async def grade(
-        self, record: dict[str, Any], timeout: float
-    ) -> tuple[dict[str, Any], int, int]:
+    async def grade(self, record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
         """`rlenv grade`: a record's deferred verifiers run; with grader-cache hits, misses."""
         ...
 
@@ -97,7 +96,7 @@ class Executor(Protocol):
 
 async def one_by_one(
     executor: Executor, tasks: list[RolloutTask], timeout: float
-) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+) -> AsyncGenerator[tuple[RolloutTask, RolloutRecord | WorkerLost | None], None]:
     """`Executor.run_batch` as one `run_rollout` call per task."""
     for task in tasks:
         try:

@@ -36,6 +36,7 @@ from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, WorkerLost
 from rlenv.executors import replies, wire
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
+from rlenv.results import RolloutRecord
 from rlenv.worker import protocol, timers
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.world.environment import world_environment
@@ -406,7 +407,7 @@ class LocalExecutor:
 
     async def run_batch(
         self, tasks: list[RolloutTask], timeout: float
-    ) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+    ) -> AsyncGenerator[tuple[RolloutTask, RolloutRecord | WorkerLost | None], None]:
         """Whole rollouts on one worker, sent in one request and answered one by one (see
         `rlenv.worker.protocol`). Yields (task, record); when the worker overruns or dies,
         (task, WorkerLost) for the rollout it was in (the first not answered: each rollout is
@@ -446,7 +447,7 @@ class LocalExecutor:
             else:
                 self._release(slot, replacement)
 
-    async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
+    async def run_rollout(self, task: RolloutTask, timeout: float) -> RolloutRecord:
         return await self._call("run_rollout", (task,), timeout, task)  # type: ignore[no-any-return]
 
     async def prepare(self, task: RolloutTask) -> None:
@@ -461,13 +462,11 @@ class LocalExecutor:
 
     async def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-    ) -> dict[str, Any]:
+    ) -> RolloutRecord:
         args = (task, trajectory, model, timeout)
         return await self._call("finish", args, timeout, task)  # type: ignore[no-any-return]
 
-    async def grade(
-        self, record: dict[str, Any], timeout: float
-    ) -> tuple[dict[str, Any], int, int]:
+    async def grade(self, record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
         return await self._call("grade", (record, timeout), timeout, None)  # type: ignore[no-any-return]
 
     def close(self) -> None:

@@ -62,6 +62,7 @@ from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError, WorkerLost
 from rlenv.executors import bundle, replies
 from rlenv.executors.base import CALLS, backstop, death_error, one_by_one
+from rlenv.results import RolloutRecord
 from rlenv.version import __version__
 from rlenv.worker import protocol
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -187,7 +188,7 @@ class WorldActor:
             "python": list(sys.version_info[:2]),
         }
 
-    def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+    def run_rollout(self, task: RolloutTask) -> RolloutRecord:
         return protocol.handle("run_rollout", task)
 
     def prepare(self, task: RolloutTask) -> None:
@@ -200,10 +201,10 @@ class WorldActor:
 
     def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-    ) -> dict[str, Any]:
+    ) -> RolloutRecord:
         return protocol.handle("finish", task, trajectory, model, timeout)
 
-    def grade(self, record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
+    def grade(self, record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
         return protocol.handle("grade", record, timeout)
 
     def shutdown(self) -> None:
@@ -375,7 +376,7 @@ class RayExecutor:
             raise message[1] from None
         return message[1]
 
-    async def run_rollout(self, task: RolloutTask, timeout: float) -> dict[str, Any]:
+    async def run_rollout(self, task: RolloutTask, timeout: float) -> RolloutRecord:
         index = self._pick()
         self.busy[index] += 1
         try:
@@ -385,7 +386,7 @@ class RayExecutor:
 
     def run_batch(
         self, tasks: list[RolloutTask], timeout: float
-    ) -> AsyncGenerator[tuple[RolloutTask, dict[str, Any] | WorkerLost | None], None]:
+    ) -> AsyncGenerator[tuple[RolloutTask, RolloutRecord | WorkerLost | None], None]:
         return one_by_one(self, tasks, timeout)
 
     async def prepare(self, task: RolloutTask) -> None:
@@ -414,7 +415,7 @@ class RayExecutor:
 
     async def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-    ) -> dict[str, Any]:
+    ) -> RolloutRecord:
         index = self._owner(task)
         try:
             args = (task, trajectory, model, timeout)
@@ -423,9 +424,7 @@ class RayExecutor:
             del self.assigned[(task.input_index, task.rollout)]
             self.busy[index] -= 1
 
-    async def grade(
-        self, record: dict[str, Any], timeout: float
-    ) -> tuple[dict[str, Any], int, int]:
+    async def grade(self, record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
         index = self._pick()
         self.busy[index] += 1
         try:

@@ -18,6 +18,7 @@ from typing import Any
 
 from rlenv.errors import UserError
 from rlenv.files import atomic_write
+from rlenv.results import RolloutRecord
 
 TEMPLATES = Path(__file__).parent / "templates"
 REPORT_EXTRA = "pip install 'rlenv[report]'"
@@ -30,7 +31,7 @@ class RunData:
     run_dir: Path
     meta: dict[str, Any]
     summary: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[RolloutRecord]
     warnings: list[str] = field(default_factory=list)
 
     def _env(self) -> dict[str, Any]:

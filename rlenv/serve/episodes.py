@@ -15,11 +15,11 @@ import asyncio
 import json
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rlenv.agent import ToolOutcome, Trajectory, parse_arguments, rollout_loop
 from rlenv.audit_reader import seal_run_json
@@ -31,7 +31,7 @@ from rlenv.files import atomic_write
 from rlenv.inputs import EnvInput, load_inputs
 from rlenv.providers.base import ModelReply
 from rlenv.providers.python import normalise_reply
-from rlenv.results import ResultsWriter, iter_results
+from rlenv.results import ResultsWriter, RolloutRecord, ToolCallRecord, iter_results
 from rlenv.run_dir import _open_run_dir, _pretty, _run_dir_lock, default_run_dir
 from rlenv.runner import world_modes
 from rlenv.seeding import derive_seed
@@ -87,7 +87,7 @@ def model_reply(action: dict[str, Any]) -> ModelReply:
     return ModelReply(message=normalised, usage=dict(usage))
 
 
-def composite_reward(record: dict[str, Any], has_reward_model: bool) -> float | None:
+def composite_reward(record: Mapping[str, Any], has_reward_model: bool) -> float | None:
     """The episode's reward as `rlenv.trl` trains on it: the spec's composite total, else the
     verifiers' pass (1/0) plus the reward model's score when the spec has one."""
     rewards = record.get("rewards")
@@ -109,7 +109,7 @@ class Step:
 
     messages: list[dict[str, Any]]
     turn: int = 0
-    record: dict[str, Any] | None = None
+    record: RolloutRecord | None = None
 
     @property
     def done(self) -> bool:
@@ -128,12 +128,12 @@ class Episode:
     replies: asyncio.Queue[ModelReply] = field(default_factory=asyncio.Queue)
     events: asyncio.Queue[Step | BaseException] = field(default_factory=asyncio.Queue)
     messages: list[dict[str, Any]] = field(default_factory=list)  # the loop's live trajectory
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
     calls_in_turn: dict[int, int] = field(default_factory=dict)
     shown: int = 0  # messages the client has seen
     turn: int = 0
     waiting: bool = False  # the loop waits for the client's next turn
-    record: dict[str, Any] | None = None
+    record: RolloutRecord | None = None
     runner: asyncio.Task[None] | None = None
     abandoned: bool = False
 
@@ -375,14 +375,15 @@ class ServedWorld:
         seed_of = derive_seed(self.prepared.loaded.spec.seed, record.id, rollout)
         return Episode(self, episode_id, record, RolloutTask(record.index, rollout), seed_of)
 
-    async def judged(self, record: dict[str, Any]) -> dict[str, Any]:
+    async def judged(self, record: RolloutRecord) -> RolloutRecord:
         """The record with the judgments its world left pending made (in a thread: a judge
         is a model call, and other episodes go on meanwhile)."""
         if not self.judges:
             return record
-        return await asyncio.to_thread(self.judges.settle, record)
+        settled = await asyncio.to_thread(self.judges.settle, dict(record))
+        return cast(RolloutRecord, settled)
 
-    def write(self, record: dict[str, Any]) -> None:
+    def write(self, record: RolloutRecord) -> None:
         self.writer.write(record)
         self.served.add(int(record["input_index"]))
         self.written += 1
@@ -415,7 +416,7 @@ class ServedWorld:
         self._stack.close()
 
 
-def iter_records(path: Path) -> Iterator[dict[str, Any]]:
+def iter_records(path: Path) -> Iterator[RolloutRecord]:
     """The run directory's records (for tests and the bench)."""
     return iter_results(path)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlenv.results import VerifierRecord
 from rlenv.spec import Verifier
 from rlenv.verifiers.numbers import Rule, Unreadable, read_gold
 
@@ -35,8 +36,8 @@ class VerifierResult:
     traceback: list[str] | None = None  # the env's frames when the verifier itself raised
     state: dict[str, Any] | None = None  # a state verifier's diff (sqlite_state, json_state)
 
-    def as_dict(self) -> dict[str, Any]:
-        result: dict[str, Any] = {
+    def as_dict(self) -> VerifierRecord:
+        result: VerifierRecord = {
             "name": self.name,
             "type": self.type,
             "passed": self.passed,

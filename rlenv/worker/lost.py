@@ -4,12 +4,10 @@ stopped the rollout."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from rlenv.agent import Trajectory
 from rlenv.grade_cache import PENDING
 from rlenv.inputs import EnvInput
-from rlenv.results import seal
+from rlenv.results import RolloutRecord, seal
 from rlenv.seeding import derive_seed
 from rlenv.spec import LoadedSpec
 from rlenv.worker.config import RolloutTask
@@ -22,7 +20,7 @@ def lost_record(
     model: str,
     status: str,
     error: str,
-) -> dict[str, Any]:
+) -> RolloutRecord:
     """The sealed record of a rollout that was stopped (timeout) or whose worker died: nothing
     of what it did is kept (how far it got depends on timing), it is not graded and does not
     pass. Made the same way in a worker (the alarm fired) and in the orchestrator (it killed the
@@ -50,13 +48,15 @@ def lost_record(
     )
 
 
-def late_grade_lost(record: dict[str, Any], status: str, error: str) -> dict[str, Any]:
+def late_grade_lost(record: RolloutRecord, status: str, error: str) -> RolloutRecord:
     """A record whose late grading was stopped (timeout) or whose worker died: its deferred
     verifiers stay ungraded, the status says why, and it does not pass."""
-    updated = {key: value for key, value in record.items() if key not in ("grading", "digest")}
+    updated = record.copy()
+    updated.pop("grading", None)
+    updated.pop("digest", None)
     updated["verifiers"] = [
-        dict(v, detail=f"not graded: {status}") if v["detail"] == PENDING else v
+        {**v, "detail": f"not graded: {status}"} if v["detail"] == PENDING else v
         for v in record["verifiers"]
     ]
-    updated.update(status=status, error=error, passed=False)
+    updated["status"], updated["error"], updated["passed"] = status, error, False
     return seal(updated)

@@ -15,6 +15,7 @@ from typing import Any
 
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
+from rlenv.results import RolloutRecord
 from rlenv.worker.capture import CapturedOutput, merge_output
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import late_grade_lost
@@ -152,7 +153,7 @@ def _get() -> WorldRuntime:
     return _runtime
 
 
-def _timeout_record(task: RolloutTask, model: str) -> dict[str, Any]:
+def _timeout_record(task: RolloutTask, model: str) -> RolloutRecord:
     runtime = _get()
     return runtime.lost(
         task, model, "timeout", timeout_message(runtime.loaded.spec.limits.timeout_s)
@@ -181,7 +182,7 @@ def _take_output(task: RolloutTask) -> dict[str, Any] | None:
     return output  # type: ignore[no-any-return]
 
 
-def _with_output(record: dict[str, Any], output: dict[str, Any] | None) -> dict[str, Any]:
+def _with_output(record: RolloutRecord, output: dict[str, Any] | None) -> RolloutRecord:
     """The sealed record with its ``output`` (volatile: not in the digest)."""
     output = merge_output(record.get("output"), output)
     if output is not None:
@@ -192,7 +193,7 @@ def _with_output(record: dict[str, Any], output: dict[str, Any] | None) -> dict[
 # -- the calls a worker answers, by name (`HANDLERS`) ---------------------------------------
 
 
-def _run_rollout(task: RolloutTask) -> dict[str, Any]:
+def _run_rollout(task: RolloutTask) -> RolloutRecord:
     """A whole rollout, policy in the world; the sealed record."""
     runtime = _get()
     with _in_world() as printed:
@@ -233,9 +234,7 @@ def _tool(
     return outcome
 
 
-def _finish(
-    task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-) -> dict[str, Any]:
+def _finish(task: RolloutTask, trajectory: Trajectory, model: str, timeout: float) -> RolloutRecord:
     """Grade a rollout driven from outside; the sealed record, with all its calls' output."""
     _prepared(task)
     runtime = _get()
@@ -249,7 +248,7 @@ def _finish(
     return _with_output(record, merge_output(_take_output(task), printed.output))
 
 
-def _grade(record: dict[str, Any], timeout: float) -> tuple[dict[str, Any], int, int]:
+def _grade(record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
     """A record graded late, with the grader-cache hits and misses it took."""
     runtime = _get()
     with _in_world() as printed:

@@ -20,7 +20,7 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rlenv.agent import (
     ModelCall,
@@ -47,7 +47,7 @@ from rlenv.grade_cache import (
 from rlenv.inputs import EnvInput, load_inputs
 from rlenv.providers.base import ModelReply
 from rlenv.providers.registry import make_in_world_policy
-from rlenv.results import seal
+from rlenv.results import RolloutRecord, VerifierRecord, seal
 from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
 from rlenv.seeding import derive_seed, seed_everything, seed_globals
 from rlenv.spec import load_spec
@@ -229,10 +229,10 @@ class WorldRuntime:
         )
         return self.tools.run(name, arguments, context)
 
-    def lost(self, task: RolloutTask, model: str, status: str, error: str) -> dict[str, Any]:
+    def lost(self, task: RolloutTask, model: str, status: str, error: str) -> RolloutRecord:
         return lost_record(self.loaded, self.inputs, task, model, status, error)
 
-    def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> dict[str, Any]:
+    def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> RolloutRecord:
         """Verifiers first, reward model second, then the record; the workdir is removed.
         Under the rollout's timer: a rollout whose timer fired (in the policy, a tool, a
         verifier or the reward model, caught by env code or not) is a timeout record."""
@@ -285,7 +285,7 @@ class WorldRuntime:
         except VerifierCrash as exc:  # the other verifiers' results and rewards are kept
             verdict.passed, verdict.status, verdict.error = False, "verifier_error", str(exc)
             verdict.traceback = exc.frames
-            verdict.results = exc.results
+            verdict.results = cast(list[VerifierRecord], exc.results)  # as run() made them
         if self.cache is not None:
             verdict.cache_counts = {
                 "hits": self.cache.hits - hits,
@@ -330,7 +330,7 @@ class WorldRuntime:
                 verdict.rewards["total"] = None
         return verdict
 
-    def grade_late(self, record: dict[str, Any]) -> dict[str, Any]:
+    def grade_late(self, record: RolloutRecord) -> RolloutRecord:
         """`rlenv grade`: run a record's deferred verifiers; same result shape as inline."""
         task = RolloutTask(int(record["input_index"]), int(record["rollout"]))
         pending = {v["name"] for v in record["verifiers"] if v["detail"] == PENDING}
@@ -354,7 +354,8 @@ class WorldRuntime:
                     context, task, record["input_id"], record["world"], only=pending, late=True
                 )
         except VerifierCrash as exc:
-            crashed = dict(record, status="verifier_error", error=self.sanitise(str(exc)))
+            crashed = record.copy()
+            crashed["status"], crashed["error"] = "verifier_error", self.sanitise(str(exc))
             crashed["passed"] = False
             crashed.pop("grading", None)
             return seal(crashed)
@@ -364,7 +365,7 @@ class WorldRuntime:
         for result in graded.values():
             if result["detail"]:
                 result["detail"] = self.sanitise(result["detail"])
-        updated = dict(record)
+        updated = record.copy()
         updated["verifiers"] = [graded.get(v["name"], v) for v in record["verifiers"]]
         known = [v for v in updated["verifiers"] if v["passed"] is not None]
         updated["passed"] = all(v["passed"] for v in known)
@@ -373,7 +374,7 @@ class WorldRuntime:
 
     # -- a whole rollout, policy inside the world ------------------------------------------
 
-    def run_rollout(self, task: RolloutTask) -> dict[str, Any]:
+    def run_rollout(self, task: RolloutTask) -> RolloutRecord:
         """Policy, tools and grading all in this worker, under the rollout's timer."""
         record = self.inputs[task.input_index]
         spec = self.loaded.spec

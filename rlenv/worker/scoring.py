@@ -21,6 +21,7 @@ from rlenv.grade_cache import (
     verifier_identity,
 )
 from rlenv.inputs import EnvInput
+from rlenv.results import RolloutRecord, VerifierRecord
 from rlenv.spec import LoadedSpec
 from rlenv.verifiers import VerifierContext, build_verifiers
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -32,7 +33,7 @@ class Verdict:
     """What grading a finished rollout found (all empty for an infrastructure error)."""
 
     changes: dict[str, Any]
-    results: list[dict[str, Any]] = field(default_factory=list)
+    results: list[VerifierRecord] = field(default_factory=list)
     passed: bool | None = None
     reward: float | None = None
     reward_error: str | None = None
@@ -44,7 +45,7 @@ class Verdict:
     reward_traceback: list[str] = field(default_factory=list)  # ... of `reward_error`
 
 
-def ungraded(config: Any, why: str) -> dict[str, Any]:
+def ungraded(config: Any, why: str) -> VerifierRecord:
     return {"name": config.label, "type": config.type, "passed": None, "score": None, "detail": why}
 
 
@@ -56,9 +57,9 @@ def rollout_record(
     trajectory: Trajectory,
     verdict: Verdict,
     sanitise: Callable[[str], str],
-) -> dict[str, Any]:
+) -> RolloutRecord:
     """The results line of a graded rollout (not yet sealed)."""
-    output: dict[str, Any] = {
+    output: RolloutRecord = {
         "input_id": record.id,
         "input_index": record.index,
         "rollout": task.rollout,
@@ -133,9 +134,9 @@ class Verifiers:
         *,
         only: set[str] | None = None,
         late: bool = False,
-    ) -> list[dict[str, Any]]:
+    ) -> list[VerifierRecord]:
         """Run the verifiers in order; expensive ones sampled, deferred or served from cache."""
-        results: list[dict[str, Any]] = []
+        results: list[VerifierRecord] = []
         content: str | None = None
         crash: VerifierCrash | None = None
         set_phase("verifier")
