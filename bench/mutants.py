@@ -91,19 +91,19 @@ _MEMORY = "only how much memory the seen-table takes; every check and message th
 _UNUSED = "the first missing rollout is read only when one is missing"
 _SLOT = "the dense slot is always set before it is read (or the record refused first)"
 EQUIVALENT: dict[str, str] = {
-    "rlenv.audit_records.xǁRecordChecksǁ__init____mutmut_15": "array q vs Q: line numbers >= 0",
-    "rlenv.audit_records.xǁRecordChecksǁ__init____mutmut_19": _MEMORY,
-    "rlenv.audit_records.xǁRecordChecksǁ__init____mutmut_22": _MEMORY,
-    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_14": _UNUSED,
-    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_15": _UNUSED,
-    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_23": _UNUSED,
-    "rlenv.audit_records.xǁRecordChecksǁ_gaps__mutmut_24": _UNUSED,
-    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_3": _SLOT,
-    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_4": _SLOT,
-    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_5": _SLOT,
-    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_20": _SLOT,
-    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_70": "slot 0 is then recomputed as 0",
-    "rlenv.audit_records.xǁRecordChecksǁcheck_key__mutmut_71": "slot 0 is then recomputed as 0",
+    "rlenv.audit_records.xǁRecordAuditǁ__init____mutmut_15": "array q vs Q: line numbers >= 0",
+    "rlenv.audit_records.xǁRecordAuditǁ__init____mutmut_19": _MEMORY,
+    "rlenv.audit_records.xǁRecordAuditǁ__init____mutmut_22": _MEMORY,
+    "rlenv.audit_records.xǁRecordAuditǁ_gaps__mutmut_14": _UNUSED,
+    "rlenv.audit_records.xǁRecordAuditǁ_gaps__mutmut_15": _UNUSED,
+    "rlenv.audit_records.xǁRecordAuditǁ_gaps__mutmut_23": _UNUSED,
+    "rlenv.audit_records.xǁRecordAuditǁ_gaps__mutmut_24": _UNUSED,
+    "rlenv.audit_records.xǁRecordAuditǁadmit_key__mutmut_3": _SLOT,
+    "rlenv.audit_records.xǁRecordAuditǁadmit_key__mutmut_4": _SLOT,
+    "rlenv.audit_records.xǁRecordAuditǁadmit_key__mutmut_5": _SLOT,
+    "rlenv.audit_records.xǁRecordAuditǁadmit_key__mutmut_20": _SLOT,
+    "rlenv.audit_records.xǁRecordAuditǁadmit_key__mutmut_70": "slot 0 is then recomputed as 0",
+    "rlenv.audit_records.xǁRecordAuditǁadmit_key__mutmut_71": "slot 0 is then recomputed as 0",
     **dict.fromkeys(
         [f"rlenv.audit_reader.x_read_baseline__mutmut_{n}" for n in range(13, 21)],
         "a verified summary's env is the one recomputed from run.json: same fingerprint",
@@ -137,7 +137,7 @@ EQUIVALENT: dict[str, str] = {
         "a row always has one value per column: zip's strict never fires",
     ),
     **dict.fromkeys(
-        [f"rlenv.audit.x_check_run__mutmut_{n}" for n in range(17, 22)],
+        [f"rlenv.audit.x_audit_run__mutmut_{n}" for n in range(17, 22)],
         "a verified summary always holds outcome_digest (recomputed and compared)",
     ),
 }
