@@ -180,16 +180,16 @@ def test_the_checks_run_as_records_pass() -> None:
     assert seen == [0]
 
 
-def test_check_key_alone_keeps_the_same_promises() -> None:
+def test_admit_key_alone_keeps_the_same_promises() -> None:
     checks = RecordAudit("W", rollouts_per_input=2, inputs=1)
-    checks.check_key(1, "a", 0, 0)
+    checks.admit_key(1, "a", 0, 0)
     with pytest.raises(TamperedRun, match="W:2: duplicate record"):
-        checks.check_key(2, "a", 0, 0)
+        checks.admit_key(2, "a", 0, 0)
     with pytest.raises(TamperedRun, match="W:3: input index 1 of 'b'"):
-        checks.check_key(3, "b", 0, 1)
+        checks.admit_key(3, "b", 0, 1)
     with pytest.raises(TamperedRun, match="W: input 'a' is missing rollout 1"):
         checks.finish()
-    checks.check_key(4, "a", 1, 0)
+    checks.admit_key(4, "a", 1, 0)
     checks.finish()
 
 
