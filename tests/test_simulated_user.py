@@ -66,7 +66,8 @@ def test_a_python_user_ends_the_conversation(env_builder: EnvBuilder, tmp_path: 
     spec_text = spec.read_text().replace("MOD:user", f"{env_builder.module}:user")
     spec.write_text(spec_text)
     _run(spec, tmp_path / "run")
-    record = read_jsonl(tmp_path / "run" / "results.jsonl")[1]
+    # records are written as rollouts finish: pick input b by its id, not by its line
+    (record,) = [r for r in read_jsonl(tmp_path / "run" / "results.jsonl") if r["input_id"] == "b"]
     assert record["answer"] == "heard 3: more please b"
     assert [turn["content"] for turn in record["extra"]["user_turns"]] == [
         "more please b",
