@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from rlenv.sandbox import _mechanism_works as mechanism_works
-from tests.channels_catalog import WORLD_NOT_PROMISED, Crossing, sandbox_crossings, world_crossings
+from tests.channels_catalog import (
+    CHANNELS,
+    SANDBOX_CHANNELS,
+    WORLD_NOT_PROMISED,
+    Crossing,
+    sandbox_crossings,
+    world_crossings,
+)
 from tests.conftest import RLENV, ROOT, needs
 
 MECHANISMS = [m for m in ("bwrap", "unshare") if mechanism_works(m)] or ["missing"]
@@ -28,7 +35,7 @@ def _crossed(crossings: list[Crossing], not_promised: set[str] = frozenset()) ->
 
 def test_no_channel_between_worker_rollouts(tmp_path: Path) -> None:
     crossings = world_crossings(tmp_path, RLENV, ROOT)
-    assert len(crossings) == 14
+    assert len(crossings) == 2 * len(CHANNELS)
     # the tool ran (a catalog whose tool is never called holds every channel, vacuously)
     assert not [c for c in crossings if "unknown tool" in c.wrote + c.read], crossings
     assert [c.wrote for c in crossings if c.channel == "dev_shm"] == ["wrote"], crossings
@@ -39,5 +46,5 @@ def test_no_channel_between_worker_rollouts(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mechanism", MECHANISMS)
 def test_no_channel_between_sandboxes(tmp_path: Path, mechanism: str) -> None:
     crossings = sandbox_crossings(tmp_path, mechanism)
-    assert len(crossings) == 14
+    assert len(crossings) == 2 * len(SANDBOX_CHANNELS)
     assert _crossed(crossings) == []

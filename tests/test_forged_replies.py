@@ -1,0 +1,29 @@
+"""Forged replies (issue 26): no in-world code can end the run, change another rollout's record,
+or mark its own rollout passed without the verifiers (`tests/forged_catalog.py`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import RLENV, ROOT
+from tests.forged_catalog import CASES, ForgedRun, held, run_forged
+
+
+@pytest.fixture(scope="module")
+def forged_run(tmp_path_factory: pytest.TempPathFactory) -> ForgedRun:
+    return run_forged(tmp_path_factory.mktemp("forged"), RLENV, ROOT)
+
+
+@pytest.mark.parametrize(("name", "passes"), [(name, passes) for name, _, passes in CASES])
+def test_a_forged_reply_changes_nothing(forged_run: ForgedRun, name: str, passes: bool) -> None:
+    ok, detail = held(forged_run, name, passes)
+    assert ok, f"{name}: {detail}"
+
+
+def test_the_forgers_ran(forged_run: ForgedRun) -> None:
+    """Not vacuous: every forger's policy ran (its trajectory holds its answer)."""
+    assert forged_run.exit_code == 0 or forged_run.records, forged_run.stderr
+    for name, _, _ in CASES:
+        record = forged_run.records.get(name)
+        if record is not None and record["status"] == "ok":
+            assert record["answer"] in ("GOLD", "nope"), record
