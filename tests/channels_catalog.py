@@ -248,11 +248,13 @@ patched builtin, an imported module, a file descriptor left open) and the direct
 the rollout's workdir: what one rollout leaves in a worker that serves the next."""
 CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
 
-WORLD_NOT_PROMISED = {"tmp"}
-"""Channels a local worker does not close (README): it runs as root on the host's file system
-(its rollouts' workdirs live in /tmp), so a file it writes outside its workdir stays for the
-next rollout. Its /dev/shm is a tmpfs of its own, emptied after each rollout. Only the sandbox
-keeps /tmp apart."""
+WORLD_NOT_PROMISED = {"work_root"}
+"""Channels a local worker does not close: the work root beside a rollout's workdir is shared
+by every worker of the run (a rollout driven from outside may have its tool calls on any
+worker), so a file one rollout leaves there is there for the run's later rollouts (not for the
+next run's: its work root is another). Everything else a rollout writes outside its workdir,
+/tmp, /var/tmp, $HOME, /dev/shm, and its worker's python state, is its own
+(`rlenv.worker.isolate`)."""
 
 
 @dataclass

@@ -164,3 +164,59 @@ def held(run: ForgedRun, name: str, passes: bool) -> tuple[bool, str]:
     if passes and record["status"] != "ok":
         return False, f"status {record['status']}: {record.get('error')}"
     return True, f"passed {record['passed']} (status {record['status']})"
+
+
+SPAWN_CODE = r"""
+import os
+
+def unused(args, ctx):
+    return "unused"
+
+def policy(messages, tools, ctx):
+    prompt = messages[-1]["content"]
+    if prompt.startswith("rewrite "):
+        leak = prompt.split(" ", 1)[1]
+        done = []
+        for folder in (os.getcwd(), os.path.dirname(os.getcwd())):
+            for name in os.listdir(folder):
+                path = os.path.join(folder, name)
+                if "python" in name and os.path.isfile(path):
+                    try:
+                        text = open(path).read()
+                        text = text.replace("#!/bin/sh\n", f"#!/bin/sh\nenv > {leak}\n", 1)
+                        with open(path, "w") as handle:
+                            handle.write(text)
+                        done.append(name)
+                    except OSError as exc:
+                        done.append(f"{name}: {exc}")
+        os._exit(3)  # the worker is replaced: through the rewritten script, if it was
+    return "nope"
+"""
+
+
+def rewrite_spawn_attempt(tmp: Path, rlenv: Path, cwd: Path, secret: str) -> tuple[int, str]:
+    """A rollout rewrites the script workers are started through, then ends its process so a
+    fresh worker is started; (exit code, what the rewritten script saw of the orchestrator's
+    environment: '' when it never ran)."""
+    import os
+
+    from tests.isolation_catalog import world_spec
+
+    root = tmp / "env"
+    root.mkdir(parents=True, exist_ok=True)
+    module = "spawner_" + secrets.token_hex(4)
+    (root / f"{module}.py").write_text(SPAWN_CODE)
+    leak = tmp / "leaked-environment"
+    inputs = [
+        {"id": "rewrite", "prompt": f"rewrite {leak}", "answer": ""},
+        {"id": "after", "prompt": "after", "answer": ""},
+        {"id": "after2", "prompt": "after", "answer": ""},
+    ]
+    spec = world_spec(root, "spawn", module, inputs, ("unused", "not called"), "^GOLD$")
+    command = [str(rlenv), "run", str(spec), "--out", str(tmp / "run"), "--concurrency", "1"]
+    environ = {**os.environ, "OPENAI_API_KEY": secret}
+    result = subprocess.run(
+        command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return result.returncode, leak.read_text() if leak.exists() else ""

@@ -3,10 +3,12 @@ or mark its own rollout passed without the verifiers (`tests/forged_catalog.py`)
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import RLENV, ROOT
-from tests.forged_catalog import CASES, ForgedRun, held, run_forged
+from tests.forged_catalog import CASES, ForgedRun, held, rewrite_spawn_attempt, run_forged
 
 
 @pytest.fixture(scope="module")
@@ -27,3 +29,12 @@ def test_the_forgers_ran(forged_run: ForgedRun) -> None:
         record = forged_run.records.get(name)
         if record is not None and record["status"] == "ok":
             assert record["answer"] in ("GOLD", "nope"), record
+
+
+def test_a_rollout_cannot_rewrite_how_workers_start(tmp_path: Path) -> None:
+    """The script a replacement worker is exec'd through runs with the orchestrator's
+    environment (keys included) before it clears it: no rollout may write it."""
+    secret = "sk-spawn-" + "4b1d9e7c2a"
+    code, leaked = rewrite_spawn_attempt(tmp_path, RLENV, ROOT, secret)
+    assert code == 0
+    assert secret not in leaked, "a rollout's code ran with the orchestrator's keys"

@@ -24,6 +24,7 @@ import shlex
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import AsyncGenerator
@@ -114,6 +115,10 @@ def _private_scratch(prefix: list[str], config: WorkerConfig) -> list[str]:
     return ["/bin/sh", "-c", script, "sh"]
 
 
+def _spawn_parent() -> str | None:
+    return "/tmp" if os.path.isdir("/tmp") else None
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -152,7 +157,11 @@ class LocalExecutor:
             command += prefix + scratch
             if preload is not None:  # libfaketime for the worker only, whose shm is its own
                 command += ["env", f"LD_PRELOAD={preload}"]
-        self.wrapper: Path | None = Path(config.work_root) / ".worker-python"
+        # Not in the work root, which a rollout may write: this script runs with the
+        # orchestrator's environment (its keys) before it clears it. In /tmp, which a call's
+        # child sees only as a read-only layer (`rlenv.worker.isolate`).
+        self.spawn_dir = Path(tempfile.mkdtemp(prefix="rlenv-spawn-", dir=_spawn_parent()))
+        self.wrapper: Path | None = self.spawn_dir / "worker-python"
         self.wrapper.write_text(
             # -P: a module in the cwd never shadows what the worker imports (rlenv, multiprocessing)
             "#!/bin/sh\nexec " + shlex.join([*command, sys.executable, "-P"]) + ' "$@"\n'
@@ -367,10 +376,12 @@ class LocalExecutor:
             status, error = "timeout", timers.timeout_message(timeout or 0)
         else:
             status, where = CALLS[name]
-            if message[0] in ("dead", "ready", "error"):
+            if message[0] in ("dead", "ready", "error", "died"):
                 if phase in timers.PHASE_STATUS:
                     status, where = timers.PHASE_STATUS[phase], phase
-                error = death_error(where, self._death(slot))
+                # "died": the call's child process (`rlenv.worker.isolate`), as the worker says
+                died = message[0] == "died" and isinstance(message[1], str)
+                error = death_error(where, message[1][:200] if died else self._death(slot))
             else:  # alive, but what it sent is not a reply: in-world code wrote to the pipe
                 # (the call's own status: the worker has moved on, its phase says nothing)
                 error = f"the worker process sent something that is not a reply in the {where}"
@@ -480,3 +491,4 @@ class LocalExecutor:
             slot.process.join(timeout=max(0.0, deadline - time.monotonic()))
             self._stop(slot)
         self.threads.shutdown(wait=False, cancel_futures=True)
+        shutil.rmtree(self.spawn_dir, ignore_errors=True)

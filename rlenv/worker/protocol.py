@@ -9,12 +9,14 @@ import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
+from rlenv.worker import isolate
 from rlenv.worker.capture import CapturedOutput, merge_output
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import late_grade_lost
@@ -32,6 +34,8 @@ from rlenv.worker.tools import describe
 
 _runtime: WorldRuntime | None = None
 _start_error: str | None = None
+_in_child = False  # this process is a call's child (`rlenv.worker.isolate`): its parent captures
+_orchestrator_fds: list[int] = []  # what a call's child closes first: the pipe to the orchestrator
 
 SCRATCH_SOURCE = "rlenv-shm"
 """The source name of the tmpfs the local executor mounts on a worker's /dev/shm (in the
@@ -39,6 +43,11 @@ worker's own mount namespace): a worker whose /dev/shm is that mount empties it 
 rollout, so no rollout reads what an earlier one left there. Any other /dev/shm (the host's,
 a Ray actor's) is never touched."""
 _SCRATCH = Path("/dev/shm")
+SHARED_VARIABLE = "RLENV_WORLD_SHARED"
+"""Host directories (``os.pathsep``-separated) a call's child may write as they are, besides the
+work root and the grader cache: each one is a channel between rollouts, opened by whoever
+starts rlenv (the world's variables are set by the orchestrator), never by in-world code. The
+test suite opens one for its gates (named pipes a policy blocks on) and logs."""
 _scratch_is_ours: bool | None = None
 
 
@@ -141,6 +150,9 @@ def _in_world() -> Iterator[_Printed]:
 
         sockets.install(whole_process=False)
     printed = _Printed()
+    if _in_child:  # the worker around this child captures what it prints, and kills what it left
+        yield printed
+        return
     with CapturedOutput() as captured, no_leftovers():
         yield printed
     printed.output = captured.as_record(runtime.sanitise)
@@ -304,6 +316,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         connection.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     connection.send(("ready", os.getpid()))
+    _orchestrator_fds[:] = [connection.fileno()]
+    if _get().config.cache_dir:  # bound into each call's child as it is (`isolate`): made now
+        Path(_get().config.cache_dir or "").mkdir(parents=True, exist_ok=True)
     while True:
         try:
             message = connection.recv()
@@ -315,23 +330,94 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         if name == "run_batch":
             _serve_batch(connection, *args)
             continue
-        _answer_call(connection, HANDLERS[name], *args)
+        _answer_call(connection, name, *args)
 
 
-def _answer_call(connection: Any, entry: Callable[..., Any], *args: Any) -> None:
-    """Call an entry point (idle before and after) and send ("ok", value) or ("raise",
-    exception): what a call raises is the caller's (FixtureMiss, ToolCrash, RolloutTimeout...)."""
+def _answer_call(connection: Any, name: str, *args: Any) -> None:
+    """Answer call `name` (idle before and after), its env code in a child of its own
+    (`isolated`), and send ("ok", value) or ("raise", exception): what a call raises is the
+    caller's (FixtureMiss, ToolCrash, RolloutTimeout...); ("died", how) when the child ended
+    without an answer (the orchestrator then treats this worker as dead in the child's phase)."""
     set_phase("idle")
     try:
-        reply: tuple[str, Any] = ("ok", entry(*args))
+        reply: tuple[str, Any] = ("ok", isolated(name, *args))
+    except isolate.ChildDied as died:
+        reply = ("died", str(died))
     except Exception as exc:
         reply = ("raise", exc)
-    except BaseException as exc:  # pragma: no cover - entry points contain env code's
+    except BaseException as exc:  # pragma: no cover - the worker's own code, not env code
         reply = ("raise", RuntimeError(f"worker: {describe(exc)}"))
-    set_phase("idle")
-    if entry in (_run_rollout, _finish, _grade):  # a rollout ended: nothing of it stays
+    if reply[0] != "died":
+        set_phase("idle")
+    if name in ("run_rollout", "finish", "grade"):  # a rollout ended: nothing of it stays
         _empty_private_scratch()
     _send(connection, reply)
+
+
+def _child_answer(entry: Callable[..., Any], *args: Any) -> dict[str, Any]:
+    """`entry(*args)` run in a child process (`rlenv.worker.isolate`): its answer as data;
+    what it raised is raised here."""
+    config = _get().config
+    keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
+    keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
+
+    def body() -> Any:
+        global _in_child
+        _in_child = True
+        return entry(*args)
+
+    kind, answer = isolate.in_child(body, closing=_orchestrator_fds, keep=keep)
+    if kind == "raise":
+        raise answer
+    return answer  # type: ignore[no-any-return]
+
+
+def isolated(name: str, *args: Any) -> Any:
+    """Call `name` with its env code in children of this worker (`rlenv.worker.isolate`): the
+    reply built here from their answers, read as data about this call only."""
+    if name == "prepare":  # no env code: a snapshot copy
+        return _prepare(*args)
+    with _in_world() as printed:
+        if name == "run_rollout":
+            value: Any = _rollout_in_children(*args)
+        elif name == "tool":
+            value = isolate.as_outcome(_child_answer(_tool, *args))
+        elif name == "finish":
+            value = isolate.as_record(_child_answer(_finish, *args))
+        elif name == "grade":
+            value = isolate.as_graded(_child_answer(_grade, *args))
+        else:
+            raise KeyError(name)
+    if name == "tool":
+        _keep_output(args[0], printed.output)
+        return value
+    if name == "grade":
+        return (_with_output(value[0], printed.output), value[1], value[2])
+    return _with_output(value, printed.output)
+
+
+def _rollout_in_children(task: RolloutTask) -> dict[str, Any]:
+    """A whole rollout in two children: the conversation (policy, tools), whose trajectory
+    comes back as data, then the grading, forked from this untouched worker (a policy that
+    patched the verifiers in its own process patched nothing that grades it)."""
+    runtime = _get()
+    model = runtime.config.model_uri or ""
+    timeout_s = runtime.loaded.spec.limits.timeout_s
+    started = time.clock_gettime(time.CLOCK_MONOTONIC)  # freezegun leaves this clock alone
+    answer = _child_answer(_converse, task)
+    try:
+        trajectory = isolate.as_trajectory(answer)
+    except TypeError as exc:
+        runtime.release(task)
+        error = f"the rollout's process answered with something that is not a trajectory: {exc}"
+        return runtime.lost(task, model, "policy_error", error[:500])
+    left = timeout_s - (time.clock_gettime(time.CLOCK_MONOTONIC) - started)
+    return isolate.as_record(_child_answer(_finish, task, trajectory, model, left))
+
+
+def _converse(task: RolloutTask) -> Any:
+    """The conversation of a whole rollout (in a child)."""
+    return _get().converse(task)
 
 
 def _send(connection: Any, reply: tuple[str, Any]) -> None:
@@ -347,5 +433,5 @@ def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
     the orchestrator knows the rollout a death or an overrun happened in without asking this
     process (in-world code could lie): the first one not answered."""
     for task in tasks:
-        _answer_call(connection, _run_rollout, task)
+        _answer_call(connection, "run_rollout", task)
     connection.send(("done", None))
