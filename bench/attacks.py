@@ -179,9 +179,16 @@ def run_catalog(files: tuple[str, ...]) -> list[tuple[str, str, str, bool]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="only the in-process families")
+    parser.add_argument(
+        "--files",
+        nargs="+",
+        metavar="TEST_FILE",
+        help="only these test files (e.g. test_forged_replies)",
+    )
     options = parser.parse_args()
     os.environ.setdefault("RLENV_FULL_SUITE", "")  # under 7 test files: no full-suite guard
-    cases = run_catalog(QUICK if options.quick else FULL)
+    files = tuple(options.files) if options.files else QUICK if options.quick else FULL
+    cases = run_catalog(files)
     tried: Counter[str] = Counter()
     held: Counter[str] = Counter()
     broken: list[str] = []

@@ -323,7 +323,8 @@ def _decode(message: Any) -> tuple[str, Any]:
         raise ChildDied("an answer that is not a reply")
     if "raise" in message:
         name = str(message.get("raise"))[:100]
-        args = message.get("args") if isinstance(message.get("args"), list) else []
+        given = message.get("args")
+        args: list[Any] = given if isinstance(given, list) else []
         kind = RAISED.get(name)
         if kind is None:
             return "raise", _other_exception(name, args)
