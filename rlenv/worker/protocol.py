@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -354,7 +353,9 @@ def _answer_call(connection: Any, name: str, *args: Any) -> None:
     _send(connection, reply)
 
 
-def _child_answer(entry: Callable[..., Any], *args: Any) -> dict[str, Any]:
+def _child_answer(
+    entry: Callable[..., Any], *args: Any, took: list[float] | None = None
+) -> dict[str, Any]:
     """`entry(*args)` run in a child process (`rlenv.worker.isolate`): its answer as data;
     what it raised is raised here."""
     config = _get().config
@@ -366,7 +367,7 @@ def _child_answer(entry: Callable[..., Any], *args: Any) -> dict[str, Any]:
         _in_child = True
         return entry(*args)
 
-    kind, answer = isolate.in_child(body, closing=_orchestrator_fds, keep=keep)
+    kind, answer = isolate.in_child(body, closing=_orchestrator_fds, keep=keep, took=took)
     if kind == "raise":
         raise answer
     return answer  # type: ignore[no-any-return]
@@ -403,15 +404,15 @@ def _rollout_in_children(task: RolloutTask) -> dict[str, Any]:
     runtime = _get()
     model = runtime.config.model_uri or ""
     timeout_s = runtime.loaded.spec.limits.timeout_s
-    started = time.clock_gettime(time.CLOCK_MONOTONIC)  # freezegun leaves this clock alone
-    answer = _child_answer(_converse, task)
+    took: list[float] = []  # the conversation's time, without its child's start (`isolate`)
+    answer = _child_answer(_converse, task, took=took)
     try:
         trajectory = isolate.as_trajectory(answer)
     except TypeError as exc:
         runtime.release(task)
         error = f"the rollout's process answered with something that is not a trajectory: {exc}"
         return runtime.lost(task, model, "policy_error", error[:500])
-    left = timeout_s - (time.clock_gettime(time.CLOCK_MONOTONIC) - started)
+    left = timeout_s - sum(took)
     return isolate.as_record(_child_answer(_finish, task, trajectory, model, left))
 
 
