@@ -417,8 +417,12 @@ def _rollout_in_children(task: RolloutTask) -> dict[str, Any]:
 
 
 def _converse(task: RolloutTask) -> Any:
-    """The conversation of a whole rollout (in a child)."""
-    return _get().converse(task)
+    """The conversation of a whole rollout (in a child). A timer that fired is a timeout even
+    when env code swallowed it: the grading child cannot see this child's alarm."""
+    trajectory = _get().converse(task)
+    if timed_out():
+        trajectory.status = "timeout"
+    return trajectory
 
 
 def _send(connection: Any, reply: tuple[str, Any]) -> None:
