@@ -1,25 +1,29 @@
 """Env code in a process of its own per call (issue 26): a forged reply costs one rollout at most.
 
-A local worker holds the orchestrator's pipe and runs no env code itself. For every call that
-runs env code it forks a child (after its imports, so cheap) that:
+A local worker holds the orchestrator's pipe and runs no env code itself. Once, when it starts
+in its own mount namespace (`rlenv.executors.local`), it makes private places
+(`PrivatePlaces`): /var/tmp a tmpfs of its own, /tmp and $HOME overlays on the host's (reads see
+the host's files, writes stay in a tmpfs the children cannot reach), its work root, grader
+cache and the places `keep` names bound back as they are; and it stops being dumpable (no
+process without a capability may ptrace it or open its memory or file descriptors through
+/proc). For every call that runs env code it forks a plain child (after its imports, so cheap)
+that:
 
-- closes the orchestrator's pipe (the only way to it: a socket cannot be reopened through
-  /proc, and without capabilities the child can neither ptrace its parent nor take its file
-  descriptors or memory);
-- gets its own mount namespace with a private /var/tmp (a fresh tmpfs) and /tmp and $HOME as
-  overlays on the host's (reads see the host's files, writes stay in the child's tmpfs), the
-  worker's work root (and grader cache) kept as they are: what a rollout writes there is gone
-  when it ends;
-- moves into a user namespace of its own, where it holds no capability over the worker (no
-  ptrace, no taking its descriptors or memory) and the mounts above are locked in place;
+- closes the orchestrator's pipe and the worker's handles on its private places;
+- drops every capability (effective, permitted, inheritable and the bounding set, so an
+  ``exec`` cannot regain any) and sets ``PR_SET_NO_NEW_PRIVS``: it cannot ptrace the worker,
+  write its memory, take the private mounts off, change them, or join another namespace (a user
+  namespace of its own sees them locked);
 - runs the call and writes its answer to the parent as JSON (data only, bounded), then exits.
 
 The worker reads that answer as data about the call it made, for the rollout it made it for,
 and sends the orchestrator its own reply: nothing the child writes reaches the orchestrator as
 a message. The child's python state (module globals, ``os.environ``, patched builtins, open
-files) dies with it, so no later rollout sees it. A whole rollout runs as two children: the
-conversation (policy and tools), whose trajectory comes back as data, then the grading, forked
-from the untouched worker, so a policy cannot patch the verifiers that grade it.
+files) dies with it, so no later rollout sees it. After the reply is sent (`settle`, off the
+rollout's time) the worker reaps the child, kills what it left running and puts a fresh layer on
+each private place the call wrote. A whole rollout runs as two children: the conversation
+(policy and tools), whose trajectory comes back as data, then the grading, forked from the
+untouched worker, so a policy cannot patch the verifiers that grade it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import dataclasses
 import json
 import os
 import select
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -51,19 +56,18 @@ RAISED: dict[str, type[Exception]] = {
 """The exceptions a child's call may raise to the worker's caller, by name; any other is the
 text of a RuntimeError (which the orchestrator refuses as that rollout's error)."""
 
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWUSER = 0x10000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 32, 4096
+_MS_NOSUID, _MS_NODEV, _MS_BIND = 2, 4, 4096
 _MS_REC, _MS_PRIVATE = 16384, 1 << 18
+_MNT_DETACH = 2
+_PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
 _CAPABILITY_VERSION_3 = 0x20080522
+_TMPFS_OPTIONS = "mode=1777,size=256m"
 
 
 class ChildDied(Exception):
     """The child ended without an answer (killed, or env code ended its process): how."""
-
-
-# -- in the child ----------------------------------------------------------------------------
 
 
 def _libc() -> Any:
@@ -85,77 +89,130 @@ def _mount(
     return int(libc.mount(_text(source), target.encode(), _text(kind), flags, _text(data))) == 0
 
 
-def private_places(keep: list[str]) -> list[str]:
-    """A mount namespace of this process's own: /var/tmp a fresh tmpfs, /tmp and $HOME
-    overlays on the host's (their writes stay in that tmpfs), the directories in `keep` (the
-    work root, the grader cache) bound back as they are. What was made private, by path ([]
-    when this process may not mount: then every place stays shared)."""
-    libc = _libc()
-    if libc.unshare(_CLONE_NEWNS) != 0:
-        return []
-    if not _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE):
-        return []
-    kept: list[tuple[str, int]] = []
-    for path in keep:
-        with contextlib.suppress(OSError):
-            kept.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
-    made: list[str] = []
-    scratch = "/var/tmp"
-    options = "mode=1777,size=256m"
-    if os.path.isdir(scratch) and _mount(
-        libc, "rlenv-tmp", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, options
-    ):
-        made.append(scratch)
+# -- in the worker, once --------------------------------------------------------------------
+
+
+def not_dumpable() -> bool:
+    """This process may not be ptraced, nor its memory or descriptors opened through /proc, by
+    any process without CAP_SYS_PTRACE (its call children hold none)."""
+    return int(_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+
+
+@dataclasses.dataclass
+class PrivatePlaces:
+    """A worker's own /var/tmp (a tmpfs) and /tmp, $HOME (overlays on the host's), made once
+    in its own mount namespace (`make`), given a fresh layer after a call that wrote in them
+    (`renew`). The overlays' upper layers live in a tmpfs under /var/tmp's, reachable only
+    through `stage`, a descriptor of this process's (closed in every child): the worker sees
+    what a call wrote there, the child cannot reach it."""
+
+    stage: int
+    kept: list[tuple[str, int]]  # (path, O_PATH descriptor) bound back over the places
+    overlays: dict[str, int]  # place -> its generation (the name of its current layer)
+    scratch: str | None  # /var/tmp when it is a tmpfs of ours
+
+    @classmethod
+    def make(cls, keep: list[str]) -> PrivatePlaces | None:
+        """The private places, or None when this process may not mount (nothing changed)."""
+        libc = _libc()
+        if not _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE):
+            return None
+        scratch = "/var/tmp"
+        if not os.path.isdir(scratch):
+            return None
+        if not _mount(libc, "rlenv-stage", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=700"):
+            return None
+        # covered by the scratch tmpfs below: reachable through `stage` only (overlayfs takes
+        # no layer from a detached mount)
+        stage = os.open(scratch, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        kept: list[tuple[str, int]] = []
+        for path in keep:
+            with contextlib.suppress(OSError):
+                kept.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
+        places = cls(stage, kept, {}, None)
+        if places._fresh_scratch(scratch):
+            places.scratch = scratch
         home = os.path.realpath(os.path.expanduser("~"))
-        places = ["/tmp"]
+        candidates = ["/tmp"]
         shared = any(Path(home).is_relative_to(p) for p in ("/tmp", scratch))
         if os.path.isdir(home) and not shared and home != "/":
-            places.append(home)
-        for index, place in enumerate(places):
-            upper, work = f"{scratch}/.rlenv-{index}-upper", f"{scratch}/.rlenv-{index}-work"
-            os.mkdir(upper, 0o1777 if place == "/tmp" else 0o755)
-            os.mkdir(work)
-            data = f"lowerdir={place},upperdir={upper},workdir={work}"
-            if _mount(libc, "rlenv-overlay", place, "overlay", 0, data):
-                made.append(place)
-    for path, fd in kept:
-        if any(Path(path).is_relative_to(place) for place in made):
-            _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
-        os.close(fd)
-    return made
+            candidates.append(home)
+        for place in candidates:
+            if os.path.isdir(place) and places._layer(place, 0):
+                places.overlays[place] = 0
+        places._bind_kept()
+        return places
+
+    def handles(self) -> list[int]:
+        """What a child closes first."""
+        return [self.stage, *(fd for _, fd in self.kept)]
+
+    def made(self) -> list[str]:
+        return ([self.scratch] if self.scratch else []) + list(self.overlays)
+
+    def _fresh_scratch(self, scratch: str) -> bool:
+        libc = _libc()
+        flags = _MS_NOSUID | _MS_NODEV
+        return _mount(libc, "rlenv-tmp", scratch, "tmpfs", flags, _TMPFS_OPTIONS)
+
+    def _dirs(self, place: str, generation: int) -> tuple[str, str]:
+        name = place.strip("/").replace("/", "-") or "root"
+        base = f"/proc/self/fd/{self.stage}/{name}-{generation}"
+        return base + "-upper", base + "-work"
+
+    def _layer(self, place: str, generation: int) -> bool:
+        upper, work = self._dirs(place, generation)
+        os.mkdir(upper, 0o1777 if place == "/tmp" else 0o755)
+        os.mkdir(work)
+        data = f"lowerdir={place},upperdir={upper},workdir={work}"
+        return _mount(_libc(), "rlenv-overlay", place, "overlay", 0, data)
+
+    def _bind_kept(self) -> None:
+        libc = _libc()
+        for path, fd in self.kept:
+            if any(Path(path).is_relative_to(place) for place in self.made()):
+                _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
+
+    def renew(self) -> None:
+        """A fresh layer on each place a call wrote in (nothing to do for an untouched one:
+        its upper layer is empty); the old layer's files removed."""
+        libc, renewed = _libc(), False
+        if self.scratch is not None:
+            try:
+                written = bool(os.listdir(self.scratch))
+            except OSError:
+                written = True
+            if written:
+                libc.umount2(self.scratch.encode(), _MNT_DETACH)
+                if not self._fresh_scratch(self.scratch):
+                    self.scratch = None
+                renewed = True
+        for place, generation in list(self.overlays.items()):
+            upper, work = self._dirs(place, generation)
+            try:
+                written = bool(os.listdir(upper))
+            except OSError:
+                written = True
+            if not written:
+                continue
+            libc.umount2(place.encode(), _MNT_DETACH)
+            if self._layer(place, generation + 1):
+                self.overlays[place] = generation + 1
+            else:
+                del self.overlays[place]
+            shutil.rmtree(upper, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
+            renewed = True
+        if renewed:
+            self._bind_kept()
 
 
-def leave_capabilities(handshake: tuple[int, int]) -> bool:
-    """No capability left over the worker, its mounts or its processes: the child moves into a
-    user namespace of its own and a mount namespace under it, where the mounts `private_places`
-    made are locked together (none can be taken off to show what it covers); the worker maps
-    every uid and gid to itself there (`_map_identity`: the child's files are as the worker's
-    would be, the sandbox can still switch to its own uid). Inside, it may make namespaces of
-    its own (the code verifiers' sandbox does). Without user namespaces, every capability is
-    dropped. `handshake`: (to the worker, from the worker)."""
-    libc = _libc()
-    told, answered = handshake
-    entered = libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) == 0
-    os.write(told, b"u" if entered else b"n")
-    mapped = os.read(answered, 1) == b"m"
-    if entered and mapped:
-        return True
-    return drop_capabilities()
-
-
-def _map_identity(pid: int) -> bool:
-    """In the worker: map every uid and gid of child `pid`'s user namespace to itself."""
-    try:
-        for name in ("uid_map", "gid_map"):
-            Path(f"/proc/{pid}/{name}").write_text("0 0 4294967295")
-    except OSError:
-        return False
-    return True
+# -- in the child ----------------------------------------------------------------------------
 
 
 def drop_capabilities() -> bool:
-    """No capability left, none to regain through exec (the bounding set emptied): the child
-    cannot remount, ptrace its parent or take its file descriptors."""
+    """No capability left, none to regain through exec (the bounding set emptied, no new
+    privileges): the child cannot remount, ptrace its parent or take its file descriptors."""
     libc = _libc()
     for capability in range(64):
         dropped = libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) == 0
@@ -163,7 +220,8 @@ def drop_capabilities() -> bool:
             break
     header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
     data = (ctypes.c_uint32 * 6)()
-    return int(libc.capset(header, data)) == 0
+    emptied = int(libc.capset(header, data)) == 0
+    return emptied and int(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) == 0
 
 
 def _encode(reply: tuple[str, Any]) -> bytes:
@@ -186,23 +244,15 @@ def _encode(reply: tuple[str, Any]) -> bytes:
     return json.dumps({"ok": value}).encode()
 
 
-def _child(
-    body: Callable[[], Any],
-    write_fd: int,
-    closing: list[int],
-    keep: list[str],
-    handshake: tuple[int, int],
-) -> None:
+def _child(body: Callable[[], Any], write_fd: int, closing: list[int]) -> None:
     """The forked child's life; never returns."""
     code = 0
     try:
         for fd in closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        private_places(keep)
-        leave_capabilities(handshake)
-        for fd in handshake:
-            os.close(fd)
+        if not drop_capabilities():
+            raise PermissionError("could not drop capabilities")
         try:
             reply: tuple[str, Any] = ("ok", body())
         except Exception as exc:
@@ -226,48 +276,53 @@ def _child(
 
 
 def in_child(
-    body: Callable[[], Any],
-    *,
-    closing: list[int],
-    keep: list[str],
-    took: list[float] | None = None,
+    body: Callable[[], Any], *, closing: list[int], took: list[float] | None = None
 ) -> tuple[str, Any]:
     """Run `body` in a forked child (see the module); its answer as ("ok", decoded JSON) or
-    ("raise", exception); `ChildDied` when it ended without one. `took` (if given) gets the
-    seconds from the child's namespaces being ready to its answer being read: the call's own
-    time, without the fork and the namespaces (which are not the rollout's to pay for)."""
+    ("raise", exception); `ChildDied` when it ended without one. The child is not waited for
+    here (`settle` reaps it, after the reply is sent). `took` (if given) gets the seconds from
+    the fork to its answer being read: the call's own time."""
     read_fd, write_fd = os.pipe()
-    told_read, told_write = os.pipe()
-    answer_read, answer_write = os.pipe()
+    started = time.clock_gettime(time.CLOCK_MONOTONIC)  # freezegun leaves this clock alone
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
-        for fd in (read_fd, told_read, answer_write):
-            os.close(fd)
-        _child(body, write_fd, closing, keep, (told_write, answer_read))
-    for fd in (write_fd, told_write, answer_read):
-        os.close(fd)
-    try:
-        entered = os.read(told_read, 1) == b"u"
-        with contextlib.suppress(OSError):  # a child already gone: found below
-            os.write(answer_write, b"m" if entered and _map_identity(pid) else b"n")
-    finally:
-        os.close(told_read)
-        os.close(answer_write)
-    ready = time.clock_gettime(time.CLOCK_MONOTONIC)  # freezegun leaves this clock alone
+        os.close(read_fd)
+        _child(body, write_fd, closing)
+    os.close(write_fd)
+    _pending.append(pid)
     try:
         data = _read_answer(read_fd, pid)
     finally:
         os.close(read_fd)
+        with contextlib.suppress(OSError):  # it answered (or died): nothing left for it to do
+            os.kill(pid, signal.SIGKILL)
     if took is not None:
-        took.append(time.clock_gettime(time.CLOCK_MONOTONIC) - ready)
-    status = _reap(pid)
+        took.append(time.clock_gettime(time.CLOCK_MONOTONIC) - started)
     if data is None:
-        raise ChildDied(_how(status))
+        raise ChildDied(_how(_reap(pid)))
     try:
         message = json.loads(data)
     except (ValueError, RecursionError) as exc:
         raise ChildDied(f"an answer that is not JSON ({type(exc).__name__})") from None
     return _decode(message)
+
+
+_pending: list[int] = []  # children that answered and are not reaped yet
+
+
+def settle() -> None:
+    """After a call's reply is sent: reap its children, then kill (and reap) whatever they left
+    running (orphans come back to this process, a subreaper), so nothing of the call outlives
+    it. A child that answered is at its ``os._exit``: the wait is the kernel's tear-down."""
+    from rlenv.world.reaper import _childless, _kill_started
+
+    while _pending:
+        pid = _pending.pop()
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+    if not _childless():
+        _kill_started(set())
 
 
 def _read_answer(fd: int, pid: int) -> bytes | None:
@@ -310,6 +365,8 @@ def _exited(pid: int) -> bool:
 
 
 def _reap(pid: int) -> int:
+    if pid in _pending:
+        _pending.remove(pid)
     if pid in _reaped:
         return _reaped.pop(pid)
     try:

@@ -35,6 +35,7 @@ _runtime: WorldRuntime | None = None
 _start_error: str | None = None
 _in_child = False  # this process is a call's child (`rlenv.worker.isolate`): its parent captures
 _orchestrator_fds: list[int] = []  # what a call's child closes first: the pipe to the orchestrator
+_places: isolate.PrivatePlaces | None = None  # this worker's own /tmp, /var/tmp, $HOME
 
 SCRATCH_SOURCE = "rlenv-shm"
 """The source name of the tmpfs the local executor mounts on a worker's /dev/shm (in the
@@ -152,7 +153,9 @@ def _in_world() -> Iterator[_Printed]:
     if _in_child:  # the worker around this child captures what it prints, and kills what it left
         yield printed
         return
-    with CapturedOutput() as captured, no_leftovers():
+    # a worker whose calls run in children kills what they left after the reply (`_settle`)
+    reaper = contextlib.nullcontext() if _orchestrator_fds else no_leftovers()
+    with CapturedOutput() as captured, reaper:
         yield printed
     printed.output = captured.as_record(runtime.sanitise)
 
@@ -314,10 +317,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
     except Exception as exc:
         connection.send(("error", f"{type(exc).__name__}: {exc}"))
         return
-    connection.send(("ready", os.getpid()))
     _orchestrator_fds[:] = [connection.fileno()]
-    if _get().config.cache_dir:  # bound into each call's child as it is (`isolate`): made now
-        Path(_get().config.cache_dir or "").mkdir(parents=True, exist_ok=True)
+    _make_private_places()
+    connection.send(("ready", os.getpid()))
     while True:
         try:
             message = connection.recv()
@@ -330,6 +332,34 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
             _serve_batch(connection, *args)
             continue
         _answer_call(connection, name, *args)
+
+
+def _make_private_places() -> None:
+    """This worker's own /tmp, /var/tmp and $HOME (`isolate.PrivatePlaces`), made once when it
+    runs in a mount namespace of its own (the one whose /dev/shm is ours); its work root,
+    grader cache, record directory and `SHARED_VARIABLE`'s places kept as they are. And no
+    child of it may ptrace it or open its memory."""
+    global _places
+    isolate.not_dumpable()
+    if not _private_scratch_mounted():
+        return
+    config = _get().config
+    if config.cache_dir:  # kept as it is in every call's view: made now
+        Path(config.cache_dir).mkdir(parents=True, exist_ok=True)
+    keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
+    keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
+    _places = isolate.PrivatePlaces.make(keep)
+
+
+def _settle(name: str) -> None:
+    """After a call's reply: its children reaped, what they left killed, the private places
+    it wrote given a fresh layer, /dev/shm emptied (off the rollout's time)."""
+    if name == "prepare":
+        return
+    isolate.settle()
+    if _places is not None:
+        _places.renew()
+    _empty_private_scratch()
 
 
 def _answer_call(connection: Any, name: str, *args: Any) -> None:
@@ -348,9 +378,8 @@ def _answer_call(connection: Any, name: str, *args: Any) -> None:
         reply = ("raise", RuntimeError(f"worker: {describe(exc)}"))
     if reply[0] != "died":
         set_phase("idle")
-    if name in ("run_rollout", "finish", "grade"):  # a rollout ended: nothing of it stays
-        _empty_private_scratch()
     _send(connection, reply)
+    _settle(name)  # nothing of the call stays for the next one
 
 
 def _child_answer(
@@ -358,16 +387,14 @@ def _child_answer(
 ) -> dict[str, Any]:
     """`entry(*args)` run in a child process (`rlenv.worker.isolate`): its answer as data;
     what it raised is raised here."""
-    config = _get().config
-    keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
-    keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
+    closing = _orchestrator_fds + (_places.handles() if _places is not None else [])
 
     def body() -> Any:
         global _in_child
         _in_child = True
         return entry(*args)
 
-    kind, answer = isolate.in_child(body, closing=_orchestrator_fds, keep=keep, took=took)
+    kind, answer = isolate.in_child(body, closing=closing, took=took)
     if kind == "raise":
         raise answer
     return answer  # type: ignore[no-any-return]
