@@ -220,3 +220,34 @@ def rewrite_spawn_attempt(tmp: Path, rlenv: Path, cwd: Path, secret: str) -> tup
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     return result.returncode, leak.read_text() if leak.exists() else ""
+
+
+def spawn_environment_seen(tmp: Path, rlenv: Path, cwd: Path, secret: str) -> tuple[int, str]:
+    """`rlenv run` with a secret in the orchestrator's environment and an `env` first on PATH
+    that writes down the environment it was started with (then runs the real one): (exit
+    code, every environment the worker's start went through). The first program a worker is
+    started through must already have the world's variables only."""
+    import os
+    import shutil
+
+    from tests.isolation_catalog import world_spec
+
+    root = tmp / "env"
+    root.mkdir(parents=True, exist_ok=True)
+    module = "spawnenv_" + secrets.token_hex(4)
+    (root / f"{module}.py").write_text(SPAWN_CODE)
+    bin_dir, seen = tmp / "bin", tmp / "seen-environment"
+    bin_dir.mkdir()
+    real = shutil.which("env") or "/usr/bin/env"
+    (bin_dir / "env").write_text(f'#!/bin/sh\n{real} >> {seen}\nexec {real} "$@"\n')
+    (bin_dir / "env").chmod(0o755)
+    inputs = [{"id": "plain", "prompt": "after", "answer": ""}]
+    spec = world_spec(root, "spawnenv", module, inputs, ("unused", "not called"), "^GOLD$")
+    command = [str(rlenv), "run", str(spec), "--out", str(tmp / "run"), "--concurrency", "1"]
+    path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+    environ = {**os.environ, "OPENAI_API_KEY": secret, "PATH": path}
+    result = subprocess.run(
+        command, cwd=cwd, env=environ, capture_output=True, text=True, timeout=600,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return result.returncode, seen.read_text() if seen.exists() else ""

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RLENV, ROOT
-from tests.forged_catalog import CASES, ForgedRun, held, rewrite_spawn_attempt, run_forged
+from tests.forged_catalog import (
+    CASES,
+    ForgedRun,
+    held,
+    rewrite_spawn_attempt,
+    run_forged,
+    spawn_environment_seen,
+)
 
 
 @pytest.fixture(scope="module")
@@ -38,3 +45,13 @@ def test_a_rollout_cannot_rewrite_how_workers_start(tmp_path: Path) -> None:
     code, leaked = rewrite_spawn_attempt(tmp_path, RLENV, ROOT, secret)
     assert code == 0
     assert secret not in leaked, "a rollout's code ran with the orchestrator's keys"
+
+
+def test_the_orchestrator_passes_no_secret_to_a_worker_start(tmp_path: Path) -> None:
+    """Better than a script no rollout can reach: the first program a worker is started
+    through (`env`, found on PATH) never sees the orchestrator's keys."""
+    secret = "sk-start-" + "9c3e1a7b5d"
+    code, seen = spawn_environment_seen(tmp_path, RLENV, ROOT, secret)
+    assert code == 0
+    assert seen, "the worker was not started through `env`: the test saw nothing"
+    assert secret not in seen, "a worker's start was passed the orchestrator's keys"

@@ -21,9 +21,9 @@ and sends the orchestrator its own reply: nothing the child writes reaches the o
 a message. The child's python state (module globals, ``os.environ``, patched builtins, open
 files) dies with it, so no later rollout sees it. After the reply is sent (`settle`, off the
 rollout's time) the worker reaps the child, kills what it left running and puts a fresh layer on
-each private place the call wrote. A whole rollout runs as two children: the conversation
-(policy and tools), whose trajectory comes back as data, then the grading, forked from the
-untouched worker, so a policy cannot patch the verifiers that grade it.
+each private place the call wrote. A whole rollout is one child, the conversation (policy and
+tools), whose trajectory comes back as data; the worker grades it itself (policy and tool code
+never ran in the worker, so a policy cannot patch the verifiers that grade it).
 """
 
 from __future__ import annotations
@@ -437,19 +437,3 @@ def as_trajectory(value: dict[str, Any]) -> Trajectory:
     if not isinstance(fields, dict) or not isinstance(fields.get("messages"), list):
         raise TypeError("not a trajectory")
     return Trajectory(**fields)
-
-
-def as_record(value: dict[str, Any]) -> dict[str, Any]:
-    record = value.get("value")
-    if not isinstance(record, dict):
-        raise TypeError("not a record")
-    return record
-
-
-def as_graded(value: dict[str, Any]) -> tuple[dict[str, Any], int, int]:
-    parts = value.get("tuple")
-    if not (isinstance(parts, list) and len(parts) == 3 and isinstance(parts[0], dict)):
-        raise TypeError("not a graded record")
-    if not all(type(count) is int for count in parts[1:]):
-        raise TypeError("not a graded record")
-    return parts[0], parts[1], parts[2]

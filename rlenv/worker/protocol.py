@@ -401,37 +401,37 @@ def _child_answer(
 
 
 def isolated(name: str, *args: Any) -> Any:
-    """Call `name` with its env code in children of this worker (`rlenv.worker.isolate`): the
-    reply built here from their answers, read as data about this call only."""
+    """Call `name` with the env code that acts for or with the model (policy, tools) in a child
+    of this worker (`rlenv.worker.isolate`): the reply built here from its answer, read as data
+    about this call only. Grading (`finish`, `grade`, a whole rollout's verifiers) runs here,
+    where no policy or tool code ever ran: one fork per rollout."""
     if name == "prepare":  # no env code: a snapshot copy
         return _prepare(*args)
+    if name == "finish":
+        return _finish(*args)
+    if name == "grade":
+        return _grade(*args)
     with _in_world() as printed:
         if name == "run_rollout":
-            value: Any = _rollout_in_children(*args)
+            value: Any = _rollout_in_child(*args)
         elif name == "tool":
             value = isolate.as_outcome(_child_answer(_tool, *args))
-        elif name == "finish":
-            value = isolate.as_record(_child_answer(_finish, *args))
-        elif name == "grade":
-            value = isolate.as_graded(_child_answer(_grade, *args))
         else:
             raise KeyError(name)
     if name == "tool":
         _keep_output(args[0], printed.output)
         return value
-    if name == "grade":
-        return (_with_output(value[0], printed.output), value[1], value[2])
     return _with_output(value, printed.output)
 
 
-def _rollout_in_children(task: RolloutTask) -> dict[str, Any]:
-    """A whole rollout in two children: the conversation (policy, tools), whose trajectory
-    comes back as data, then the grading, forked from this untouched worker (a policy that
-    patched the verifiers in its own process patched nothing that grades it)."""
+def _rollout_in_child(task: RolloutTask) -> dict[str, Any]:
+    """A whole rollout: the conversation (policy, tools) in a child, whose trajectory comes back
+    as data, then the grading here, in this worker, which the policy never ran in (a policy
+    that patched the verifiers in its own process patched nothing that grades it)."""
     runtime = _get()
     model = runtime.config.model_uri or ""
     timeout_s = runtime.loaded.spec.limits.timeout_s
-    took: list[float] = []  # the conversation's time, without its child's start (`isolate`)
+    took: list[float] = []  # the conversation's time
     answer = _child_answer(_converse, task, took=took)
     try:
         trajectory = isolate.as_trajectory(answer)
@@ -439,13 +439,17 @@ def _rollout_in_children(task: RolloutTask) -> dict[str, Any]:
         runtime.release(task)
         error = f"the rollout's process answered with something that is not a trajectory: {exc}"
         return runtime.lost(task, model, "policy_error", error[:500])
-    left = timeout_s - sum(took)
-    return isolate.as_record(_child_answer(_finish, task, trajectory, model, left))
+    try:
+        with rollout_timer(timeout_s - sum(took)):
+            return runtime.finish(task, trajectory, model)
+    except RolloutTimeout:  # the timer fired after grading, while the record was being made
+        runtime.release(task)
+        return _timeout_record(task, model)
 
 
 def _converse(task: RolloutTask) -> Any:
     """The conversation of a whole rollout (in a child). A timer that fired is a timeout even
-    when env code swallowed it: the grading child cannot see this child's alarm."""
+    when env code swallowed it: the grading, in the worker, cannot see this child's alarm."""
     trajectory = _get().converse(task)
     if timed_out():
         trajectory.status = "timeout"
