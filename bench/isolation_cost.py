@@ -43,12 +43,11 @@ def main() -> None:
                 for name in order:
                     out = tmp / f"{kind}-{name}-{run}"
                     command = [
-                        sys.executable, "-P", "-m", "rlenv.cli", "run", str(spec), "--out", str(out),
-                        "--json", "--concurrency", str(args.concurrency),
+                        sys.executable, "-P", "-m", "rlenv.cli", "run", str(spec),
+                        "--out", str(out), "--json", "--concurrency", str(args.concurrency),
                     ]  # fmt: skip
-                    taken = common.measure(
-                        command, pss=False, interval=1.0, env={"PYTHONPATH": trees[name]}
-                    ).check()
+                    environ: dict[str, str | None] = {"PYTHONPATH": trees[name]}
+                    taken = common.measure(command, pss=False, interval=1.0, env=environ).check()
                     if run:
                         seen[name].append((taken.wall_s, taken.cpu_s))
             for name, tree in trees.items():
@@ -67,6 +66,7 @@ def main() -> None:
                     f"{kind:8s} {name} - base: wall {1000 * (wall - base) / ROLLOUTS:+.1f}"
                     f" ms/rollout, cpu {1000 * (cpu - cbase) / ROLLOUTS:+.1f} ms/rollout"
                 )
+
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -71,9 +70,11 @@ def attack(kind):
         os.waitpid(pid, 0)
         return os.read(read, 500).decode()
     if kind == "capabilities":
-        status = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+        lines = open("/proc/self/status").read().splitlines()
+        status = dict(line.split(":\t", 1) for line in lines if ":\t" in line)
         held = {k: status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd", "NoNewPrivs")}
-        bad = any(int(held[k], 16) for k in ("CapEff", "CapPrm", "CapBnd")) or held["NoNewPrivs"] != "1"
+        capable = any(int(held[k], 16) for k in ("CapEff", "CapPrm", "CapBnd"))
+        bad = capable or held["NoNewPrivs"] != "1"
         return ("CROSSED " if bad else "held ") + json.dumps(held)
     raise ValueError(kind)
 
