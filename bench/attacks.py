@@ -1,5 +1,6 @@
 """The attack catalog of issue 12 ("verdicts that cannot be forged"), with issue 26's channels
-between rollouts and clock reads below Python: tried and held per family.
+between rollouts (kernel, scratch directories, the worker's python state), clock reads below
+Python and forged replies: tried and held per family.
 
 Runs the suite's attack tests through pytest (a JUnit XML report, nothing else installed) and
 counts each test case as one attempt: held when the defence stood (the test passed), not held
@@ -106,6 +107,18 @@ FAMILIES: dict[tuple[str, str], str] = {
         "one output ends the run"
     ),
     ("test_verifier_catalog", "test_a_gaming_answer_fails"): "text verifier gamed",
+    ("test_forged_replies", "test_a_forged_reply_changes_nothing"): (
+        "forged reply / grading patched in-process"
+    ),
+    ("test_forged_replies", "test_a_rollout_cannot_rewrite_how_workers_start"): (
+        "forged reply / grading patched in-process"
+    ),
+    ("test_worker_channel", "test_a_pickled_call_from_env_code_never_runs_in_the_orchestrator"): (
+        "forged reply / grading patched in-process"
+    ),
+    ("test_worker_reuse", "test_nothing_an_earlier_rollout_left_reaches_the_next"): (
+        "channel between rollouts"
+    ),
     ("test_rm_batching", "test_scores_do_not_depend_on_batch_composition_or_order"): (
         "score depends on the machine or batch"
     ),
@@ -128,6 +141,9 @@ FULL = (
     "test_bounded_inputs",
     "test_verifier_catalog",
     "test_rm_batching",
+    "test_forged_replies",
+    "test_worker_channel",
+    "test_worker_reuse",
 )
 
 
@@ -163,9 +179,16 @@ def run_catalog(files: tuple[str, ...]) -> list[tuple[str, str, str, bool]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="only the in-process families")
+    parser.add_argument(
+        "--files",
+        nargs="+",
+        metavar="TEST_FILE",
+        help="only these test files (e.g. test_forged_replies)",
+    )
     options = parser.parse_args()
     os.environ.setdefault("RLENV_FULL_SUITE", "")  # under 7 test files: no full-suite guard
-    cases = run_catalog(QUICK if options.quick else FULL)
+    files = tuple(options.files) if options.files else QUICK if options.quick else FULL
+    cases = run_catalog(files)
     tried: Counter[str] = Counter()
     held: Counter[str] = Counter()
     broken: list[str] = []

@@ -873,7 +873,9 @@ def _catalog() -> list[Case]:
         ("verifier-detail-dict", "{'passed': True, 'detail': {'a': 1}}", "detail=dict"),
         ("verifier-returns-set", "{1}", "returned set"),
     ]:
-        add(c, label, _verifier_returns(value), 0, fragment, records=True)
+        # a verifier that fails on every rollout fails the run (issue 18's honest outcomes:
+        # exit 1, one line naming it), its records written as strict JSON
+        add(c, label, _verifier_returns(value), 1, fragment, records=True)
     for label, value, fragment in [
         ("policy-content-set", "{'content': {1}}", "content of type set"),
         ("policy-content-bytes", "{'content': b'a'}", "content of type bytes"),

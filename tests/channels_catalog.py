@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 CHANNEL_CODE = r"""
-import ctypes, os, platform, socket, sys, time
+import builtins, ctypes, os, platform, socket, sys, time, types
+
+_STORE = {}  # a module global: what a rollout leaves in the worker's python state
 
 KEYRINGS = (-4, -3, -5)  # @u, @s, @us
 SYSCALLS = {"x86_64": {"add_key": 248, "keyctl": 250}, "aarch64": {"add_key": 217, "keyctl": 219}}
@@ -35,6 +37,10 @@ def _libc():
 
 def _nr(name):
     return SYSCALLS[platform.machine()][name]
+
+
+FOLDERS = {"dev_shm": "/dev/shm", "tmp": "/tmp", "var_tmp": "/var/tmp", "home": "~",
+           "work_root": ".."}  # work_root: beside the rollout's workdir (its cwd)
 
 
 def _key(name):
@@ -100,16 +106,29 @@ def write(channel, name, token):
                 os.close(connection)
             os._exit(0)
         return "wrote"
-    if channel in ("dev_shm", "tmp"):
-        folder = "/dev/shm" if channel == "dev_shm" else "/tmp"
+    if channel in FOLDERS:
+        path = os.path.join(os.path.expanduser(FOLDERS[channel]), name)
         try:
-            with open(f"{folder}/{name}", "w") as handle:
+            with open(path, "w") as handle:
                 handle.write(token)
-            os.chmod(f"{folder}/{name}", 0o666)
+            os.chmod(path, 0o666)
         except OSError as exc:
             return f"open {exc}"
         return "wrote"
-    raise ValueError(channel)
+    if channel == "py_global":
+        _STORE[name] = token
+    elif channel == "os_environ":
+        os.environ[name] = token
+    elif channel == "builtins":
+        setattr(builtins, name, token)
+    elif channel == "sys_modules":
+        sys.modules[name] = types.SimpleNamespace(token=token)
+    elif channel == "open_fd":  # a memfd left open in the process
+        fd = os.memfd_create(name, 0)
+        os.write(fd, data)
+    else:
+        raise ValueError(channel)
+    return "wrote"
 
 
 def read(channel, name):
@@ -161,13 +180,28 @@ def read(channel, name):
             return "read " + client.recv(256).decode(errors="replace")
         except OSError as exc:
             return f"socket {exc}"
-    if channel in ("dev_shm", "tmp"):
-        folder = "/dev/shm" if channel == "dev_shm" else "/tmp"
+    if channel in FOLDERS:
         try:
-            with open(f"{folder}/{name}") as handle:
+            with open(os.path.join(os.path.expanduser(FOLDERS[channel]), name)) as handle:
                 return "read " + handle.read()
         except OSError as exc:
             return f"open {exc}"
+    if channel == "py_global":
+        return "read " + str(_STORE.get(name))
+    if channel == "os_environ":
+        return "read " + str(os.environ.get(name))
+    if channel == "builtins":
+        return "read " + str(getattr(builtins, name, None))
+    if channel == "sys_modules":
+        return "read " + str(getattr(sys.modules.get(name), "token", None))
+    if channel == "open_fd":
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                if name in os.readlink(f"/proc/self/fd/{fd}"):
+                    return "read " + os.pread(int(fd), 256, 0).decode(errors="replace")
+            except OSError:
+                continue
+        return "no such fd"
     raise ValueError(channel)
 
 
@@ -196,13 +230,31 @@ if __name__ == "__main__":
     print(act(json.loads(sys.argv[1])))
 """
 
-CHANNELS = ("keyring", "sysv_shm", "sysv_msg", "posix_mq", "abstract_socket", "dev_shm", "tmp")
+SANDBOX_CHANNELS = (
+    "keyring",
+    "sysv_shm",
+    "sysv_msg",
+    "posix_mq",
+    "abstract_socket",
+    "dev_shm",
+    "tmp",
+    "var_tmp",
+    "home",
+)
+"""Channels through the kernel or the file system: a program in the sandbox can try each."""
+PYTHON_CHANNELS = ("py_global", "os_environ", "builtins", "sys_modules", "open_fd", "work_root")
+"""Channels through the worker process's own state (a module's globals, its environment, a
+patched builtin, an imported module, a file descriptor left open) and the directory beside
+the rollout's workdir: what one rollout leaves in a worker that serves the next."""
+CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
 
-WORLD_NOT_PROMISED = {"tmp"}
-"""Channels a local worker does not close (README): it runs as root on the host's file system
-(its rollouts' workdirs live in /tmp), so a file it writes outside its workdir stays for the
-next rollout. Its /dev/shm is a tmpfs of its own, emptied after each rollout. Only the sandbox
-keeps /tmp apart."""
+WORLD_NOT_PROMISED = {"work_root"}
+"""Channels a local worker does not close: the work root beside a rollout's workdir is shared
+by every worker of the run (a rollout driven from outside may have its tool calls on any
+worker), so a file one rollout leaves there is there for the run's later rollouts (not for the
+next run's: its work root is another). Everything else a rollout writes outside its workdir,
+/tmp, /var/tmp, $HOME, /dev/shm, and its worker's python state, is its own
+(`rlenv.worker.isolate`)."""
 
 
 @dataclass
@@ -287,7 +339,7 @@ def sandbox_crossings(tmp: Path, mechanism: str) -> list[Crossing]:
     from rlenv.sandbox import SandboxLimits, run_sandboxed, sandbox_python
 
     limits = SandboxLimits(cpu_seconds=10, wall_seconds=30, memory_mb=512)
-    names = new_names()
+    names = new_names(SANDBOX_CHANNELS)
 
     def run(request: dict[str, Any], label: str) -> str:
         workdir = tmp / f"{mechanism}-{label}-{request['channel']}"

@@ -126,8 +126,10 @@ ATTACKS: dict[str, tuple[str, str]] = {
     "tool_big_integer": ("tool_error", "integer"),
     "tool_nan": ("ok", ""),
     "print_bytes": ("ok", ""),
-    "forge_deep_record": ("policy_error", "not a reply"),
-    "forge_raise": ("policy_error", "not a reply"),
+    # env code runs in a child holding no pipe to the orchestrator (issue 26): a forged
+    # message goes nowhere, and the rollout is graded on its answer
+    "forge_deep_record": ("ok", ""),
+    "forge_raise": ("ok", ""),
     "raise_surrogate": ("policy_error", ""),
 }
 

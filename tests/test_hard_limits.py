@@ -276,7 +276,7 @@ def test_processes_a_rollout_starts_are_gone_when_it_ends(
         "--out",
         str(tmp_path / "run"),
         "--json",
-        env={"RLENV_TEST_PIDS_FILE": str(pids_file)},
+        env={"RLENV_TEST_PIDS_FILE": str(pids_file), "RLENV_WORLD_SHARED": str(tmp_path)},
     )
     assert result.returncode == 0, result.stderr
     pids = [int(line) for line in pids_file.read_text().split()]
@@ -311,6 +311,7 @@ def test_workers_die_with_the_orchestrator(env_builder: EnvBuilder, tmp_path: Pa
         **os.environ,
         "RLENV_TEST_GATE_STARTED": str(started),
         "RLENV_TEST_GATE_RELEASE": str(release),
+        "RLENV_WORLD_SHARED": str(tmp_path),  # the gates: a channel the test opens
     }
     orchestrator = subprocess.Popen(
         [str(RLENV), "run", str(spec), "--out", str(tmp_path / "run"), "--limit", "1"],
@@ -477,6 +478,7 @@ def test_a_worker_killed_from_outside_costs_only_its_rollout(
             **os.environ,
             "RLENV_TEST_GATE_STARTED": str(started),
             "RLENV_TEST_GATE_RELEASE": str(release),
+            "RLENV_WORLD_SHARED": str(tmp_path),  # the gates: a channel the test opens
         },
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -50,6 +50,7 @@ def test_second_writer_is_refused_while_the_first_holds_the_run(
         **os.environ,
         "RLENV_TEST_GATE_STARTED": str(started),
         "RLENV_TEST_GATE_RELEASE": str(release),
+        "RLENV_WORLD_SHARED": str(tmp_path),  # the gates: a channel the test opens
     }
     out = tmp_path / "run"
     first = subprocess.Popen(

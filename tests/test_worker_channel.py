@@ -5,7 +5,9 @@ the worker's end of the pipe to the orchestrator (it is an object in its own pro
 orchestrator holds what the world must not have (API keys, the network, the run directory), so
 a message that unpickles into a call (``os.system`` through ``__reduce__``) or imports a module
 must be refused: the worker is then treated as lost, the rollout is recorded as its death, and
-nothing the message named runs.
+nothing the message named runs. (A local worker runs env code in a child that has no pipe to
+the orchestrator at all, `rlenv.worker.isolate`; a Ray actor's replies go through the same
+checks, `tests/test_ray_replies.py`.)
 """
 
 from __future__ import annotations
@@ -70,8 +72,9 @@ def test_a_pickled_call_from_env_code_never_runs_in_the_orchestrator(
     assert not marker.exists(), "a message from the worker ran code in the orchestrator"
     assert result.returncode in (0, 1), result.stderr[-2000:]
     records = {r["input_id"]: r for r in read_jsonl(out / "results.jsonl")}
-    assert records["bad"]["status"] == "policy_error", records["bad"]
-    assert "not a reply in the rollout" in records["bad"]["error"], records["bad"]
+    # env code runs in a child of the worker that holds no pipe to the orchestrator
+    # (`rlenv.worker.isolate`): the message goes nowhere, the rollout is graded on its answer
+    assert records["bad"]["status"] == "ok", records["bad"]
     assert "planted" not in json.dumps(records["bad"])
     assert records["ok0"]["passed"] and records["ok1"]["passed"]
 

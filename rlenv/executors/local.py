@@ -115,6 +115,32 @@ def _private_scratch(prefix: list[str], config: WorkerConfig) -> list[str]:
     return ["/bin/sh", "-c", script, "sh"]
 
 
+def _prefixed(command_line: Any, command: list[str]) -> Any:
+    """multiprocessing's command line for a spawned worker with `command` (ending with the
+    interpreter) in place of its interpreter."""
+
+    def prefixed(**keywords: Any) -> list[str]:
+        return [*command, *command_line(**keywords)[1:]]
+
+    return prefixed
+
+
+def _spawn_with(environment: dict[str, str]) -> Any:
+    """multiprocessing's `spawnv_passfds` with `environment` instead of the orchestrator's."""
+
+    def spawnv_passfds(path: str, args: list[str], passfds: Any) -> int:
+        passed = sorted({int(fd) for fd in passfds})
+        for fd in passed:
+            os.set_inheritable(fd, True)
+        try:
+            return os.posix_spawn(path, args, environment)
+        finally:
+            for fd in passed:
+                os.set_inheritable(fd, False)
+
+    return spawnv_passfds
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
@@ -139,26 +165,27 @@ class LocalExecutor:
         self.workers = max(1, workers)
         self.config = dataclasses.replace(config, parent_pid=os.getpid())  # workers die with us
         self.context = multiprocessing.get_context("spawn")
-        # The worker interpreter is exec'd by this script with exactly the world's variables
-        # (no OPENAI_API_KEY, no secret the orchestrator holds), in its own namespaces.
-        # Recording is the exception: its tools call the live APIs with the user's keys.
+        # The worker interpreter is started through no script (one in a place a rollout may
+        # write ran with the orchestrator's keys: issue 26) and, outside recording, with only
+        # the world's variables from its first exec on (`_spawn_with`): no OPENAI_API_KEY, no
+        # secret the orchestrator holds. Recording is the exception: its tools call the live
+        # APIs with the user's keys. -P: a module in the cwd never shadows what the worker
+        # imports (rlenv, multiprocessing).
         command: list[str] = []
+        self.environment: dict[str, str] | None = None  # None: the orchestrator's
         if not config.live_tools:
             world = _with_frozen_clock(world_environment(), config)
             prefix = netns_prefix()
             scratch = _private_scratch(prefix, config)
             preload = world.pop("LD_PRELOAD", None) if scratch else None
             variables = sorted(world.items())
-            command = ["env", "-i", *(f"{name}={value}" for name, value in variables)]
+            self.environment = dict(variables)
+            env = shutil.which("env") or "/usr/bin/env"
+            command = [env, "-i", *(f"{name}={value}" for name, value in variables)]
             command += prefix + scratch
             if preload is not None:  # libfaketime for the worker only, whose shm is its own
                 command += ["env", f"LD_PRELOAD={preload}"]
-        self.wrapper: Path | None = Path(config.work_root) / ".worker-python"
-        self.wrapper.write_text(
-            # -P: a module in the cwd never shadows what the worker imports (rlenv, multiprocessing)
-            "#!/bin/sh\nexec " + shlex.join([*command, sys.executable, "-P"]) + ' "$@"\n'
-        )
-        self.wrapper.chmod(0o700)
+        self.command = [*command, sys.executable, "-P"]
         # starting and stopping workers happens in threads, so the event loop never blocks on
         # one (a call's answer is awaited on the loop itself: `_answer`)
         self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
@@ -179,7 +206,7 @@ class LocalExecutor:
     def _start(self) -> _Worker:
         """Spawn one worker (from this thread: the parent-death signal follows the thread that
         forked it) with the frozen environment variables and, when possible, its own network
-        namespace (through the wrapper script, which execs: the pid stays the worker's)."""
+        namespace (through `self.command`, whose parts exec: the pid stays the worker's)."""
 
         phase = self.context.RawValue("i", 0)
         ours, theirs = self.context.Pipe(duplex=True)
@@ -194,19 +221,25 @@ class LocalExecutor:
         return slot
 
     def _spawn(self, process: Any) -> Any:
-        from multiprocessing import spawn
+        from multiprocessing import resource_tracker, spawn, util
 
+        resource_tracker.ensure_running()  # started by its own interpreter, not `self.command`
         saved = {key: os.environ.get(key) for key in FROZEN_ENV}
         os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreter (hash seed!)
         previous_executable = spawn.get_executable()
-        if self.wrapper is not None:
-            spawn.set_executable(str(self.wrapper))
+        command_line, spawnv = spawn.get_command_line, util.spawnv_passfds
+        spawn.set_executable(self.command[0])
+        spawn.get_command_line = _prefixed(command_line, self.command)
+        if self.environment is not None:
+            util.spawnv_passfds = _spawn_with(self.environment)
         preparation = spawn.get_preparation_data
         spawn.get_preparation_data = _without_main(preparation)  # type: ignore[assignment]
         try:
             process.start()
         finally:
             spawn.get_preparation_data = preparation  # type: ignore[assignment]
+            spawn.get_command_line = command_line
+            util.spawnv_passfds = spawnv
             spawn.set_executable(previous_executable)
             for key, value in saved.items():
                 if value is None:
@@ -368,10 +401,12 @@ class LocalExecutor:
             status, error = "timeout", timers.timeout_message(timeout or 0)
         else:
             status, where = CALLS[name]
-            if message[0] in ("dead", "ready", "error"):
+            if message[0] in ("dead", "ready", "error", "died"):
                 if phase in timers.PHASE_STATUS:
                     status, where = timers.PHASE_STATUS[phase], phase
-                error = death_error(where, self._death(slot))
+                # "died": the call's child process (`rlenv.worker.isolate`), as the worker says
+                died = message[0] == "died" and isinstance(message[1], str)
+                error = death_error(where, message[1][:200] if died else self._death(slot))
             else:  # alive, but what it sent is not a reply: in-world code wrote to the pipe
                 # (the call's own status: the worker has moved on, its phase says nothing)
                 error = f"the worker process sent something that is not a reply in the {where}"

@@ -16,6 +16,7 @@ from typing import Any
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
 from rlenv.results import RolloutRecord
+from rlenv.worker import isolate
 from rlenv.worker.capture import CapturedOutput, merge_output
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import late_grade_lost
@@ -33,6 +34,9 @@ from rlenv.worker.tools import describe
 
 _runtime: WorldRuntime | None = None
 _start_error: str | None = None
+_in_child = False  # this process is a call's child (`rlenv.worker.isolate`): its parent captures
+_orchestrator_fds: list[int] = []  # what a call's child closes first: the pipe to the orchestrator
+_places: isolate.PrivatePlaces | None = None  # this worker's own /tmp, /var/tmp, $HOME
 
 SCRATCH_SOURCE = "rlenv-shm"
 """The source name of the tmpfs the local executor mounts on a worker's /dev/shm (in the
@@ -40,6 +44,11 @@ worker's own mount namespace): a worker whose /dev/shm is that mount empties it 
 rollout, so no rollout reads what an earlier one left there. Any other /dev/shm (the host's,
 a Ray actor's) is never touched."""
 _SCRATCH = Path("/dev/shm")
+SHARED_VARIABLE = "RLENV_WORLD_SHARED"
+"""Host directories (``os.pathsep``-separated) a call's child may write as they are, besides the
+work root and the grader cache: each one is a channel between rollouts, opened by whoever
+starts rlenv (the world's variables are set by the orchestrator), never by in-world code. The
+test suite opens one for its gates (named pipes a policy blocks on) and logs."""
 _scratch_is_ours: bool | None = None
 
 
@@ -142,7 +151,12 @@ def _in_world() -> Iterator[_Printed]:
 
         sockets.install(whole_process=False)
     printed = _Printed()
-    with CapturedOutput() as captured, no_leftovers():
+    if _in_child:  # the worker around this child captures what it prints, and kills what it left
+        yield printed
+        return
+    # a worker whose calls run in children kills what they left after the reply (`_settle`)
+    reaper = contextlib.nullcontext() if _orchestrator_fds else no_leftovers()
+    with CapturedOutput() as captured, reaper:
         yield printed
     printed.output = captured.as_record(runtime.sanitise)
 
@@ -302,6 +316,8 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
     except Exception as exc:
         connection.send(("error", f"{type(exc).__name__}: {exc}"))
         return
+    _orchestrator_fds[:] = [connection.fileno()]
+    _make_private_places()
     connection.send(("ready", os.getpid()))
     while True:
         try:
@@ -314,23 +330,129 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         if name == "run_batch":
             _serve_batch(connection, *args)
             continue
-        _answer_call(connection, HANDLERS[name], *args)
+        _answer_call(connection, name, *args)
 
 
-def _answer_call(connection: Any, entry: Callable[..., Any], *args: Any) -> None:
-    """Call an entry point (idle before and after) and send ("ok", value) or ("raise",
-    exception): what a call raises is the caller's (FixtureMiss, ToolCrash, RolloutTimeout...)."""
+def _make_private_places() -> None:
+    """This worker's own /tmp, /var/tmp and $HOME (`isolate.PrivatePlaces`), made once when it
+    runs in a mount namespace of its own (the one whose /dev/shm is ours); its work root,
+    grader cache, record directory and `SHARED_VARIABLE`'s places kept as they are. And no
+    child of it may ptrace it or open its memory."""
+    global _places
+    isolate.not_dumpable()
+    if not _private_scratch_mounted():
+        return
+    config = _get().config
+    if config.cache_dir:  # kept as it is in every call's view: made now
+        Path(config.cache_dir).mkdir(parents=True, exist_ok=True)
+    keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
+    keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
+    _places = isolate.PrivatePlaces.make(keep)
+
+
+def _settle(name: str) -> None:
+    """After a call's reply: its children reaped, what they left killed, the private places
+    it wrote given a fresh layer, /dev/shm emptied (off the rollout's time)."""
+    if name == "prepare":
+        return
+    isolate.settle()
+    if _places is not None:
+        _places.renew()
+    _empty_private_scratch()
+
+
+def _answer_call(connection: Any, name: str, *args: Any) -> None:
+    """Answer call `name` (idle before and after), its env code in a child of its own
+    (`isolated`), and send ("ok", value) or ("raise", exception): what a call raises is the
+    caller's (FixtureMiss, ToolCrash, RolloutTimeout...); ("died", how) when the child ended
+    without an answer (the orchestrator then treats this worker as dead in the child's phase)."""
     set_phase("idle")
     try:
-        reply: tuple[str, Any] = ("ok", entry(*args))
+        reply: tuple[str, Any] = ("ok", isolated(name, *args))
+    except isolate.ChildDied as died:
+        reply = ("died", str(died))
     except Exception as exc:
         reply = ("raise", exc)
-    except BaseException as exc:  # pragma: no cover - entry points contain env code's
+    except BaseException as exc:  # pragma: no cover - the worker's own code, not env code
         reply = ("raise", RuntimeError(f"worker: {describe(exc)}"))
-    set_phase("idle")
-    if entry in (_run_rollout, _finish, _grade):  # a rollout ended: nothing of it stays
-        _empty_private_scratch()
+    if reply[0] != "died":
+        set_phase("idle")
     _send(connection, reply)
+    _settle(name)  # nothing of the call stays for the next one
+
+
+def _child_answer(
+    entry: Callable[..., Any], *args: Any, took: list[float] | None = None
+) -> dict[str, Any]:
+    """`entry(*args)` run in a child process (`rlenv.worker.isolate`): its answer as data;
+    what it raised is raised here."""
+    closing = _orchestrator_fds + (_places.handles() if _places is not None else [])
+
+    def body() -> Any:
+        global _in_child
+        _in_child = True
+        return entry(*args)
+
+    kind, answer = isolate.in_child(body, closing=closing, took=took)
+    if kind == "raise":
+        raise answer
+    return answer  # type: ignore[no-any-return]
+
+
+def isolated(name: str, *args: Any) -> Any:
+    """Call `name` with the env code that acts for or with the model (policy, tools) in a child
+    of this worker (`rlenv.worker.isolate`): the reply built here from its answer, read as data
+    about this call only. Grading (`finish`, `grade`, a whole rollout's verifiers) runs here,
+    where no policy or tool code ever ran: one fork per rollout."""
+    if name == "prepare":  # no env code: a snapshot copy
+        return _prepare(*args)
+    if name == "finish":
+        return _finish(*args)
+    if name == "grade":
+        return _grade(*args)
+    with _in_world() as printed:
+        if name == "run_rollout":
+            value: Any = _rollout_in_child(*args)
+        elif name == "tool":
+            value = isolate.as_outcome(_child_answer(_tool, *args))
+        else:
+            raise KeyError(name)
+    if name == "tool":
+        _keep_output(args[0], printed.output)
+        return value
+    return _with_output(value, printed.output)
+
+
+def _rollout_in_child(task: RolloutTask) -> dict[str, Any]:
+    """A whole rollout: the conversation (policy, tools) in a child, whose trajectory comes back
+    as data, then the grading here, in this worker, which the policy never ran in (a policy
+    that patched the verifiers in its own process patched nothing that grades it)."""
+    runtime = _get()
+    model = runtime.config.model_uri or ""
+    timeout_s = runtime.loaded.spec.limits.timeout_s
+    took: list[float] = []  # the conversation's time
+    answer = _child_answer(_converse, task, took=took)
+    try:
+        trajectory = isolate.as_trajectory(answer)
+    except TypeError as exc:
+        runtime.release(task)
+        error = f"the rollout's process answered with something that is not a trajectory: {exc}"
+        return runtime.lost(task, model, "policy_error", error[:500])
+    try:
+        with rollout_timer(timeout_s - sum(took)):
+            return runtime.finish(task, trajectory, model)
+    except RolloutTimeout:  # the timer fired after grading, while the record was being made
+        runtime.release(task)
+        return _timeout_record(task, model)
+
+
+def _converse(task: RolloutTask) -> Any:
+    """The conversation of a whole rollout (in a child). A timer that fired is a timeout even
+    when env code swallowed it: the grading, in the worker, cannot see this child's alarm."""
+    trajectory = _get().converse(task)
+    if timed_out():
+        trajectory.status = "timeout"
+    return trajectory
 
 
 def _send(connection: Any, reply: tuple[str, Any]) -> None:
@@ -346,5 +468,5 @@ def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
     the orchestrator knows the rollout a death or an overrun happened in without asking this
     process (in-world code could lie): the first one not answered."""
     for task in tasks:
-        _answer_call(connection, _run_rollout, task)
+        _answer_call(connection, "run_rollout", task)
     connection.send(("done", None))

@@ -376,28 +376,35 @@ class WorldRuntime:
 
     def run_rollout(self, task: RolloutTask) -> RolloutRecord:
         """Policy, tools and grading all in this worker, under the rollout's timer."""
+        self.prepare(task)
+        # one timer for policy, tools, verifiers and reward model
+        with rollout_timer(self.loaded.spec.limits.timeout_s):
+            trajectory = self._conversation(task)
+            return self.finish(task, trajectory, self.config.model_uri or "")
+
+    def converse(self, task: RolloutTask) -> Trajectory:
+        """The policy's and the tools' part of a rollout (a fresh workdir, the agent loop under
+        the rollout's timer): its trajectory, to be graded by `finish` (in another process:
+        `rlenv.worker.isolate`). The workdir stays."""
+        self.prepare(task)
+        with rollout_timer(self.loaded.spec.limits.timeout_s):
+            return self._conversation(task)
+
+    def _conversation(self, task: RolloutTask) -> Trajectory:
         record = self.inputs[task.input_index]
         spec = self.loaded.spec
-        self.prepare(task)
         messages = record.messages(spec.system_prompt, spec.prompt)
-        replayed = None
-        if hasattr(self.policy, "trajectory"):
-            replayed = self.policy.trajectory(record.id, task.rollout)
-        # one timer for policy, tools, verifiers and reward model
-        with rollout_timer(spec.limits.timeout_s):
-            try:
+        try:
+            if hasattr(self.policy, "trajectory"):
+                replayed = self.policy.trajectory(record.id, task.rollout)
                 if replayed is not None:
-                    trajectory = Trajectory(messages=replayed)
-                else:  # a policy crash ends the loop as policy_error, its trajectory kept
-                    try:
-                        trajectory = run_sync(self._loop(task, messages))
-                    except PolicyCrash as exc:
-                        trajectory = Trajectory(
-                            messages=messages, status="policy_error", error=str(exc)
-                        )
-            except RolloutTimeout:
-                trajectory = Trajectory(messages=messages, status="timeout")
-            return self.finish(task, trajectory, self.config.model_uri or "")
+                    return Trajectory(messages=replayed)
+            try:  # a policy crash ends the loop as policy_error, its trajectory kept
+                return run_sync(self._loop(task, messages))  # type: ignore[no-any-return]
+            except PolicyCrash as exc:
+                return Trajectory(messages=messages, status="policy_error", error=str(exc))
+        except RolloutTimeout:
+            return Trajectory(messages=messages, status="timeout")
 
     def _loop(self, task: RolloutTask, messages: list[dict[str, Any]]) -> Any:
         """The agent loop, or with a simulated user the conversation loop."""

@@ -1,0 +1,439 @@
+"""Env code in a process of its own per call (issue 26): a forged reply costs one rollout at most.
+
+A local worker holds the orchestrator's pipe and runs no env code itself. Once, when it starts
+in its own mount namespace (`rlenv.executors.local`), it makes private places
+(`PrivatePlaces`): /var/tmp a tmpfs of its own, /tmp and $HOME overlays on the host's (reads see
+the host's files, writes stay in a tmpfs the children cannot reach), its work root, grader
+cache and the places `keep` names bound back as they are; and it stops being dumpable (no
+process without a capability may ptrace it or open its memory or file descriptors through
+/proc). For every call that runs env code it forks a plain child (after its imports, so cheap)
+that:
+
+- closes the orchestrator's pipe and the worker's handles on its private places;
+- drops every capability (effective, permitted, inheritable and the bounding set, so an
+  ``exec`` cannot regain any) and sets ``PR_SET_NO_NEW_PRIVS``: it cannot ptrace the worker,
+  write its memory, take the private mounts off, change them, or join another namespace (a user
+  namespace of its own sees them locked);
+- runs the call and writes its answer to the parent as JSON (data only, bounded), then exits.
+
+The worker reads that answer as data about the call it made, for the rollout it made it for,
+and sends the orchestrator its own reply: nothing the child writes reaches the orchestrator as
+a message. The child's python state (module globals, ``os.environ``, patched builtins, open
+files) dies with it, so no later rollout sees it. After the reply is sent (`settle`, off the
+rollout's time) the worker reaps the child, kills what it left running and puts a fresh layer on
+each private place the call wrote. A whole rollout is one child, the conversation (policy and
+tools), whose trajectory comes back as data; the worker grades it itself (policy and tool code
+never ran in the worker, so a policy cannot patch the verifiers that grade it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import json
+import os
+import select
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlenv.agent import RolloutTimeout, ToolCrash, ToolOutcome, Trajectory
+from rlenv.bounds import MAX_ERROR_CHARS, MAX_RECORD_BYTES
+from rlenv.errors import FixtureMiss
+
+MAX_ANSWER_BYTES = MAX_RECORD_BYTES + MAX_ERROR_CHARS + (1 << 20)
+"""The most a child may write as its answer (a record is bounded by MAX_RECORD_BYTES)."""
+
+RAISED: dict[str, type[Exception]] = {
+    "FixtureMiss": FixtureMiss,
+    "ToolCrash": ToolCrash,
+    "RolloutTimeout": RolloutTimeout,
+}
+"""The exceptions a child's call may raise to the worker's caller, by name; any other is the
+text of a RuntimeError (which the orchestrator refuses as that rollout's error)."""
+
+_MS_NOSUID, _MS_NODEV, _MS_BIND = 2, 4, 4096
+_MS_REC, _MS_PRIVATE = 16384, 1 << 18
+_MNT_DETACH = 2
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_CAPABILITY_VERSION_3 = 0x20080522
+_TMPFS_OPTIONS = "mode=1777,size=256m"
+
+
+class ChildDied(Exception):
+    """The child ended without an answer (killed, or env code ended its process): how."""
+
+
+def _libc() -> Any:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _text(value: str | None) -> bytes | None:
+    return None if value is None else value.encode()
+
+
+def _mount(
+    libc: Any,
+    source: str | None,
+    target: str,
+    kind: str | None,
+    flags: int,
+    data: str | None = None,
+) -> bool:
+    return int(libc.mount(_text(source), target.encode(), _text(kind), flags, _text(data))) == 0
+
+
+# -- in the worker, once --------------------------------------------------------------------
+
+
+def not_dumpable() -> bool:
+    """This process may not be ptraced, nor its memory or descriptors opened through /proc, by
+    any process without CAP_SYS_PTRACE (its call children hold none)."""
+    return int(_libc().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+
+
+@dataclasses.dataclass
+class PrivatePlaces:
+    """A worker's own /var/tmp (a tmpfs) and /tmp, $HOME (overlays on the host's), made once
+    in its own mount namespace (`make`), given a fresh layer after a call that wrote in them
+    (`renew`). The overlays' upper layers live in a tmpfs under /var/tmp's, reachable only
+    through `stage`, a descriptor of this process's (closed in every child): the worker sees
+    what a call wrote there, the child cannot reach it."""
+
+    stage: int
+    kept: list[tuple[str, int]]  # (path, O_PATH descriptor) bound back over the places
+    overlays: dict[str, int]  # place -> its generation (the name of its current layer)
+    scratch: str | None  # /var/tmp when it is a tmpfs of ours
+
+    @classmethod
+    def make(cls, keep: list[str]) -> PrivatePlaces | None:
+        """The private places, or None when this process may not mount (nothing changed)."""
+        libc = _libc()
+        if not _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE):
+            return None
+        scratch = "/var/tmp"
+        if not os.path.isdir(scratch):
+            return None
+        if not _mount(libc, "rlenv-stage", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=700"):
+            return None
+        # covered by the scratch tmpfs below: reachable through `stage` only (overlayfs takes
+        # no layer from a detached mount)
+        stage = os.open(scratch, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        kept: list[tuple[str, int]] = []
+        for path in keep:
+            with contextlib.suppress(OSError):
+                kept.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
+        places = cls(stage, kept, {}, None)
+        if places._fresh_scratch(scratch):
+            places.scratch = scratch
+        home = os.path.realpath(os.path.expanduser("~"))
+        candidates = ["/tmp"]
+        shared = any(Path(home).is_relative_to(p) for p in ("/tmp", scratch))
+        if os.path.isdir(home) and not shared and home != "/":
+            candidates.append(home)
+        for place in candidates:
+            if os.path.isdir(place) and places._layer(place, 0):
+                places.overlays[place] = 0
+        places._bind_kept()
+        return places
+
+    def handles(self) -> list[int]:
+        """What a child closes first."""
+        return [self.stage, *(fd for _, fd in self.kept)]
+
+    def made(self) -> list[str]:
+        return ([self.scratch] if self.scratch else []) + list(self.overlays)
+
+    def _fresh_scratch(self, scratch: str) -> bool:
+        libc = _libc()
+        flags = _MS_NOSUID | _MS_NODEV
+        return _mount(libc, "rlenv-tmp", scratch, "tmpfs", flags, _TMPFS_OPTIONS)
+
+    def _dirs(self, place: str, generation: int) -> tuple[str, str]:
+        name = place.strip("/").replace("/", "-") or "root"
+        base = f"/proc/self/fd/{self.stage}/{name}-{generation}"
+        return base + "-upper", base + "-work"
+
+    def _layer(self, place: str, generation: int) -> bool:
+        upper, work = self._dirs(place, generation)
+        os.mkdir(upper, 0o1777 if place == "/tmp" else 0o755)
+        os.mkdir(work)
+        data = f"lowerdir={place},upperdir={upper},workdir={work}"
+        return _mount(_libc(), "rlenv-overlay", place, "overlay", 0, data)
+
+    def _bind_kept(self) -> None:
+        libc = _libc()
+        for path, fd in self.kept:
+            if any(Path(path).is_relative_to(place) for place in self.made()):
+                _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
+
+    def renew(self) -> None:
+        """A fresh layer on each place a call wrote in (nothing to do for an untouched one:
+        its upper layer is empty); the old layer's files removed."""
+        libc, renewed = _libc(), False
+        if self.scratch is not None:
+            try:
+                written = bool(os.listdir(self.scratch))
+            except OSError:
+                written = True
+            if written:
+                libc.umount2(self.scratch.encode(), _MNT_DETACH)
+                if not self._fresh_scratch(self.scratch):
+                    self.scratch = None
+                renewed = True
+        for place, generation in list(self.overlays.items()):
+            upper, work = self._dirs(place, generation)
+            try:
+                written = bool(os.listdir(upper))
+            except OSError:
+                written = True
+            if not written:
+                continue
+            libc.umount2(place.encode(), _MNT_DETACH)
+            if self._layer(place, generation + 1):
+                self.overlays[place] = generation + 1
+            else:
+                del self.overlays[place]
+            shutil.rmtree(upper, ignore_errors=True)
+            shutil.rmtree(work, ignore_errors=True)
+            renewed = True
+        if renewed:
+            self._bind_kept()
+
+
+# -- in the child ----------------------------------------------------------------------------
+
+
+def drop_capabilities() -> bool:
+    """No capability left, none to regain through exec (the bounding set emptied, no new
+    privileges): the child cannot remount, ptrace its parent or take its file descriptors."""
+    libc = _libc()
+    for capability in range(64):
+        dropped = libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) == 0
+        if not dropped and ctypes.get_errno() == 22:  # EINVAL: past the last capability
+            break
+    header = (ctypes.c_uint32 * 2)(_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    emptied = int(libc.capset(header, data)) == 0
+    return emptied and int(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) == 0
+
+
+def _encode(reply: tuple[str, Any]) -> bytes:
+    kind, value = reply
+    if kind == "raise":
+        exception = value
+        name = type(exception).__name__
+        if type(exception) not in RAISED.values():
+            text = str(exception)[:MAX_ERROR_CHARS]
+            return json.dumps({"raise": name, "args": [text], "state": {}}).encode()
+        state = {k: v for k, v in vars(exception).items() if not k.startswith("__")}
+        body = {"raise": name, "args": list(exception.args), "state": state}
+        return json.dumps(body, default=str).encode()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        value = {"fields": vars(value)}
+    elif isinstance(value, tuple):
+        value = {"tuple": list(value)}
+    else:
+        value = {"value": value}
+    return json.dumps({"ok": value}).encode()
+
+
+def _child(body: Callable[[], Any], write_fd: int, closing: list[int]) -> None:
+    """The forked child's life; never returns."""
+    code = 0
+    try:
+        for fd in closing:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if not drop_capabilities():
+            raise PermissionError("could not drop capabilities")
+        try:
+            reply: tuple[str, Any] = ("ok", body())
+        except Exception as exc:
+            reply = ("raise", exc)
+        except BaseException as exc:  # SystemExit from env code that escaped its handler
+            reply = ("raise", RuntimeError(f"{type(exc).__name__}: {exc}"))
+        try:
+            data = _encode(reply)
+        except Exception as exc:  # what does not encode as JSON: not the call's answer
+            data = _encode(("raise", RuntimeError(f"an answer that is not data: {exc}")))
+        view = memoryview(len(data).to_bytes(8, "big") + data)
+        while view:
+            view = view[os.write(write_fd, view) :]
+    except BaseException:
+        code = 70
+    finally:
+        os._exit(code)
+
+
+# -- in the worker ------------------------------------------------------------------------------
+
+
+def in_child(
+    body: Callable[[], Any], *, closing: list[int], took: list[float] | None = None
+) -> tuple[str, Any]:
+    """Run `body` in a forked child (see the module); its answer as ("ok", decoded JSON) or
+    ("raise", exception); `ChildDied` when it ended without one. The child is not waited for
+    here (`settle` reaps it, after the reply is sent). `took` (if given) gets the seconds from
+    the fork to its answer being read: the call's own time."""
+    read_fd, write_fd = os.pipe()
+    started = time.clock_gettime(time.CLOCK_MONOTONIC)  # freezegun leaves this clock alone
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
+        os.close(read_fd)
+        _child(body, write_fd, closing)
+    os.close(write_fd)
+    _pending.append(pid)
+    try:
+        data = _read_answer(read_fd, pid)
+    finally:
+        os.close(read_fd)
+        with contextlib.suppress(OSError):  # it answered (or died): nothing left for it to do
+            os.kill(pid, signal.SIGKILL)
+    if took is not None:
+        took.append(time.clock_gettime(time.CLOCK_MONOTONIC) - started)
+    if data is None:
+        raise ChildDied(_how(_reap(pid)))
+    try:
+        message = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise ChildDied(f"an answer that is not JSON ({type(exc).__name__})") from None
+    return _decode(message)
+
+
+_pending: list[int] = []  # children that answered and are not reaped yet
+
+
+def settle() -> None:
+    """After a call's reply is sent: reap its children, then kill (and reap) whatever they left
+    running (orphans come back to this process, a subreaper), so nothing of the call outlives
+    it. A child that answered is at its ``os._exit``: the wait is the kernel's tear-down."""
+    from rlenv.world.reaper import _childless, _kill_started
+
+    while _pending:
+        pid = _pending.pop()
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        _reap(pid)
+    if not _childless():
+        _kill_started(set())
+
+
+def _read_answer(fd: int, pid: int) -> bytes | None:
+    """The child's length-prefixed answer; None when it exits (or closes its end) without one.
+    A process it left holding the pipe cannot keep the worker waiting: once the child is gone
+    and nothing more is waiting in the pipe, it is over."""
+    buffer = bytearray()
+    needed: int | None = None
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.2)
+        if ready:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return None
+            buffer += chunk
+        elif _exited(pid):
+            ready, _, _ = select.select([fd], [], [], 0)
+            if not ready:
+                return None
+            continue
+        if needed is None and len(buffer) >= 8:
+            needed = int.from_bytes(buffer[:8], "big")
+            if needed > MAX_ANSWER_BYTES:
+                return None
+        if needed is not None and len(buffer) >= 8 + needed:
+            return bytes(buffer[8 : 8 + needed])
+
+
+_reaped: dict[int, int] = {}
+
+
+def _exited(pid: int) -> bool:
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    if done:
+        _reaped[pid] = status
+    return bool(done)
+
+
+def _reap(pid: int) -> int:
+    if pid in _pending:
+        _pending.remove(pid)
+    if pid in _reaped:
+        return _reaped.pop(pid)
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 0
+    return status
+
+
+def _how(status: int) -> str:
+    """As the orchestrator says it of a dead worker: ``killed by SIGKILL``, ``exit code 0``."""
+    if os.WIFSIGNALED(status):
+        number = os.WTERMSIG(status)
+        try:
+            return f"killed by {signal.Signals(number).name}"
+        except ValueError:
+            return f"killed by signal {number}"
+    return f"exit code {os.waitstatus_to_exitcode(status)}"
+
+
+def _decode(message: Any) -> tuple[str, Any]:
+    if not isinstance(message, dict):
+        raise ChildDied("an answer that is not a reply")
+    if "raise" in message:
+        name = str(message.get("raise"))[:100]
+        given = message.get("args")
+        args: list[Any] = given if isinstance(given, list) else []
+        kind = RAISED.get(name)
+        if kind is None:
+            return "raise", _other_exception(name, args)
+        exception = kind.__new__(kind)
+        exception.args = tuple(args)
+        state = message.get("state")
+        if isinstance(state, dict):
+            for key, value in state.items():
+                if isinstance(key, str) and key.isidentifier() and not key.startswith("_"):
+                    setattr(exception, key, value)
+        return "raise", exception
+    if "ok" in message and isinstance(message["ok"], dict):
+        return "ok", message["ok"]
+    raise ChildDied("an answer that is not a reply")
+
+
+def _other_exception(name: str, args: list[Any]) -> Exception:
+    """What a child's call raised that is not the caller's to classify: a built-in exception
+    of that name when there is one (its text only), else a RuntimeError naming it."""
+    import builtins
+
+    text = str(args[0]) if args else ""
+    found = getattr(builtins, name, None)
+    if isinstance(found, type) and issubclass(found, Exception):
+        with contextlib.suppress(Exception):
+            return found(text)  # type: ignore[no-any-return]
+    return RuntimeError(f"{name}: {text}" if text else name)
+
+
+def as_outcome(value: dict[str, Any]) -> ToolOutcome:
+    """A tool's outcome from a child's answer (TypeError when it is not one)."""
+    fields = value.get("fields")
+    if not isinstance(fields, dict):
+        raise TypeError("not a tool's outcome")
+    return ToolOutcome(**fields)
+
+
+def as_trajectory(value: dict[str, Any]) -> Trajectory:
+    """A trajectory from a child's answer (TypeError when it is not one)."""
+    fields = value.get("fields")
+    if not isinstance(fields, dict) or not isinstance(fields.get("messages"), list):
+        raise TypeError("not a trajectory")
+    return Trajectory(**fields)
