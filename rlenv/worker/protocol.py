@@ -423,7 +423,7 @@ def isolated(name: str, *args: Any) -> Any:
     return _with_output(value, printed.output)
 
 
-def _rollout_in_child(task: RolloutTask) -> dict[str, Any]:
+def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
     """A whole rollout: the conversation (policy, tools) in a child, whose trajectory comes back
     as data, then the grading here, in this worker, which the policy never ran in (a policy
     that patched the verifiers in its own process patched nothing that grades it)."""
