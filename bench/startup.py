@@ -1,7 +1,11 @@
 """`rlenv --help` wall time (whole process, median of 15 runs); target <= 0.35 s.
 
-Also prints the ten slowest imports (cumulative) of `rlenv.cli` from `python -X importtime`, so a
-miss can be explained, and a frozen-world worker's start (spawn to ready, one tool, the
+Also measures `rlenv validate` (target <= 1 s on a calm machine for a python env) and `rlenv run
+--limit 1` (one rollout, everything from process start to exit) on a tiny python env, a one-tool
+env and the bundled file_edit env: wall and CPU of the whole process tree (the checking child
+and the workers included), CPU being the figure a busy machine disturbs least. Also prints
+the ten slowest imports (cumulative) of `rlenv.cli` from `python -X importtime`, so a miss can
+be explained, and a frozen-world worker's start (spawn to ready, one tool, the
 network namespace) with and without libfaketime preloaded (what the frozen clock below Python
 costs). Run: `.venv/bin/python bench/startup.py [--quick]`.
 """
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -21,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 TARGET_S = 0.35
+VALIDATE_TARGET_S = 1.0  # issue 30 item 2: `rlenv validate` on a python env, calm machine
 WORKER_TARGET_S = 0.5  # issue 30: a frozen-world worker ready "in well under a second"
 
 
@@ -129,12 +135,84 @@ def worker_imports(top: int) -> list[list[str]]:
     return [*top_rows, [f"({len(rows)} modules imported)", "", ""]]
 
 
+def command_times(runs: int) -> float:
+    """Print wall and CPU (whole process tree) of `rlenv validate` and `rlenv run --limit 1` on a
+    tiny python env (no tools), a one-tool env and the bundled file_edit env; return the median
+    wall of `validate` on the python env."""
+    bundled = common.ROOT / "envs" / "file_edit.yaml"
+    rows = []
+    python_validate = 0.0
+    with common.temp_dir("bench-commands-") as root:
+        specs = {
+            "python env (no tools)": common.build_env(root / "plain", 20, policy="instant"),
+            "one-tool env": common.build_env(root / "tool", 20, policy="one_tool", tool=True),
+            "bundled file_edit": bundled,
+        }
+        for label, spec in specs.items():
+            for verb in ("validate", "run"):
+                out = root / "out"
+                command = [str(common.RLENV), verb, str(spec)]
+                if verb == "run":
+                    command += ["--limit", "1", "--out", str(out)]
+                common.measure(command, pss=False, cwd=spec.parent).check()  # warm caches
+                walls, cpus = [], []
+                for _ in range(runs):
+                    if out.exists():
+                        shutil.rmtree(out)
+                    done = common.measure(command, pss=False, cwd=spec.parent).check()
+                    walls.append(done.wall_s)
+                    cpus.append(done.cpu_s)
+                wall = statistics.median(walls)
+                if verb == "validate" and label.startswith("python"):
+                    python_validate = wall
+                what = "run --limit 1" if verb == "run" else verb
+                rows.append(
+                    [
+                        f"rlenv {what}: {label}",
+                        f"{wall:.3f}",
+                        f"{min(walls):.3f}",
+                        f"{max(walls):.3f}",
+                        f"{statistics.median(cpus):.3f}",
+                    ]
+                )
+    print(
+        f"`rlenv validate` and `rlenv run --limit 1` (one rollout), whole process tree, median"
+        f" of {runs}"
+    )
+    print(common.table(["command", "median s", "min s", "max s", "median CPU s"], rows))
+    return python_validate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="7 runs instead of 15")
+    parser.add_argument(
+        "--part",
+        choices=("all", "help", "commands", "worker"),
+        default="all",
+        help="measure only `rlenv --help`, validate/run, or the worker start",
+    )
     args = parser.parse_args()
     runs = 7 if args.quick else 15
-    common.header("startup: `rlenv --help`, whole process")
+    common.header("startup: `rlenv --help`, validate and run, a worker's start; whole process")
+    verdicts: list[str] = []
+    if args.part in ("all", "commands"):
+        validate = command_times(5 if args.quick else 9)
+        print()
+        verdicts.append(
+            f"target: `rlenv validate` (python env) <= {VALIDATE_TARGET_S:.2f} s:"
+            f" {validate:.3f} s  {common.verdict(validate <= VALIDATE_TARGET_S)}"
+        )
+    if args.part in ("all", "help"):
+        verdicts.append(help_times(runs))
+    if args.part in ("all", "worker"):
+        verdicts.extend(worker_times(args.quick))
+    for line in verdicts:
+        print(line)
+
+
+def help_times(runs: int) -> str:
+    """Print `rlenv --help`'s figures and its slowest imports; return its target line."""
 
     help_command = [str(common.RLENV), "--help"]
     for _ in range(2):  # warm the bytecode cache and the page cache
@@ -179,7 +257,15 @@ def main() -> None:
         )
     )
     print()
-    worker_runs = 5 if args.quick else 11
+    return (
+        f"target: `rlenv --help` median <= {TARGET_S:.2f} s with bytecode cached: {cached:.3f} s"
+        f"  {common.verdict(cached <= TARGET_S)}"
+    )
+
+
+def worker_times(quick: bool) -> list[str]:
+    """Print a worker's start (spawn to ready) and its slowest imports; return target lines."""
+    worker_runs = 5 if quick else 11
     worker_start_seconds(1)  # warm
     cpu_times.clear()
     plain, faked = worker_start_seconds(worker_runs)
@@ -218,16 +304,14 @@ def main() -> None:
     print("what a worker imports (one tool): top 10 of `-X importtime` of its start")
     print(common.table(["module", "cumulative ms", "self ms"], worker_imports(10)))
     print()
+    lines = []
     for label, t, cpu in (("one tool", faked, tool_cpu), ("no tools", no_tools, plain_cpu)):
         ready = statistics.median(t)
-        print(
+        lines.append(
             f"target: worker ready ({label}) <= {WORKER_TARGET_S:.2f} s: {ready:.3f} s wall"
             f" ({statistics.median(cpu):.3f} s CPU)  {common.verdict(ready <= WORKER_TARGET_S)}"
         )
-    print(
-        f"target: median <= {TARGET_S:.2f} s with bytecode cached: {cached:.3f} s"
-        f"  {common.verdict(cached <= TARGET_S)}"
-    )
+    return lines
 
 
 if __name__ == "__main__":
