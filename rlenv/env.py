@@ -14,6 +14,7 @@ run in a child interpreter (`rlenv.checking_child`).
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,18 +302,20 @@ def check_seeds_matter(env: Environment) -> None:
 
     Gymnasium's ``check_reset_seed``: rollout seeds are derived from the env seed, the input id
     and the rollout index, and seeding Python's and NumPy's RNGs with them must be effective.
+    NumPy's is checked when NumPy is loaded here, as `rlenv.seeding` seeds it only then: the
+    check does not import it (a third of a second of every `validate` and `run`).
     """
-    import numpy
-
+    numpy = sys.modules.get("numpy")
     input_id = env.inputs[0].id if env.inputs else "0"
     first = derive_seed(env.loaded.spec.seed, input_id, 0)
     second = derive_seed(env.loaded.spec.seed, input_id, 1)
-    saved = random.getstate(), numpy.random.get_state()
+    saved = random.getstate(), numpy.random.get_state() if numpy is not None else None
     try:
         draws = [_draws(first), _draws(second), _draws(first)]
     finally:
         random.setstate(saved[0])
-        numpy.random.set_state(saved[1])
+        if numpy is not None:
+            numpy.random.set_state(saved[1])
     if draws[0] != draws[2]:
         raise UserError(
             f"seed: the same rollout seed gave different random draws ({draws[0]} vs {draws[2]});"
@@ -327,12 +330,12 @@ def check_seeds_matter(env: Environment) -> None:
         )
 
 
-def _draws(seed: int) -> tuple[float, float]:
-    """Seed every RNG with `seed` (as a rollout does) and draw once from Python's and NumPy's."""
-    import numpy
-
+def _draws(seed: int) -> tuple[float, float | None]:
+    """Seed every RNG with `seed` (as a rollout does) and draw once from Python's and (when
+    loaded) NumPy's."""
+    numpy = sys.modules.get("numpy")
     seed_everything(seed)
-    return random.random(), float(numpy.random.random())
+    return random.random(), float(numpy.random.random()) if numpy is not None else None
 
 
 @dataclass(frozen=True)

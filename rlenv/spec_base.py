@@ -35,7 +35,7 @@ def signature(kind: str) -> str:
 
 class Strict(BaseModel):
     # floats are finite: NaN and infinities have no canonical JSON form
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class FileRef(Strict):

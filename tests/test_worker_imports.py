@@ -50,8 +50,8 @@ def test_a_worker_without_tools_loads_no_schema_validator_nor_httpx_cli(
     spec = env_builder.write(POLICY)
     seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path)
     assert seen["status"] == "ok"
-    assert "httpx" in seen["loaded"]  # replay patches it
-    for heavy in ("jsonschema", "rich", "pygments", "click"):
+    # nothing to replay: no vcrpy, nor the HTTP clients it patches (a third of a second each)
+    for heavy in ("jsonschema", "rich", "pygments", "click", "httpx", "vcr", "aiohttp", "numpy"):
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
 
 
@@ -78,6 +78,9 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
     assert seen["status"] == "ok"
     assert "jsonschema" in seen["loaded"]
     assert "lark" not in seen["loaded"], "the worker compiled rfc3987_syntax's grammars"
+    assert "httpx" in seen["loaded"]  # replay patches it
+    for heavy in ("rich", "pygments", "click"):  # httpx's command-line client
+        assert heavy not in seen["loaded"], f"the worker imported {heavy}"
 
 
 IRI_PROBE = """

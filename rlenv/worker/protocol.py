@@ -90,7 +90,7 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     global _runtime, _start_error
     os.dup2(2, 1)
     if not config.live_tools:
-        _import_httpx_without_cli()
+        _leave_out_httpx_cli()
         from rlenv.world import sockets
 
         sockets.install(whole_process=whole_process)
@@ -108,21 +108,26 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
         raise
 
 
-def _import_httpx_without_cli() -> None:
-    """Import httpx (tool replay's vcrpy patches it) without its command-line client: httpx
-    imports the client's libraries (rich, pygments, click: ~5 MB of a worker) when they are
-    installed, and falls back to a stub `httpx.main` when they are not, as here. Env code
-    that imports ``httpx._main`` itself still can."""
-    if "httpx" in sys.modules:
-        return
-    sys.modules["httpx._main"] = None  # type: ignore[assignment]
-    try:
-        import httpx  # noqa: F401
-    except ImportError:  # not installed: vcrpy has nothing to patch
-        pass
-    finally:
-        if "httpx._main" in sys.modules and sys.modules["httpx._main"] is None:
-            del sys.modules["httpx._main"]
+class _NoHttpxCli:
+    """A meta-path finder that makes httpx's own ``from ._main import main`` fail, so httpx
+    falls back to its stub `httpx.main` (as when the client's libraries are not installed)."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "httpx._main":
+            parent = sys.modules.get("httpx")
+            if getattr(getattr(parent, "__spec__", None), "_initializing", False):
+                raise ImportError("httpx's command-line client is not loaded in a frozen world")
+        return None
+
+
+def _leave_out_httpx_cli() -> None:
+    """When httpx is imported (by vcrpy to patch it for tool replay, or by env code), it loads
+    without its command-line client: httpx imports the client's libraries (rich, pygments,
+    click: ~5 MB of a worker) when they are installed. httpx itself is not imported here: a
+    world without tools need not pay a third of a second for it. Env code that imports
+    ``httpx._main`` itself, after httpx, still gets it."""
+    if not any(isinstance(finder, _NoHttpxCli) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _NoHttpxCli())
 
 
 def worker_ready() -> int:
