@@ -24,6 +24,9 @@ from rlenv.sandbox.limits import (
     sandbox_python,
 )
 
+WEAK_SANDBOX_VARIABLE = "RLENV_ALLOW_WEAK_SANDBOX"
+"""Set to 1 to let code verifiers run with resource limits only (no namespace sandbox)."""
+
 WRAPPER = Path(__file__).with_name("wrapper.py")
 """The in-sandbox wrapper, run by path (standard library only)."""
 WRAPPER_INSIDE = "/.rlenv-wrapper.py"

@@ -34,6 +34,7 @@ from rlenv.sandbox import (
     run_sandboxed,
     sandbox_python,
 )
+from rlenv.sandbox.mechanism import WEAK_SANDBOX_VARIABLE
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Grader, VerifierContext, expected_value
 
@@ -46,8 +47,6 @@ __all__ = [
     "sandboxed_grader",
 ]
 
-WEAK_SANDBOX_VARIABLE = "RLENV_ALLOW_WEAK_SANDBOX"
-"""Set to 1 to let code verifiers run with resource limits only (no namespace sandbox)."""
 HARNESS_NAME = "_rlenv_runner.py"
 """What the harness is called in the workdir."""
 

@@ -75,7 +75,7 @@ class WorldRuntime:
         self._entered = contextlib.ExitStack()
         freeze_environment()
         if config.allow_weak_sandbox:
-            from rlenv.verifiers.code import WEAK_SANDBOX_VARIABLE
+            from rlenv.sandbox.mechanism import WEAK_SANDBOX_VARIABLE  # not verifiers.code: 0.1 s
 
             os.environ[WEAK_SANDBOX_VARIABLE] = "1"  # read by the code verifiers, in this worker
         self.loaded = load_spec(config.spec_path)
