@@ -125,8 +125,10 @@ def answer_checks(results_of: ResultsOf) -> None:
     answer_fd = int(request["answer_fd"])
     os.set_inheritable(answer_fd, False)  # nothing env code starts gets the answer pipe
     from rlenv.world import sockets
+    from rlenv.world.light_imports import leave_out_httpx_cli
 
     sockets.install(whole_process=True)
+    leave_out_httpx_cli()  # as a worker imports env code
     checks: dict[str, list[dict[str, Any]]] = {}
     error = None
     try:

@@ -103,3 +103,24 @@ def test_run_a_python_env_imports_nothing_heavy(python_env: Path, tmp_path: Path
         assert heavy not in orchestrator, f"`rlenv run` imported {heavy}"
     for heavy in ("numpy", "httpx", *HEAVY):  # httpx: only where tool replay patches it
         assert heavy not in workers, f"a worker of `rlenv run` imported {heavy}"
+
+
+HTTPX_POLICY = """
+import httpx  # env code's own import: httpx loads its command-line client when it can
+
+
+def policy(messages, tools, ctx):
+    return "a"
+"""
+
+
+def test_the_checking_child_loads_httpx_without_its_command_line_client(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """httpx imports rich, pygments and click for its command line when they are installed
+    (~0.35 s of a checking child's CPU); the child, like a worker, leaves them out."""
+    spec = env_builder.write(HTTPX_POLICY)
+    _, child = _imports(["validate", str(spec)], spec.parent, tmp_path)
+    assert "httpx" in child
+    for heavy in ("rich", "pygments", "click"):
+        assert heavy not in child, f"the checking child imported {heavy} with httpx"

@@ -8,7 +8,6 @@ import contextlib
 import json
 import os
 import shutil
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -90,8 +89,10 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     global _runtime, _start_error
     os.dup2(2, 1)
     if not config.live_tools:
-        _leave_out_httpx_cli()
         from rlenv.world import sockets
+        from rlenv.world.light_imports import leave_out_httpx_cli
+
+        leave_out_httpx_cli()  # not httpx itself: a world without tools need not import it
 
         sockets.install(whole_process=whole_process)
     if config.parent_pid is not None:
@@ -106,28 +107,6 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
     except Exception as exc:  # told once, in one line, by the orchestrator (`worker_ready`)
         _start_error = exc.message if isinstance(exc, UserError) else describe(exc)
         raise
-
-
-class _NoHttpxCli:
-    """A meta-path finder that makes httpx's own ``from ._main import main`` fail, so httpx
-    falls back to its stub `httpx.main` (as when the client's libraries are not installed)."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
-        if name == "httpx._main":
-            parent = sys.modules.get("httpx")
-            if getattr(getattr(parent, "__spec__", None), "_initializing", False):
-                raise ImportError("httpx's command-line client is not loaded in a frozen world")
-        return None
-
-
-def _leave_out_httpx_cli() -> None:
-    """When httpx is imported (by vcrpy to patch it for tool replay, or by env code), it loads
-    without its command-line client: httpx imports the client's libraries (rich, pygments,
-    click: ~5 MB of a worker) when they are installed. httpx itself is not imported here: a
-    world without tools need not pay a third of a second for it. Env code that imports
-    ``httpx._main`` itself, after httpx, still gets it."""
-    if not any(isinstance(finder, _NoHttpxCli) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _NoHttpxCli())
 
 
 def worker_ready() -> int:
