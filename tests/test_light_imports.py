@@ -124,3 +124,42 @@ def test_the_checking_child_loads_httpx_without_its_command_line_client(
     assert "httpx" in child
     for heavy in ("rich", "pygments", "click"):
         assert heavy not in child, f"the checking child imported {heavy} with httpx"
+
+
+HELP_PROBE = """
+import atexit, json, sys
+
+
+@atexit.register
+def dump():
+    print(json.dumps(sorted(sys.modules)), file=sys.stderr)
+
+
+sys.argv = ["rlenv", "--help"]
+from rlenv.cli import main
+
+main()
+"""
+
+
+def test_help_imports_typer_and_the_command_modules_only(tmp_path: Path) -> None:
+    """`rlenv --help` (target 0.35 s, bench/startup.py): the command modules import their
+    library modules inside the commands, so no spec model, YAML or NumPy is loaded."""
+    probe = tmp_path / "help.py"
+    probe.write_text(HELP_PROBE)
+    result = subprocess.run(
+        [sys.executable, str(probe)], capture_output=True, text=True, timeout=120, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = json.loads(result.stderr.strip().splitlines()[-1])
+    tops = {name.split(".")[0] for name in loaded}
+    for heavy in ("pydantic", "yaml", "numpy", "httpx", *HEAVY):
+        assert heavy not in tops, f"`rlenv --help` imported {heavy}"
+    library = [
+        name
+        for name in loaded
+        if name.startswith("rlenv.")
+        and not name.startswith("rlenv.commands")
+        and name not in ("rlenv.cli", "rlenv.version")
+    ]
+    assert library == [], f"`rlenv --help` imported library modules: {library}"
