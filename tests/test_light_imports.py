@@ -54,6 +54,14 @@ def policy(messages, tools, ctx):
     return "a"
 """
 
+HTTPX_POLICY = """
+import httpx  # env code's own import: httpx loads its command-line client when it can
+
+
+def policy(messages, tools, ctx):
+    return "a"
+"""
+
 HEAVY = ("torch", "transformers", "vcr", "aiohttp", "jinja2", "rich", "pygments", "scipy")
 
 
@@ -85,12 +93,18 @@ def python_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return EnvBuilder(tmp_path_factory.mktemp("light-env")).write(POLICY)
 
 
-def test_validate_a_python_env_imports_nothing_heavy(python_env: Path, tmp_path: Path) -> None:
-    orchestrator, child = _imports(["validate", str(python_env)], python_env.parent, tmp_path)
-    assert "rlenv" in child, "the checking child was not traced"
+def test_validate_a_python_env_imports_nothing_heavy(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """The env module imports httpx, which loads its command-line client (rich, pygments,
+    click: ~0.35 s of CPU) when it can: the checking child, like a worker, leaves it out."""
+    spec = EnvBuilder(tmp_path_factory.mktemp("httpx-env")).write(HTTPX_POLICY)
+    orchestrator, child = _imports(["validate", str(spec)], spec.parent, tmp_path)
+    assert "rlenv" in child and "httpx" in child, "the checking child was not traced"
     for heavy in ("numpy", *HEAVY):
         assert heavy not in orchestrator, f"`rlenv validate` imported {heavy}"
         assert heavy not in child, f"the checking child of `rlenv validate` imported {heavy}"
+    assert "click" not in child, "the checking child imported httpx's command-line client"
 
 
 def test_run_a_python_env_imports_nothing_heavy(python_env: Path, tmp_path: Path) -> None:
@@ -103,27 +117,6 @@ def test_run_a_python_env_imports_nothing_heavy(python_env: Path, tmp_path: Path
         assert heavy not in orchestrator, f"`rlenv run` imported {heavy}"
     for heavy in ("numpy", "httpx", *HEAVY):  # httpx: only where tool replay patches it
         assert heavy not in workers, f"a worker of `rlenv run` imported {heavy}"
-
-
-HTTPX_POLICY = """
-import httpx  # env code's own import: httpx loads its command-line client when it can
-
-
-def policy(messages, tools, ctx):
-    return "a"
-"""
-
-
-def test_the_checking_child_loads_httpx_without_its_command_line_client(
-    env_builder: EnvBuilder, tmp_path: Path
-) -> None:
-    """httpx imports rich, pygments and click for its command line when they are installed
-    (~0.35 s of a checking child's CPU); the child, like a worker, leaves them out."""
-    spec = env_builder.write(HTTPX_POLICY)
-    _, child = _imports(["validate", str(spec)], spec.parent, tmp_path)
-    assert "httpx" in child
-    for heavy in ("rich", "pygments", "click"):
-        assert heavy not in child, f"the checking child imported {heavy} with httpx"
 
 
 HELP_PROBE = """
