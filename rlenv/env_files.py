@@ -143,9 +143,20 @@ def check_cassette_files(env: Environment) -> None:
 
     loaded = env.loaded
     problems: list[UserError] = []
+    unrecorded = _unrecorded_cassettes(env)
+    if unrecorded:  # a fresh env: one line saying so, and what to run (the rest is checked)
+        names = ", ".join(f"{field} {path}" for field, path, _ in unrecorded)
+        problems.append(
+            SpecError(
+                f"fixtures not recorded yet ({names}): record them with"
+                f" `rlenv record {loaded.path}`, then validate again",
+                where=unrecorded[0][2],
+            )
+        )
+    skipped = {field for field, _, _ in unrecorded}
     for index, tool in enumerate(loaded.spec.tools):
         cassette = loaded.cassette_path(tool)
-        if cassette is None or tool.cassette is None:
+        if cassette is None or tool.cassette is None or f"tools[{index}].cassette" in skipped:
             continue
         try:
             env.file_hashes[f"tools.{tool.name}.cassette"] = _pinned_file(
@@ -159,8 +170,8 @@ def check_cassette_files(env: Environment) -> None:
         except UserError as exc:
             problems.append(exc)
     user = loaded.spec.user
-    if user is not None and user.cassette is not None:  # a model user's recorded replies
-        try:
+    if user is not None and user.cassette is not None and "user.cassette" not in skipped:
+        try:  # a model user's recorded replies
             env.file_hashes["user.cassette"] = _pinned_file(
                 loaded.resolve(user.cassette.path),
                 user.cassette.sha256,
@@ -173,6 +184,8 @@ def check_cassette_files(env: Environment) -> None:
             problems.append(exc)
     for index, verifier in enumerate(loaded.spec.verifiers):
         if verifier.judge is None or verifier.judge.cassette is None:
+            continue
+        if f"verifiers[{index}].judge.cassette" in skipped:
             continue
         if verifier.judge.mode != "replay":  # it grows as answers are judged: not pinned
             try:
@@ -194,6 +207,30 @@ def check_cassette_files(env: Environment) -> None:
             problems.append(exc)
     if problems:
         raise Problems(problems)
+
+
+def _unrecorded_cassettes(env: Environment) -> list[tuple[str, str, str]]:
+    """The cassettes `rlenv record` has not written yet: not there and no hash pinned (a pinned
+    one that is gone was recorded once: "not found" says that). (field, path as the spec
+    names it, where)."""
+    loaded = env.loaded
+    named: list[tuple[str, Any, tuple[str | int, ...]]] = [
+        (f"tools[{index}].cassette", tool.cassette, ("tools", index, "cassette", "path"))
+        for index, tool in enumerate(loaded.spec.tools)
+    ]
+    if loaded.spec.user is not None:
+        named.append(("user.cassette", loaded.spec.user.cassette, ("user", "cassette", "path")))
+    for index, verifier in enumerate(loaded.spec.verifiers):
+        judge = verifier.judge  # a record_missing/live judge starts with no cassette: it grows
+        if judge is not None and judge.mode == "replay":
+            loc = ("verifiers", index, "judge", "cassette", "path")
+            named.append((f"verifiers[{index}].judge.cassette", judge.cassette, loc))
+    found: list[tuple[str, str, str]] = []
+    for field_name, cassette, loc in named:
+        if cassette is None or cassette.sha256 or loaded.resolve(cassette.path).exists():
+            continue
+        found.append((field_name, cassette.path, env.where(*loc)))
+    return found
 
 
 def check_reward_model_files(env: Environment) -> None:
