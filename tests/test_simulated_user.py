@@ -27,7 +27,21 @@ def user(messages, input, ctx):
 
 def polite_user(messages, input, ctx):
     return "thanks ###STOP###"
+
+def asker(messages, input, ctx):
+    asked = sum(1 for m in messages if m["role"] == "user")
+    said = ["where is it?", "ok ###STOP###"][asked - 1]
+    return said + (" (seed ok)" if isinstance(ctx.seed, int) and asked == 1 else "")
+
+def lookup(arguments, ctx):
+    return "found: " + arguments.get("query", "")
 """
+
+LOOKUP = {
+    "name": "lookup",
+    "function": "MOD:lookup",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
 
 INPUTS = [
     {"id": "a", "prompt": "hello", "answer": "x", "user_instructions": "You want a refund."},
@@ -145,3 +159,61 @@ def test_the_browser_shows_the_turns(env_builder: EnvBuilder, tmp_path: Path) ->
     assert row["u"] == [[1, 0, "where?", None], [2, 1, "bye", True]]
     assert [m["role"] for m in row["m"]] == ["assistant", "user"]  # the last reply is "a"
     assert row["fa"] == 1
+
+
+def test_an_outside_policy_talks_with_the_user(
+    env_builder: EnvBuilder, chat: Any, tmp_path: Path
+) -> None:
+    """An `openai:` policy (a real chat server on loopback, outside the frozen world): its turns
+    (with tool calls, run in a worker) alternate with the user's, the user's replies made in a
+    worker (a python user here; scripted turns are made the same way; a model user recorded
+    then replayed); two runs are equal."""
+    policy = chat()
+    outside = ("--model", "openai:policy", "--base-url", f"{policy.base_url}/v1")
+    python = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        tools=[dict(LOOKUP)],
+        user={"function": f"{env_builder.module}:asker"},
+        rollouts=1,
+    )
+    _run(python, tmp_path / "python", *outside)
+    (record,) = [
+        r for r in read_jsonl(tmp_path / "python" / "results.jsonl") if r["input_id"] == "a"
+    ]
+    assert record["status"] == "ok", record["error"]
+    roles = [m["role"] for m in record["messages"] if m["role"] != "system"]
+    assert roles == ["user", "assistant", "tool", "assistant"] * 2
+    assert record["answer"] == "found: where is it? (seed ok)"
+    assert [(c["turn"], c["arguments"]) for c in record["tool_calls"]] == [
+        (0, {"query": "hello"}),
+        (2, {"query": "where is it? (seed ok)"}),
+    ]
+    assert record["extra"]["user_turns"] == [
+        {"user_turn": 1, "after_turn": 1, "content": "where is it? (seed ok)"},
+        {"user_turn": 2, "after_turn": 3, "content": "ok", "ended": True},
+    ]
+    user_model = chat()
+    modelled = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        user={
+            "model": "openai:usersim",
+            "base_url": f"{user_model.base_url}/v1",
+            "cassette": {"path": "user.yaml"},
+            "max_turns": 2,
+        },
+        rollouts=2,
+    )
+    recorded = cli("record", str(modelled), *outside)
+    assert recorded.returncode == 0, recorded.stderr
+    asked = len(user_model.received)
+    assert asked == 4  # 2 inputs x 2 user turns, the policy deterministic: recorded once
+    one = _run(modelled, tmp_path / "one", *outside)
+    two = _run(modelled, tmp_path / "two", *outside)
+    assert len(user_model.received) == asked, "replay never calls the user model"
+    assert one["digest"] == two["digest"] and one["counts"] == {"ok": 4}
+    records = read_jsonl(tmp_path / "one" / "results.jsonl")
+    record = next(r for r in records if r["input_id"] == "a")
+    assert record["extra"]["user_turns"][0]["content"] == "echo: echo: hello"
+    assert record["answer"] == "echo: " * 5 + "hello"  # agent, user, agent, user, agent
