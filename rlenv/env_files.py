@@ -223,8 +223,8 @@ def _unrecorded_cassettes(env: Environment) -> list[tuple[str, str, str]]:
     for index, verifier in enumerate(loaded.spec.verifiers):
         judge = verifier.judge  # a record_missing/live judge starts with no cassette: it grows
         if judge is not None and judge.mode == "replay":
-            loc = ("verifiers", index, "judge", "cassette", "path")
-            named.append((f"verifiers[{index}].judge.cassette", judge.cassette, loc))
+            judge_loc = ("verifiers", index, "judge", "cassette", "path")
+            named.append((f"verifiers[{index}].judge.cassette", judge.cassette, judge_loc))
     found: list[tuple[str, str, str]] = []
     for field_name, cassette, loc in named:
         if cassette is None or cassette.sha256 or loaded.resolve(cassette.path).exists():

@@ -217,3 +217,36 @@ def test_an_outside_policy_talks_with_the_user(
     record = next(r for r in records if r["input_id"] == "a")
     assert record["extra"]["user_turns"][0]["content"] == "echo: echo: hello"
     assert record["answer"] == "echo: " * 5 + "hello"  # agent, user, agent, user, agent
+
+
+def test_an_hf_policy_talks_with_the_user(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """A local transformers policy (`hf:`, generated in the orchestrator) with scripted user
+    turns: the user's turns come from the worker between the model's."""
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests import tiny_models
+
+    checkpoint = tiny_models.build_checkpoint(tmp_path / "ckpt", seed=0)
+    spec = env_builder.write(
+        "",
+        inputs=INPUTS[:1],
+        model=f"hf:{checkpoint}",
+        decoding={"temperature": 1.0, "max_tokens": 6},
+        user={"turns": ["where is it?", "thanks ###STOP###"]},
+        verifiers=[{"type": "regex", "pattern": "."}],
+        rollouts=1,
+    )
+    _run(spec, tmp_path / "run")
+    (record,) = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert record["status"] == "ok", record["error"]
+    roles = [m["role"] for m in record["messages"] if m["role"] != "system"]
+    assert roles == ["user", "assistant"] * 2
+    assert record["messages"][-2] == {"role": "user", "content": "where is it?"}
+    assert record["extra"]["user_turns"][-1] == {
+        "user_turn": 2,
+        "after_turn": 1,
+        "content": "thanks",
+        "ended": True,
+    }
