@@ -59,6 +59,12 @@ def located(env: Environment, *loc: str | int) -> Iterator[None]:
 # (hashes, inputs, warnings) and raises on the first problem.
 
 
+def _repin_hint(spec: Path | None) -> str:
+    """What to run after changing a pinned file on purpose (the mismatch is otherwise the
+    signal that it changed under the env)."""
+    return f" (changed on purpose? `rlenv pin {spec}` pins it as it is now)" if spec else ""
+
+
 def _pinned_file(
     path: Path,
     pinned: str | None,
@@ -67,6 +73,7 @@ def _pinned_file(
     where: str,
     where_hash: str,
     missing: str = "file",
+    spec: Path | None = None,
 ) -> str:
     """The sha256 of a file the spec references; refuse it when missing or not as pinned."""
     if not path.is_file():
@@ -75,7 +82,7 @@ def _pinned_file(
     if pinned and actual != pinned:
         raise SpecError(
             f"{field}.sha256: hash mismatch for {path.name}: pinned {pinned[:12]}…,"
-            f" file has {actual}",
+            f" file has {actual}{_repin_hint(spec)}",
             where=where_hash,
         )
     return actual
@@ -93,7 +100,9 @@ def _pinned_inputs(env: Environment, field: str) -> str:
     path = env.loaded.source_path(source)
     if source.dataset is None:
         where = env.where(field, "path")
-        return _pinned_file(path, source.sha256, field, where=where, where_hash=where)
+        return _pinned_file(
+            path, source.sha256, field, where=where, where_hash=where, spec=env.loaded.path
+        )
     if path.is_file() and sha256_file(path) == source.sha256:
         return str(source.sha256)
     where = env.where(field, "dataset")
@@ -105,7 +114,7 @@ def _pinned_inputs(env: Environment, field: str) -> str:
     if actual != source.sha256:
         raise SpecError(
             f"{field}.sha256: hash mismatch for the dataset's rows: pinned"
-            f" {source.sha256[:12]}…, rows have {actual}",
+            f" {source.sha256[:12]}…, rows have {actual}{_repin_hint(env.loaded.path)}",
             where=env.where(field, "sha256"),
         )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +139,8 @@ def check_snapshot(env: Environment) -> None:
     if actual != spec.snapshot.sha256:
         raise SpecError(
             f"snapshot.sha256: manifest hash mismatch for {snapshot.name}: pinned"
-            f" {spec.snapshot.sha256[:12]}…, directory has {actual}",
+            f" {spec.snapshot.sha256[:12]}…, directory has {actual}"
+            f"{_repin_hint(env.loaded.path)}",
             where=env.where("snapshot", "sha256"),
         )
     env.file_hashes["snapshot"] = actual
@@ -166,6 +176,7 @@ def check_cassette_files(env: Environment) -> None:
                 where=env.where("tools", index, "cassette", "path"),
                 where_hash=env.where("tools", index, "cassette", "sha256"),
                 missing="cassette",
+                spec=loaded.path,
             )
         except UserError as exc:
             problems.append(exc)
@@ -179,6 +190,7 @@ def check_cassette_files(env: Environment) -> None:
                 where=env.where("user", "cassette", "path"),
                 where_hash=env.where("user", "cassette", "sha256"),
                 missing="cassette",
+                spec=loaded.path,
             )
         except UserError as exc:
             problems.append(exc)
@@ -201,6 +213,7 @@ def check_cassette_files(env: Environment) -> None:
                 where=env.where("verifiers", index, "judge", "cassette", "path"),
                 where_hash=env.where("verifiers", index, "judge", "cassette", "sha256"),
                 missing="judge cassette (record it with `rlenv record`)",
+                spec=loaded.path,
             )
             load_cassette(loaded.resolve(verifier.judge.cassette.path))  # now, not after the run
         except UserError as exc:
@@ -254,6 +267,7 @@ def check_reward_model_files(env: Environment) -> None:
             f"reward_model.{name}",
             where=env.where("reward_model", name, "path"),
             where_hash=env.where("reward_model", name, "sha256"),
+            spec=loaded.path,
         )
 
 
