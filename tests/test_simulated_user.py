@@ -250,3 +250,23 @@ def test_an_hf_policy_talks_with_the_user(env_builder: EnvBuilder, tmp_path: Pat
         "content": "thanks",
         "ended": True,
     }
+
+
+def test_a_user_turns_reply_from_a_worker_is_checked() -> None:
+    """What a worker sends back for a user turn is a bounded str or None, or an exception the
+    conversation loop classifies; anything else is the rollout's error (the worker replaced)."""
+    from rlenv.bounds import MAX_REPLY_BYTES
+    from rlenv.errors import FixtureMiss
+    from rlenv.executors.base import CALLS
+    from rlenv.executors.replies import reply_problem
+    from rlenv.worker.protocol import HANDLERS
+
+    assert "user" in HANDLERS and CALLS["user"] == ("tool_error", "user turn")
+    assert reply_problem("user", ("ok", "It is A101."), None) is None
+    assert reply_problem("user", ("ok", None), None) is None
+    assert reply_problem("user", ("raise", FixtureMiss("user turn 1: ...")), None) is None
+    assert reply_problem("user", ("ok", {"content": "hi"}), None) == "a dict, not a user's message"
+    too_long = reply_problem("user", ("ok", "x" * (MAX_REPLY_BYTES + 1)), None)
+    assert too_long is not None and too_long.startswith("a user's message that")
+    raised = reply_problem("user", ("raise", ValueError("forged")), None)
+    assert raised == "it raised ValueError: forged"
