@@ -89,7 +89,8 @@ def _call(name, arguments, number):
 def desk(messages, tools, ctx):
     """Asks for the card, finds the book by its title, lends it, says so."""
     users = [m["content"] for m in messages if m["role"] == "user"]
-    card = next((re.search(r"\\bM\\d+\\b", t) for t in reversed(users) if re.search(r"\\bM\\d+\\b", t)), None)
+    cards = [re.search(r"\\bM\\d+\\b", text) for text in reversed(users)]
+    card = next((found for found in cards if found), None)
     if card is None:
         return "Happy to help. What is your library card number?"
     title = re.search(r'"([^"]+)"', users[0]).group(1)
