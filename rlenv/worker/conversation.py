@@ -1,7 +1,9 @@
 """A conversation with a simulated user (the spec's ``user:`` block, `rlenv.spec_user`).
 
-The loop alternates agent turns (each run by `rlenv.agent.rollout_loop`: model replies and tool
-calls until the agent answers without a tool call) with user turns, until the user ends it (its
+The loop (`rlenv.agent.conversation_loop`, driven here for an in-world policy and by the runner
+for an outside one, whose user turns are then calls to a worker) alternates agent turns (each
+run by `rlenv.agent.rollout_loop`: model replies and tool calls until the agent answers without
+a tool call) with user turns, made by `WorldUser` in the world, until the user ends it (its
 ``stop`` marker, a function's None, the end of its scripted turns), the user's turn limit, or
 the agent's (``limits.max_turns``, counted over the whole conversation). Every user turn is in
 the record under ``extra.user_turns`` (after which agent turn, what was said, fixture use).
