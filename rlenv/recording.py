@@ -37,6 +37,7 @@ from rlenv.world.services import date_warning, dated_responses, started_services
 class RecordingResult:
     cassettes: dict[str, dict[str, object]] = field(default_factory=dict)
     spec_updated: bool = False
+    repinned: list[str] = field(default_factory=list)  # spec files whose stale hashes it replaced
     summary: dict[str, object] = field(default_factory=dict)
     services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
     warnings: list[str] = field(default_factory=list)
@@ -180,7 +181,8 @@ def record(
             pinned = verifier.judge.cassette.sha256
             if pinned and pinned != digest:
                 stale[pinned] = digest
-        outcome.spec_updated = _repin(loaded.path, stale)
+        outcome.repinned = [str(path) for path in _repin(loaded.path, stale)]
+        outcome.spec_updated = bool(outcome.repinned)
         late = pin(loaded.path, missing_only=True)  # cassettes written now for the first time
         outcome.pinned = [
             f"{item.field}.sha256 {item.new}  {item.path}"
@@ -196,13 +198,13 @@ def record(
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _repin(spec_path: Path, stale: dict[str, str]) -> bool:
+def _repin(spec_path: Path, stale: dict[str, str]) -> list[Path]:
     """Each stale cassette hash replaced where it is pinned: the spec, or the base it extends
-    (a variant, `--set` included, shares its base's cassettes and their pins); True when a
-    file was written."""
+    (a variant, `--set` included, shares its base's cassettes and their pins); the files
+    written."""
     from rlenv.spec_compose import chain
 
-    written = False
+    written: list[Path] = []
     for path in chain(spec_path):
         text = path.read_text(encoding="utf-8")
         updated = text
@@ -210,7 +212,7 @@ def _repin(spec_path: Path, stale: dict[str, str]) -> bool:
             updated = updated.replace(old, new)
         if updated != text:
             atomic_write(path, updated.encode("utf-8"))
-            written = True
+            written.append(path)
     return written
 
 

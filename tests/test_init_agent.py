@@ -80,6 +80,7 @@ def test_validate_before_record_then_record_a_variant(tmp_path: Path) -> None:
     assert grown.returncode == 0, grown.stderr
     assert sha256_file(cassette) != pinned  # the other inputs' requests were added
     assert sha256_file(cassette) in spec.read_text(), "the base's pinned hash is stale"
+    assert f"updated pinned hashes in {spec}" in grown.stdout, grown.stdout
     for extra in ([], ["--set", "rollouts=1"]):
         validated = cli("validate", str(spec), *extra, cwd=tmp_path)
         assert validated.returncode == 0, validated.stderr
