@@ -589,19 +589,13 @@ async def _outside_rollout(
 
     await executor.prepare(task)
     deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
+    tools, turns = numbered_tool_calls(call_tool), spec.limits.max_turns
     try:
         if spec.user is None:
-            trajectory = await rollout_loop(
-                messages, spec.limits.max_turns, call_model, numbered_tool_calls(call_tool)
-            )
+            trajectory = await rollout_loop(messages, turns, call_model, tools)
         else:  # the user's turns are made in a worker, as tool calls are
             trajectory = await conversation_loop(
-                messages,
-                spec.user,
-                spec.limits.max_turns,
-                call_model,
-                numbered_tool_calls(call_tool),
-                call_user,
+                messages, spec.user, turns, call_model, tools, call_user
             )
     except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
         trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
