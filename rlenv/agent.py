@@ -16,6 +16,7 @@ from rlenv.canonical import MAX_DEPTH
 from rlenv.errors import FixtureMiss, InfraError, ModelOutputError, PolicyCrash
 from rlenv.providers.base import ModelReply
 from rlenv.results import ToolCallRecord
+from rlenv.spec_user import SimulatedUser
 
 T = TypeVar("T")
 
@@ -69,6 +70,9 @@ class Trajectory:
 
 ModelCall = Callable[[list[dict[str, Any]], int], Awaitable[ModelReply]]
 ToolCall = Callable[[dict[str, Any], int], Awaitable[ToolOutcome]]
+UserCall = Callable[[list[dict[str, Any]], int], Awaitable[str | None]]
+"""The simulated user's next message given the conversation so far and its turn number (from
+1); None: the user has nothing more to say."""
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
@@ -174,6 +178,68 @@ async def rollout_loop(
     except RolloutTimeout as exc:
         trajectory.status, trajectory.error = "timeout", str(exc) or "rollout timed out"
     return trajectory
+
+
+async def conversation_loop(
+    messages: list[dict[str, Any]],
+    user: SimulatedUser,
+    max_turns: int,
+    call_model: ModelCall,
+    call_tool: ToolCall,
+    call_user: UserCall,
+) -> Trajectory:
+    """Agent turns and user turns, alternating, until the user or a limit ends it. The same
+    loop whether the policy is in the world (`call_user` answers in the same process) or
+    outside it (`call_user` is a call to a frozen-world worker, as a tool call is)."""
+    trajectory = Trajectory(messages=[dict(message) for message in messages])
+    user_turns: list[dict[str, Any]] = []
+    trajectory.extra["user_turns"] = user_turns
+    turn = 0
+    for user_turn in range(1, user.max_turns + 2):
+        part = await rollout_loop(
+            trajectory.messages, max_turns, call_model, call_tool, first_turn=turn
+        )
+        turn += sum(
+            1 for m in part.messages[len(trajectory.messages) :] if m.get("role") == "assistant"
+        )
+        _absorb(trajectory, part)
+        if part.status != "ok" or user_turn > user.max_turns:
+            return trajectory
+        try:
+            said = await call_user(trajectory.messages, user_turn)
+        except FixtureMiss as exc:
+            trajectory.status, trajectory.error = "fixture_miss", str(exc)
+            return trajectory
+        except ToolCrash as exc:
+            trajectory.status, trajectory.error = "tool_error", str(exc)
+            trajectory.traceback = exc.frames
+            return trajectory
+        ended = said is None or user.stop in said
+        text = (said or "").replace(user.stop, "").strip()
+        user_turns.append({"user_turn": user_turn, "after_turn": turn - 1, "content": text})
+        if ended:
+            user_turns[-1]["ended"] = True
+            return trajectory
+        trajectory.messages.append({"role": "user", "content": text})
+    return trajectory  # pragma: no cover - the loop returns at the user's last turn
+
+
+def _absorb(trajectory: Trajectory, part: Trajectory) -> None:
+    """One agent stretch's messages, tool calls, usage and status into the conversation's."""
+    trajectory.messages = part.messages
+    trajectory.tool_calls += part.tool_calls
+    for key, value in part.usage.items():
+        trajectory.usage[key] = trajectory.usage.get(key, 0) + value
+    if part.logprobs is not None:
+        trajectory.logprobs = (trajectory.logprobs or []) + part.logprobs
+    trajectory.kl_parts += part.kl_parts
+    for key, value in part.extra.items():
+        trajectory.extra.setdefault(key, []).extend(value)
+    trajectory.status, trajectory.error, trajectory.traceback = (
+        part.status,
+        part.error,
+        part.traceback,
+    )
 
 
 def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:

@@ -59,6 +59,12 @@ def located(env: Environment, *loc: str | int) -> Iterator[None]:
 # (hashes, inputs, warnings) and raises on the first problem.
 
 
+def _repin_hint(spec: Path | None) -> str:
+    """What to run after changing a pinned file on purpose (the mismatch is otherwise the
+    signal that it changed under the env)."""
+    return f" (changed on purpose? `rlenv pin {spec}` pins it as it is now)" if spec else ""
+
+
 def _pinned_file(
     path: Path,
     pinned: str | None,
@@ -67,6 +73,7 @@ def _pinned_file(
     where: str,
     where_hash: str,
     missing: str = "file",
+    spec: Path | None = None,
 ) -> str:
     """The sha256 of a file the spec references; refuse it when missing or not as pinned."""
     if not path.is_file():
@@ -75,7 +82,7 @@ def _pinned_file(
     if pinned and actual != pinned:
         raise SpecError(
             f"{field}.sha256: hash mismatch for {path.name}: pinned {pinned[:12]}…,"
-            f" file has {actual}",
+            f" file has {actual}{_repin_hint(spec)}",
             where=where_hash,
         )
     return actual
@@ -93,7 +100,9 @@ def _pinned_inputs(env: Environment, field: str) -> str:
     path = env.loaded.source_path(source)
     if source.dataset is None:
         where = env.where(field, "path")
-        return _pinned_file(path, source.sha256, field, where=where, where_hash=where)
+        return _pinned_file(
+            path, source.sha256, field, where=where, where_hash=where, spec=env.loaded.path
+        )
     if path.is_file() and sha256_file(path) == source.sha256:
         return str(source.sha256)
     where = env.where(field, "dataset")
@@ -105,7 +114,7 @@ def _pinned_inputs(env: Environment, field: str) -> str:
     if actual != source.sha256:
         raise SpecError(
             f"{field}.sha256: hash mismatch for the dataset's rows: pinned"
-            f" {source.sha256[:12]}…, rows have {actual}",
+            f" {source.sha256[:12]}…, rows have {actual}{_repin_hint(env.loaded.path)}",
             where=env.where(field, "sha256"),
         )
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +139,8 @@ def check_snapshot(env: Environment) -> None:
     if actual != spec.snapshot.sha256:
         raise SpecError(
             f"snapshot.sha256: manifest hash mismatch for {snapshot.name}: pinned"
-            f" {spec.snapshot.sha256[:12]}…, directory has {actual}",
+            f" {spec.snapshot.sha256[:12]}…, directory has {actual}"
+            f"{_repin_hint(env.loaded.path)}",
             where=env.where("snapshot", "sha256"),
         )
     env.file_hashes["snapshot"] = actual
@@ -143,9 +153,20 @@ def check_cassette_files(env: Environment) -> None:
 
     loaded = env.loaded
     problems: list[UserError] = []
+    unrecorded = _unrecorded_cassettes(env)
+    if unrecorded:  # a fresh env: one line saying so, and what to run (the rest is checked)
+        names = ", ".join(f"{field} {path}" for field, path, _ in unrecorded)
+        problems.append(
+            SpecError(
+                f"fixtures not recorded yet ({names}): record them with"
+                f" `rlenv record {loaded.path}`, then validate again",
+                where=unrecorded[0][2],
+            )
+        )
+    skipped = {field for field, _, _ in unrecorded}
     for index, tool in enumerate(loaded.spec.tools):
         cassette = loaded.cassette_path(tool)
-        if cassette is None or tool.cassette is None:
+        if cassette is None or tool.cassette is None or f"tools[{index}].cassette" in skipped:
             continue
         try:
             env.file_hashes[f"tools.{tool.name}.cassette"] = _pinned_file(
@@ -155,12 +176,13 @@ def check_cassette_files(env: Environment) -> None:
                 where=env.where("tools", index, "cassette", "path"),
                 where_hash=env.where("tools", index, "cassette", "sha256"),
                 missing="cassette",
+                spec=loaded.path,
             )
         except UserError as exc:
             problems.append(exc)
     user = loaded.spec.user
-    if user is not None and user.cassette is not None:  # a model user's recorded replies
-        try:
+    if user is not None and user.cassette is not None and "user.cassette" not in skipped:
+        try:  # a model user's recorded replies
             env.file_hashes["user.cassette"] = _pinned_file(
                 loaded.resolve(user.cassette.path),
                 user.cassette.sha256,
@@ -168,11 +190,14 @@ def check_cassette_files(env: Environment) -> None:
                 where=env.where("user", "cassette", "path"),
                 where_hash=env.where("user", "cassette", "sha256"),
                 missing="cassette",
+                spec=loaded.path,
             )
         except UserError as exc:
             problems.append(exc)
     for index, verifier in enumerate(loaded.spec.verifiers):
         if verifier.judge is None or verifier.judge.cassette is None:
+            continue
+        if f"verifiers[{index}].judge.cassette" in skipped:
             continue
         if verifier.judge.mode != "replay":  # it grows as answers are judged: not pinned
             try:
@@ -188,12 +213,37 @@ def check_cassette_files(env: Environment) -> None:
                 where=env.where("verifiers", index, "judge", "cassette", "path"),
                 where_hash=env.where("verifiers", index, "judge", "cassette", "sha256"),
                 missing="judge cassette (record it with `rlenv record`)",
+                spec=loaded.path,
             )
             load_cassette(loaded.resolve(verifier.judge.cassette.path))  # now, not after the run
         except UserError as exc:
             problems.append(exc)
     if problems:
         raise Problems(problems)
+
+
+def _unrecorded_cassettes(env: Environment) -> list[tuple[str, str, str]]:
+    """The cassettes `rlenv record` has not written yet: not there and no hash pinned (a pinned
+    one that is gone was recorded once: "not found" says that). (field, path as the spec
+    names it, where)."""
+    loaded = env.loaded
+    named: list[tuple[str, Any, tuple[str | int, ...]]] = [
+        (f"tools[{index}].cassette", tool.cassette, ("tools", index, "cassette", "path"))
+        for index, tool in enumerate(loaded.spec.tools)
+    ]
+    if loaded.spec.user is not None:
+        named.append(("user.cassette", loaded.spec.user.cassette, ("user", "cassette", "path")))
+    for index, verifier in enumerate(loaded.spec.verifiers):
+        judge = verifier.judge  # a record_missing/live judge starts with no cassette: it grows
+        if judge is not None and judge.mode == "replay":
+            judge_loc = ("verifiers", index, "judge", "cassette", "path")
+            named.append((f"verifiers[{index}].judge.cassette", judge.cassette, judge_loc))
+    found: list[tuple[str, str, str]] = []
+    for field_name, cassette, loc in named:
+        if cassette is None or cassette.sha256 or loaded.resolve(cassette.path).exists():
+            continue
+        found.append((field_name, cassette.path, env.where(*loc)))
+    return found
 
 
 def check_reward_model_files(env: Environment) -> None:
@@ -217,6 +267,7 @@ def check_reward_model_files(env: Environment) -> None:
             f"reward_model.{name}",
             where=env.where("reward_model", name, "path"),
             where_hash=env.where("reward_model", name, "sha256"),
+            spec=loaded.path,
         )
 
 

@@ -37,6 +37,7 @@ from rlenv.world.services import date_warning, dated_responses, started_services
 class RecordingResult:
     cassettes: dict[str, dict[str, object]] = field(default_factory=dict)
     spec_updated: bool = False
+    repinned: list[str] = field(default_factory=list)  # spec files whose stale hashes it replaced
     summary: dict[str, object] = field(default_factory=dict)
     services: dict[str, str] = field(default_factory=dict)  # name -> logical base URL
     warnings: list[str] = field(default_factory=list)
@@ -124,8 +125,7 @@ def record(
         )
         outcome.services = {service.name: service.base_url for service in loaded.spec.services}
         findings = []
-        text = loaded.path.read_text(encoding="utf-8")
-        updated = text
+        stale: dict[str, str] = {}  # pinned hash -> the cassette's hash now
         for tool in tools:
             target = loaded.cassette_path(tool)
             assert target is not None and tool.cassette is not None
@@ -133,7 +133,7 @@ def record(
                 info = _merge_mcp(loaded, tool.name, record_dir, target, keep=mode == "new")
                 outcome.cassettes[tool.name] = info
                 if tool.cassette.sha256 and tool.cassette.sha256 != info["sha256"]:
-                    updated = updated.replace(tool.cassette.sha256, str(info["sha256"]))
+                    stale[tool.cassette.sha256] = str(info["sha256"])
                 continue
             recorded = record_dir / f"{tool.name}.yaml"
             if not recorded.is_file():
@@ -164,7 +164,7 @@ def record(
                 "sha256": digest,
             }
             if tool.cassette.sha256 and tool.cassette.sha256 != digest:
-                updated = updated.replace(tool.cassette.sha256, digest)
+                stale[tool.cassette.sha256] = digest
         for verifier in judges:
             assert verifier.judge is not None and verifier.judge.cassette is not None
             target = loaded.resolve(verifier.judge.cassette.path)
@@ -180,10 +180,9 @@ def record(
             }
             pinned = verifier.judge.cassette.sha256
             if pinned and pinned != digest:
-                updated = updated.replace(pinned, digest)
-        if updated != text:
-            atomic_write(loaded.path, updated.encode("utf-8"))
-            outcome.spec_updated = True
+                stale[pinned] = digest
+        outcome.repinned = [str(path) for path in _repin(loaded.path, stale)]
+        outcome.spec_updated = bool(outcome.repinned)
         late = pin(loaded.path, missing_only=True)  # cassettes written now for the first time
         outcome.pinned = [
             f"{item.field}.sha256 {item.new}  {item.path}"
@@ -197,6 +196,24 @@ def record(
         return outcome
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _repin(spec_path: Path, stale: dict[str, str]) -> list[Path]:
+    """Each stale cassette hash replaced where it is pinned: the spec, or the base it extends
+    (a variant, `--set` included, shares its base's cassettes and their pins); the files
+    written."""
+    from rlenv.spec_compose import chain
+
+    written: list[Path] = []
+    for path in chain(spec_path):
+        text = path.read_text(encoding="utf-8")
+        updated = text
+        for old, new in stale.items():
+            updated = updated.replace(old, new)
+        if updated != text:
+            atomic_write(path, updated.encode("utf-8"))
+            written.append(path)
+    return written
 
 
 def _merge_mcp(

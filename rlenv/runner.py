@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, rollout_loop
+from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, conversation_loop, rollout_loop
 from rlenv.audit_reader import read_baseline, seal_run_json
 from rlenv.clock import monotonic
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
@@ -403,11 +403,6 @@ def _resolve_policy(
         if request_timeout is not None:
             options["request_timeout"] = request_timeout
     provider = resolve_provider(model_uri, base_url=base_url, options=options)
-    if spec.user is not None and not provider.in_world:
-        raise UserError(
-            f"user: a simulated user talks with in-world policies (python:, replay:) for now;"
-            f" {model_uri.split(':')[0]}: policies are not supported with a user: block yet"
-        )
     return provider, model_uri, reference
 
 
@@ -589,14 +584,23 @@ async def _outside_rollout(
     async def call_tool(call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
         return await executor.tool(task, call, turn, number, remaining())
 
+    async def call_user(current: list[dict[str, Any]], user_turn: int) -> str | None:
+        return await executor.user(task, current, user_turn, remaining())
+
     await executor.prepare(task)
     deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
+    tools, turns = numbered_tool_calls(call_tool), spec.limits.max_turns
     try:
-        trajectory = await rollout_loop(
-            messages, spec.limits.max_turns, call_model, numbered_tool_calls(call_tool)
-        )
+        if spec.user is None:
+            trajectory = await rollout_loop(messages, turns, call_model, tools)
+        else:  # the user's turns are made in a worker, as tool calls are
+            trajectory = await conversation_loop(
+                messages, spec.user, turns, call_model, tools, call_user
+            )
     except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
         trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
+    except RolloutTimeout:  # in a user's turn (the agent loop classifies its own)
+        trajectory = Trajectory(messages=messages, status="timeout")
     left = deadline - monotonic()
     if left <= 0:  # the worker makes the timeout record (and removes the workdir)
         trajectory = Trajectory(messages=messages, status="timeout")

@@ -68,7 +68,7 @@ CATALOG = [
                 tools=[{"name": "t", "function": "m:f", "cassette": {"path": "nope.yaml"}}]
             ),
         ),
-        "tools[0].cassette.path: cassette not found",
+        "fixtures not recorded yet (tools[0].cassette",
     ),
     (
         "cassette-hash",

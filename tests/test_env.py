@@ -139,7 +139,7 @@ def _reward_endpoints(env: EnvBuilder) -> Path:
 BROKEN: dict[str, tuple[Callable[[EnvBuilder], Path], str]] = {
     "inputs_file": (_inputs_file, "inputs.sha256: hash mismatch for inputs.jsonl"),
     "snapshot": (_snapshot, "snapshot.sha256: manifest hash mismatch for world"),
-    "cassette_files": (_cassette_files, "tools[0].cassette.path: cassette not found"),
+    "cassette_files": (_cassette_files, "fixtures not recorded yet (tools[0].cassette"),
     "reward_model_files": (
         _reward_model_files,
         "reward_model.training_prompts.sha256: hash mismatch for prompts.jsonl",
@@ -259,7 +259,11 @@ def test_the_specs_policy_is_checked_only_when_the_run_calls_it(env_builder: Env
 def test_cassettes_are_not_needed_to_record_or_probe(env_builder: EnvBuilder) -> None:
     spec = _cassette_files(env_builder)
     load_environment(spec, purpose="record")
-    with pytest.raises(UserError, match="cassette not found"):
+    with pytest.raises(UserError, match="fixtures not recorded yet"):
+        load_environment(spec, purpose="validate")
+    # a pinned cassette that is gone was recorded once: not found, not "record it first"
+    _rewrite(spec, lambda d: d["tools"][0]["cassette"].update(sha256="0" * 64))
+    with pytest.raises(UserError, match="tools.0..cassette.path: cassette not found"):
         load_environment(spec, purpose="validate")
 
 

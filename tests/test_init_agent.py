@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import cli, read_jsonl
+from rlenv.canonical import sha256_file
+from tests.conftest import cli, read_jsonl, require_tool
 
 
 def test_agent_scaffold_first_ten_minutes(tmp_path: Path) -> None:
@@ -54,3 +55,32 @@ def test_unknown_kind_is_one_line(tmp_path: Path) -> None:
     done = cli("init", "shop", "--kind", "robot", cwd=tmp_path)
     assert done.returncode == 2 and "--kind must be one of basic, agent" in done.stderr
     assert not (tmp_path / "envs").exists()
+
+
+def test_validate_before_record_then_record_a_variant(tmp_path: Path) -> None:
+    """Issue 28 leftovers: `validate` on a fresh scaffold says in one line that the fixtures are
+    not recorded yet and how to record them (exit 2); `record --set` keeps the hash that the
+    base spec pins right (the variant shares the base's cassette), so the base validates."""
+    require_tool("faketime")
+    assert cli("init", "shop", "--kind", "agent", cwd=tmp_path).returncode == 0
+    spec = tmp_path / "envs" / "shop.yaml"
+    early = cli("validate", str(spec), cwd=tmp_path)
+    assert early.returncode == 2
+    assert len(early.stderr.strip().splitlines()) == 1, early.stderr
+    assert "not recorded yet" in early.stderr, early.stderr
+    assert f"rlenv record {spec}" in early.stderr, early.stderr
+    assert "cassette not found" not in early.stderr
+    # one input recorded, then every input through a --set variant of the base
+    first = cli("record", str(spec), "--limit", "1", "--rollouts", "1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    cassette = tmp_path / "fixtures" / "shop" / "cassettes" / "cancel_order.yaml"
+    pinned = sha256_file(cassette)
+    assert pinned in spec.read_text()
+    grown = cli("record", str(spec), "--set", "rollouts=1", cwd=tmp_path)
+    assert grown.returncode == 0, grown.stderr
+    assert sha256_file(cassette) != pinned  # the other inputs' requests were added
+    assert sha256_file(cassette) in spec.read_text(), "the base's pinned hash is stale"
+    assert f"updated pinned hashes in {spec}" in grown.stdout, grown.stdout
+    for extra in ([], ["--set", "rollouts=1"]):
+        validated = cli("validate", str(spec), *extra, cwd=tmp_path)
+        assert validated.returncode == 0, validated.stderr

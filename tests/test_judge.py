@@ -43,7 +43,8 @@ def _spec(env_builder: EnvBuilder) -> Path:
 def test_judge_recorded_then_replayed(env_builder: EnvBuilder, tmp_path: Path, chat) -> None:
     spec = _spec(env_builder)
     missing = cli("validate", str(spec))
-    assert missing.returncode == 2 and "judge cassette" in missing.stderr
+    assert missing.returncode == 2
+    assert "not recorded yet (verifiers[0].judge.cassette" in missing.stderr
 
     server = chat()
     env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-judge-secret-123"}

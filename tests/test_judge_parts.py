@@ -97,6 +97,17 @@ def test_the_request_renders_the_rubric_and_pins_the_decoding() -> None:
     assert key_of(request) != key_of(empty)
 
 
+def test_the_prompt_is_the_users_after_a_system_prompt() -> None:
+    """README: `Rate {{ answer }} for {{ prompt }}`: the input's prompt, not the system's."""
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "say apple"},
+        {"role": "assistant", "content": "apple"},
+    ]
+    request = judge_request(verifier(), {"gold": "apple"}, "apple", messages)
+    assert request["messages"][0]["content"] == "Grade apple for 'say apple' (gold apple). score: 8"
+
+
 def test_the_verdict_read_from_a_reply() -> None:
     judge = Judge(**JUDGE)
     assert verdict_of(judge, "Good.\n  score: 8 ") == (

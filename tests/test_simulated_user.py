@@ -27,7 +27,21 @@ def user(messages, input, ctx):
 
 def polite_user(messages, input, ctx):
     return "thanks ###STOP###"
+
+def asker(messages, input, ctx):
+    asked = sum(1 for m in messages if m["role"] == "user")
+    said = ["where is it?", "ok ###STOP###"][asked - 1]
+    return said + (" (seed ok)" if isinstance(ctx.seed, int) and asked == 1 else "")
+
+def lookup(arguments, ctx):
+    return "found: " + arguments.get("query", "")
 """
+
+LOOKUP = {
+    "name": "lookup",
+    "function": "MOD:lookup",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
 
 INPUTS = [
     {"id": "a", "prompt": "hello", "answer": "x", "user_instructions": "You want a refund."},
@@ -145,3 +159,114 @@ def test_the_browser_shows_the_turns(env_builder: EnvBuilder, tmp_path: Path) ->
     assert row["u"] == [[1, 0, "where?", None], [2, 1, "bye", True]]
     assert [m["role"] for m in row["m"]] == ["assistant", "user"]  # the last reply is "a"
     assert row["fa"] == 1
+
+
+def test_an_outside_policy_talks_with_the_user(
+    env_builder: EnvBuilder, chat: Any, tmp_path: Path
+) -> None:
+    """An `openai:` policy (a real chat server on loopback, outside the frozen world): its turns
+    (with tool calls, run in a worker) alternate with the user's, the user's replies made in a
+    worker (a python user here; scripted turns are made the same way; a model user recorded
+    then replayed); two runs are equal."""
+    policy = chat()
+    outside = ("--model", "openai:policy", "--base-url", f"{policy.base_url}/v1")
+    python = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        tools=[dict(LOOKUP)],
+        user={"function": f"{env_builder.module}:asker"},
+        rollouts=1,
+    )
+    _run(python, tmp_path / "python", *outside)
+    (record,) = [
+        r for r in read_jsonl(tmp_path / "python" / "results.jsonl") if r["input_id"] == "a"
+    ]
+    assert record["status"] == "ok", record["error"]
+    roles = [m["role"] for m in record["messages"] if m["role"] != "system"]
+    assert roles == ["user", "assistant", "tool", "assistant"] * 2
+    assert record["answer"] == "found: where is it? (seed ok)"
+    assert [(c["turn"], c["arguments"]) for c in record["tool_calls"]] == [
+        (0, {"query": "hello"}),
+        (2, {"query": "where is it? (seed ok)"}),
+    ]
+    assert record["extra"]["user_turns"] == [
+        {"user_turn": 1, "after_turn": 1, "content": "where is it? (seed ok)"},
+        {"user_turn": 2, "after_turn": 3, "content": "ok", "ended": True},
+    ]
+    user_model = chat()
+    modelled = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        user={
+            "model": "openai:usersim",
+            "base_url": f"{user_model.base_url}/v1",
+            "cassette": {"path": "user.yaml"},
+            "max_turns": 2,
+        },
+        rollouts=2,
+    )
+    recorded = cli("record", str(modelled), *outside)
+    assert recorded.returncode == 0, recorded.stderr
+    asked = len(user_model.received)
+    assert asked == 4  # 2 inputs x 2 user turns, the policy deterministic: recorded once
+    one = _run(modelled, tmp_path / "one", *outside)
+    two = _run(modelled, tmp_path / "two", *outside)
+    assert len(user_model.received) == asked, "replay never calls the user model"
+    assert one["digest"] == two["digest"] and one["counts"] == {"ok": 4}
+    records = read_jsonl(tmp_path / "one" / "results.jsonl")
+    record = next(r for r in records if r["input_id"] == "a")
+    assert record["extra"]["user_turns"][0]["content"] == "echo: echo: hello"
+    assert record["answer"] == "echo: " * 5 + "hello"  # agent, user, agent, user, agent
+
+
+def test_an_hf_policy_talks_with_the_user(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """A local transformers policy (`hf:`, generated in the orchestrator) with scripted user
+    turns: the user's turns come from the worker between the model's."""
+    import pytest
+
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests import tiny_models
+
+    checkpoint = tiny_models.build_checkpoint(tmp_path / "ckpt", seed=0)
+    spec = env_builder.write(
+        "",
+        inputs=INPUTS[:1],
+        model=f"hf:{checkpoint}",
+        decoding={"temperature": 1.0, "max_tokens": 6},
+        user={"turns": ["where is it?", "thanks ###STOP###"]},
+        verifiers=[{"type": "regex", "pattern": "."}],
+        rollouts=1,
+    )
+    _run(spec, tmp_path / "run")
+    (record,) = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert record["status"] == "ok", record["error"]
+    roles = [m["role"] for m in record["messages"] if m["role"] != "system"]
+    assert roles == ["user", "assistant"] * 2
+    assert record["messages"][-2] == {"role": "user", "content": "where is it?"}
+    assert record["extra"]["user_turns"][-1] == {
+        "user_turn": 2,
+        "after_turn": 1,
+        "content": "thanks",
+        "ended": True,
+    }
+
+
+def test_a_user_turns_reply_from_a_worker_is_checked() -> None:
+    """What a worker sends back for a user turn is a bounded str or None, or an exception the
+    conversation loop classifies; anything else is the rollout's error (the worker replaced)."""
+    from rlenv.bounds import MAX_REPLY_BYTES
+    from rlenv.errors import FixtureMiss
+    from rlenv.executors.base import CALLS
+    from rlenv.executors.replies import reply_problem
+    from rlenv.worker.protocol import HANDLERS
+
+    assert "user" in HANDLERS and CALLS["user"] == ("tool_error", "user turn")
+    assert reply_problem("user", ("ok", "It is A101."), None) is None
+    assert reply_problem("user", ("ok", None), None) is None
+    assert reply_problem("user", ("raise", FixtureMiss("user turn 1: ...")), None) is None
+    assert reply_problem("user", ("ok", {"content": "hi"}), None) == "a dict, not a user's message"
+    too_long = reply_problem("user", ("ok", "x" * (MAX_REPLY_BYTES + 1)), None)
+    assert too_long is not None and too_long.startswith("a user's message that")
+    raised = reply_problem("user", ("raise", ValueError("forged")), None)
+    assert raised == "it raised ValueError: forged"

@@ -62,5 +62,7 @@ def record(
         typer.echo(warning, err=True)
     for line in result.pinned:
         typer.echo(f"pinned {line}")
-    if result.spec_updated:
+    for path in result.repinned:  # a --set variant's hashes are its base's
+        typer.echo(f"updated pinned hashes in {path}")
+    if result.spec_updated and not result.repinned:
         typer.echo(f"updated pinned hashes in {spec}")

@@ -2,8 +2,8 @@
 
 Every call is a pure function of the task and the spec's files, so any executor gives the same
 records: the run digest does not depend on where rollouts ran. A rollout whose policy runs
-outside the frozen world is driven by the runner as prepare, tool calls, finish, all on the
-worker that prepared it (its snapshot copy lives on that worker's disk).
+outside the frozen world is driven by the runner as prepare, tool calls (and a simulated user's
+turns), finish, all on the worker that prepared it (its snapshot copy lives on that worker's disk).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ CALLS = {
     "run_rollout": ("policy_error", "rollout"),
     "prepare": ("policy_error", "snapshot copy"),
     "tool": ("tool_error", "tool call"),
+    "user": ("tool_error", "user turn"),
     "finish": ("verifier_error", "grading"),
     "grade": ("verifier_error", "grading"),
 }
@@ -77,6 +78,13 @@ class Executor(Protocol):
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
     ) -> ToolOutcome:
         """One tool call of a prepared rollout, in its workdir, under the frozen world."""
+        ...
+
+    async def user(
+        self, task: RolloutTask, messages: list[dict[str, Any]], user_turn: int, timeout: float
+    ) -> str | None:
+        """The simulated user's next message in a prepared rollout (None: it has no more to
+        say), made in the frozen world as a tool call is (a model user replayed)."""
         ...
 
     async def finish(

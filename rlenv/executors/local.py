@@ -495,6 +495,12 @@ class LocalExecutor:
         args = (task, call, turn, number, timeout)
         return await self._call("tool", args, timeout, task)  # type: ignore[no-any-return]
 
+    async def user(
+        self, task: RolloutTask, messages: list[dict[str, Any]], user_turn: int, timeout: float
+    ) -> str | None:
+        args = (task, messages, user_turn, timeout)
+        return await self._call("user", args, timeout, task)  # type: ignore[no-any-return]
+
     async def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
     ) -> RolloutRecord:

@@ -199,6 +199,11 @@ class WorldActor:
     ) -> ToolOutcome:
         return protocol.handle("tool", task, call, turn, number, timeout)
 
+    def user(
+        self, task: RolloutTask, messages: list[dict[str, Any]], user_turn: int, timeout: float
+    ) -> str | None:
+        return protocol.handle("user", task, messages, user_turn, timeout)  # type: ignore[no-any-return]
+
     def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
     ) -> RolloutRecord:
@@ -408,6 +413,18 @@ class RayExecutor:
         try:
             args = (task, call, turn, number, timeout)
             return await self._call(index, "tool", *args, timeout=timeout)
+        except WorkerLost:  # the rollout ends here: finish is never called
+            del self.assigned[(task.input_index, task.rollout)]
+            self.busy[index] -= 1
+            raise
+
+    async def user(
+        self, task: RolloutTask, messages: list[dict[str, Any]], user_turn: int, timeout: float
+    ) -> str | None:
+        index = self._owner(task)
+        try:
+            args = (task, messages, user_turn, timeout)
+            return await self._call(index, "user", *args, timeout=timeout)  # type: ignore[no-any-return]
         except WorkerLost:  # the rollout ends here: finish is never called
             del self.assigned[(task.input_index, task.rollout)]
             self.busy[index] -= 1

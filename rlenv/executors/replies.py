@@ -22,6 +22,7 @@ from rlenv.worker.config import RolloutTask
 
 RAISED: dict[str, tuple[type[BaseException], ...]] = {
     "tool": (FixtureMiss, ToolCrash, RolloutTimeout, RunFailed),
+    "user": (FixtureMiss, ToolCrash, RolloutTimeout, RunFailed),
 }
 """Per call, the exceptions a worker raises to its caller (the rollout loop classifies them);
 any call may raise RunFailed (the worker cannot serve at all)."""
@@ -48,6 +49,11 @@ def reply_problem(name: str, message: tuple[str, Any], task: RolloutTask | None)
         return record_problem(value[0], None)
     if name == "tool":
         return _outcome_problem(value)
+    if name == "user":
+        if value is not None and type(value) is not str:
+            return f"a {type(value).__name__}, not a user's message"
+        problem = bounds_problem(value, max_bytes=MAX_REPLY_BYTES)
+        return None if problem is None else f"a user's message that {problem}"
     if name == "prepare":
         return None if value is None else f"a {type(value).__name__} for a snapshot copy"
     return f"a reply to an unknown call {name!r}"

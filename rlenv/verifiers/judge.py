@@ -94,7 +94,9 @@ def judge_request(
 
     judge = config.judge
     assert judge is not None
-    prompt = messages[0].get("content") if messages else None
+    # the input's prompt: the first user message (a system prompt comes before it)
+    first = next((m for m in messages if m.get("role") == "user"), messages[0] if messages else {})
+    prompt = first.get("content")
     fields = {**data, "answer": answer or "", "prompt": prompt or ""}
     return {
         "model": judge.model.removeprefix("openai:"),

@@ -1,7 +1,9 @@
 """A conversation with a simulated user (the spec's ``user:`` block, `rlenv.spec_user`).
 
-The loop alternates agent turns (each run by `rlenv.agent.rollout_loop`: model replies and tool
-calls until the agent answers without a tool call) with user turns, until the user ends it (its
+The loop (`rlenv.agent.conversation_loop`, driven here for an in-world policy and by the runner
+for an outside one, whose user turns are then calls to a worker) alternates agent turns (each
+run by `rlenv.agent.rollout_loop`: model replies and tool calls until the agent answers without
+a tool call) with user turns, made by `WorldUser` in the world, until the user ends it (its
 ``stop`` marker, a function's None, the end of its scripted turns), the user's turn limit, or
 the agent's (``limits.max_turns``, counted over the whole conversation). Every user turn is in
 the record under ``extra.user_turns`` (after which agent turn, what was said, fixture use).
@@ -14,18 +16,17 @@ replays them, and a reply never recorded ends the rollout as a ``fixture_miss`` 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from rlenv.agent import ModelCall, ToolCall, ToolCrash, Trajectory, rollout_loop
+from rlenv.agent import ToolCrash, UserCall, conversation_loop
 from rlenv.errors import FixtureMiss, env_frames
 from rlenv.refs import import_ref
 from rlenv.spec import LoadedSpec
 from rlenv.spec_user import USER_CASSETTE, SimulatedUser
 from rlenv.worker.config import WorkerConfig
 
-UserCall = Callable[[list[dict[str, Any]], int], Awaitable[str | None]]
+__all__ = ["UserCall", "WorldUser", "conversation_loop"]
 
 
 def _as_user_model_messages(instructions: str, messages: list[dict[str, Any]]) -> list[Any]:
@@ -123,63 +124,3 @@ class WorldUser:
         return recording_cassette(
             Path(self.config.record_dir) / f"{USER_CASSETTE}.yaml", spec_scrubber(self.loaded)
         )
-
-
-async def conversation_loop(
-    messages: list[dict[str, Any]],
-    user: SimulatedUser,
-    max_turns: int,
-    call_model: ModelCall,
-    call_tool: ToolCall,
-    call_user: UserCall,
-) -> Trajectory:
-    """Agent turns and user turns, alternating, until the user or a limit ends it."""
-    trajectory = Trajectory(messages=[dict(message) for message in messages])
-    user_turns: list[dict[str, Any]] = []
-    trajectory.extra["user_turns"] = user_turns
-    turn = 0
-    for user_turn in range(1, user.max_turns + 2):
-        part = await rollout_loop(
-            trajectory.messages, max_turns, call_model, call_tool, first_turn=turn
-        )
-        turn += sum(
-            1 for m in part.messages[len(trajectory.messages) :] if m.get("role") == "assistant"
-        )
-        _absorb(trajectory, part)
-        if part.status != "ok" or user_turn > user.max_turns:
-            return trajectory
-        try:
-            said = await call_user(trajectory.messages, user_turn)
-        except FixtureMiss as exc:
-            trajectory.status, trajectory.error = "fixture_miss", str(exc)
-            return trajectory
-        except ToolCrash as exc:
-            trajectory.status, trajectory.error = "tool_error", str(exc)
-            trajectory.traceback = exc.frames
-            return trajectory
-        ended = said is None or user.stop in said
-        text = (said or "").replace(user.stop, "").strip()
-        user_turns.append({"user_turn": user_turn, "after_turn": turn - 1, "content": text})
-        if ended:
-            user_turns[-1]["ended"] = True
-            return trajectory
-        trajectory.messages.append({"role": "user", "content": text})
-    return trajectory  # pragma: no cover - the loop returns at the user's last turn
-
-
-def _absorb(trajectory: Trajectory, part: Trajectory) -> None:
-    """One agent stretch's messages, tool calls, usage and status into the conversation's."""
-    trajectory.messages = part.messages
-    trajectory.tool_calls += part.tool_calls
-    for key, value in part.usage.items():
-        trajectory.usage[key] = trajectory.usage.get(key, 0) + value
-    if part.logprobs is not None:
-        trajectory.logprobs = (trajectory.logprobs or []) + part.logprobs
-    trajectory.kl_parts += part.kl_parts
-    for key, value in part.extra.items():
-        trajectory.extra.setdefault(key, []).extend(value)
-    trajectory.status, trajectory.error, trajectory.traceback = (
-        part.status,
-        part.error,
-        part.traceback,
-    )

@@ -232,6 +232,21 @@ def _tool(
     return outcome
 
 
+def _user(
+    task: RolloutTask, messages: list[dict[str, Any]], user_turn: int, timeout: float
+) -> str | None:
+    """The simulated user's next message in a rollout driven from outside (its policy is not
+    in the world), under what is left of the rollout's time, as `_tool`."""
+    _prepared(task)
+    runtime = _get()
+    with _in_world() as printed, rollout_timer(timeout):
+        said = runtime.user_reply(task, messages, user_turn)
+        if timed_out():
+            raise RolloutTimeout("rollout timed out")
+    _keep_output(task, printed.output)
+    return said
+
+
 def _finish(task: RolloutTask, trajectory: Trajectory, model: str, timeout: float) -> RolloutRecord:
     """Grade a rollout driven from outside; the sealed record, with all its calls' output."""
     _prepared(task)
@@ -269,6 +284,7 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "run_rollout": _run_rollout,
     "prepare": _prepare,
     "tool": _tool,
+    "user": _user,
     "finish": _finish,
     "grade": _grade,
 }
@@ -399,12 +415,22 @@ def isolated(name: str, *args: Any) -> Any:
             value: Any = _rollout_in_child(*args)
         elif name == "tool":
             value = isolate.as_outcome(_child_answer(_tool, *args))
+        elif name == "user":
+            value = _said(_child_answer(_user, *args))
         else:
             raise KeyError(name)
-    if name == "tool":
+    if name in ("tool", "user"):
         _keep_output(args[0], printed.output)
         return value
     return _with_output(value, printed.output)
+
+
+def _said(answer: dict[str, Any]) -> str | None:
+    """A user's message from a child's answer (TypeError when it is not one)."""
+    said = answer.get("value")
+    if said is not None and not isinstance(said, str):
+        raise TypeError(f"a user's message that is a {type(said).__name__}")
+    return said
 
 
 def _rollout_in_child(task: RolloutTask) -> RolloutRecord:

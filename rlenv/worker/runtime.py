@@ -413,23 +413,9 @@ class WorldRuntime:
             return rollout_loop(
                 messages, spec.limits.max_turns, self._model_caller(task), self._tool_caller(task)
             )
-        record = self.inputs[task.input_index]
-        user = self.user
 
         async def call_user(current: list[dict[str, Any]], user_turn: int) -> str | None:
-            set_phase("tool")
-            seed = derive_seed(self.seed_of(task), "user", user_turn)
-            context = ToolContext(
-                seed,
-                seed_everything(seed),
-                record.id,
-                task.rollout,
-                self.workdir_of(task),
-                user_turn,
-                dict(self.services),
-            )
-            with contextlib.chdir(self.workdir_of(task)):
-                return user.reply(current, record.data, user_turn, context)
+            return self.user_reply(task, current, user_turn)
 
         return conversation_loop(
             messages,
@@ -439,6 +425,29 @@ class WorldRuntime:
             self._tool_caller(task),
             call_user,
         )
+
+    def user_reply(
+        self, task: RolloutTask, messages: list[dict[str, Any]], user_turn: int
+    ) -> str | None:
+        """The simulated user's next message in a rollout (its workdir, a seed of its own per
+        user turn): called by the conversation loop in this process, or, for a policy outside
+        the world, once per user turn from the orchestrator (`rlenv.worker.protocol`)."""
+        assert self.user is not None, "the spec has no user: block"
+        set_phase("tool")
+        record = self.inputs[task.input_index]
+        seed = derive_seed(self.seed_of(task), "user", user_turn)
+        workdir = self.workdir_of(task)
+        context = ToolContext(
+            seed,
+            seed_everything(seed),
+            record.id,
+            task.rollout,
+            workdir,
+            user_turn,
+            dict(self.services),
+        )
+        with contextlib.chdir(workdir):
+            return self.user.reply(messages, record.data, user_turn, context)
 
     def _model_caller(self, task: RolloutTask) -> ModelCall:
         """The in-world policy, called synchronously in the rollout's workdir."""
