@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl
+from tests.conftest import ROOT, EnvBuilder, cli, in_process, read_jsonl
 
 pytest.importorskip("mcp")
 
@@ -83,17 +83,6 @@ def _free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
-
-
-def in_process(*args: str) -> Any:
-    """The `rlenv` app called in this process (typer's runner): for refusals, where the point is
-    the one line and the exit code, not the process boundary (the tests above go through the
-    real entry point). Its exit code, stdout and stderr."""
-    from typer.testing import CliRunner
-
-    from rlenv.cli import app
-
-    return CliRunner().invoke(app, list(args))
 
 
 @dataclass
