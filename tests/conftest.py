@@ -128,6 +128,17 @@ def cli(
     )
 
 
+def in_process(*args: str) -> Any:
+    """The `rlenv` app called in this process (typer's runner; `.exit_code`, `.stdout`,
+    `.stderr`): for a call whose point is the library behind the command (a refusal's one line
+    and exit code, a report of a run directory), not the process boundary, which `cli` keeps."""
+    from typer.testing import CliRunner
+
+    from rlenv.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
 def sha256(path: Path) -> str:
     from rlenv.canonical import sha256_file
 

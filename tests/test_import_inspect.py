@@ -44,7 +44,9 @@ def _rlenv_rates(
         for rollout in range(rollouts):
             lines.append({"input_id": record["id"], "rollout": rollout, "answer": answers[key]})
     replay.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    done = cli("run", str(spec), "--model", f"replay:{replay}", "--out", str(tmp / "run"))
+    done = cli(
+        "run", str(spec), "--model", f"replay:{replay}", "--out", str(tmp / "run"), "--workers", "1"
+    )
     assert done.returncode == 0, done.stderr
     counts: dict[str, list[bool]] = {}
     for result in read_jsonl(tmp / "run" / "results.jsonl"):

@@ -44,7 +44,10 @@ def _rates(
             for record, answer in zip(records, answers, strict=True)
         )
     )
-    done = cli("run", str(spec), "--model", f"replay:{replay}", "--out", str(tmp_path / "run"))
+    done = cli(
+        "run", str(spec), "--model", f"replay:{replay}", "--workers", "1",
+        "--out", str(tmp_path / "run"),
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     counts: dict[str, list[bool]] = {}
     for result in read_jsonl(tmp_path / "run" / "results.jsonl"):

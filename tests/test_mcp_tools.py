@@ -10,13 +10,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl
+from tests.conftest import ROOT, EnvBuilder, cli, in_process, read_jsonl
 
 pytest.importorskip("mcp")
 
@@ -46,13 +47,31 @@ INPUTS = [
 ]
 
 
-def _spec(builder: EnvBuilder, server: dict[str, Any]) -> Path:
+# what a README reader writes for `add`: the server's inputSchema without the SDK's generated
+# titles (`title: Add Arguments`, `title: A`...), which validate and record must not call a drift
+ADD_PARAMETERS = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+    "required": ["a", "b"],
+}
+
+
+def _spec(root: Path, server: dict[str, Any]) -> Path:
+    """The env over `server`: `add` with its parameters written by hand (compared with the
+    server's schema), `whoami` without (nothing to compare)."""
+    builder = EnvBuilder(root)
+    builder.module = "mcp_policy"  # one name for both transports: their records are alike
     spec = builder.write(POLICY, inputs=INPUTS, verifiers=[{"type": "regex", "pattern": "."}])
     document = yaml.safe_load(spec.read_text())
     document["rollouts"] = 1
     document["limits"] = {"max_turns": 4, "timeout_s": 600}  # a live call starts two interpreters
     document["tools"] = [
-        {"name": "add", "mcp": server, "cassette": {"path": "add.jsonl"}},
+        {
+            "name": "add",
+            "mcp": server,
+            "parameters": ADD_PARAMETERS,
+            "cassette": {"path": "add.jsonl"},
+        },
         {"name": "whoami", "mcp": server, "cassette": {"path": "whoami.jsonl"}},
     ]
     spec.write_text(yaml.safe_dump(document, sort_keys=False))
@@ -66,11 +85,45 @@ def _free_port() -> int:
         return port
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[str]:
-    """The test MCP server over streamable HTTP on loopback; its URL once it accepts."""
+@dataclass
+class Frozen:
+    """An MCP env recorded with its server up, run with the server's call log watched, then
+    validated (the server listed again)."""
+
+    spec: Path
+    calls: Path
+    recorded: subprocess.CompletedProcess[str]
+    served_before_run: str
+    served_after_run: str
+    summary: dict[str, Any]
+    records: dict[str, dict[str, Any]]
+    validated: subprocess.CompletedProcess[str]
+
+
+def _freeze(root: Path, server: dict[str, Any], calls: Path) -> Frozen:
+    """`record` (two inputs: the third is left out, a miss at replay), one `run`, `validate`:
+    each through the real entry point. `calls`: the log of the calls the server served (a
+    stdio server started by rlenv writes where $MCP_CALL_LOG says)."""
+    spec = _spec(root / "env", server)
+    env = {"MCP_CALL_LOG": str(calls)}
+    recorded = cli("record", str(spec), "--limit", "2", env=env, timeout=240)
+    assert recorded.returncode == 0, recorded.stderr
+    before = calls.read_text() if calls.exists() else ""
+    out = root / "run"
+    run = cli("run", str(spec), "--out", str(out), "--json", "--workers", "1", env=env)
+    assert run.returncode == 0, run.stderr
+    after = calls.read_text() if calls.exists() else ""
+    records = {record["input_id"]: record for record in read_jsonl(out / "results.jsonl")}
+    validated = cli("validate", str(spec), timeout=120)
+    return Frozen(spec, calls, recorded, before, after, json.loads(run.stdout), records, validated)
+
+
+@pytest.fixture(scope="module")
+def http_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The test MCP server over streamable HTTP on loopback: its URL once it accepts, and the
+    log of the calls it served."""
     port = _free_port()
-    log = tmp_path / "http-calls.log"
+    log = tmp_path_factory.mktemp("mcp-http") / "http-calls.log"
     process = subprocess.Popen(
         [sys.executable, str(SERVER), "http", str(port)],
         env={"PATH": "/usr/bin:/bin", "MCP_CALL_LOG": str(log)},
@@ -87,66 +140,76 @@ def http_server(tmp_path: Path) -> Iterator[str]:
                 assert process.poll() is None, "the MCP server exited"
                 assert time.monotonic() < deadline, "the MCP server did not start"
                 time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", log
     finally:
         process.kill()
         process.wait()
 
 
-def _record_and_replay(spec: Path, tmp_path: Path, calls: Path, runs: int) -> None:
-    """`record` (scrubbed), then `runs` replays with the server's call log unchanged: strict
-    misses, and (two runs) equal digests."""
-    recorded = cli(
-        "record", str(spec), "--limit", "2", env={"MCP_CALL_LOG": str(calls)}, timeout=240
-    )
-    assert recorded.returncode == 0, recorded.stderr
+@pytest.fixture(scope="module")
+def over_stdio(tmp_path_factory: pytest.TempPathFactory) -> Frozen:
+    command = ["python", str(SERVER), "stdio"]  # `python`: the interpreter rlenv runs under
+    root = tmp_path_factory.mktemp("mcp-stdio")
+    return _freeze(root, {"command": command}, root / "calls.log")
+
+
+@pytest.fixture(scope="module")
+def over_http(tmp_path_factory: pytest.TempPathFactory, http_server: tuple[str, Path]) -> Frozen:
+    url, log = http_server
+    return _freeze(tmp_path_factory.mktemp("mcp-http-env"), {"url": url}, log)
+
+
+def _recorded_and_replayed(frozen: Frozen) -> None:
+    """Recorded scrubbed, one line per call; replayed with the server's call log unchanged;
+    the input left out of the recording is a strict miss naming the tool and its arguments."""
+    recorded = frozen.recorded
     assert "add: 1 interactions (1 new)" in recorded.stdout, recorded.stdout
     assert "whoami: 1 interactions (1 new)" in recorded.stdout
-    cassette = (spec.parent / "whoami.jsonl").read_text()
+    cassette = (frozen.spec.parent / "whoami.jsonl").read_text()
     assert SECRET not in cassette and "REDACTED" in cassette, cassette
-    assert '"text":"5"' in (spec.parent / "add.jsonl").read_text()
-    served = calls.read_text() if calls.exists() else ""
-    digests = []
-    for attempt in "ab"[:runs]:
-        out = tmp_path / f"run-{attempt}"
-        run = cli("run", str(spec), "--out", str(out), "--json", env={"MCP_CALL_LOG": str(calls)})
-        assert run.returncode == 0, run.stderr
-        digests.append(json.loads(run.stdout)["digest"])
-        records = {record["input_id"]: record for record in read_jsonl(out / "results.jsonl")}
-        assert records["one"]["status"] == "ok" and records["one"]["answer"] == "5"
-        assert records["two"]["status"] == "ok"
-        assert records["two"]["answer"] == "user for REDACTED"
-        missed = records["three"]
-        assert missed["status"] == "fixture_miss", missed
-        assert "'add'" in missed["error"] and '{"a":40,"b":2}' in missed["error"], missed["error"]
-    assert len(set(digests)) == 1
-    after = calls.read_text() if calls.exists() else ""
-    assert after == served, "run started or reached the MCP server"
+    assert '"text":"5"' in (frozen.spec.parent / "add.jsonl").read_text()
+    records = frozen.records
+    assert records["one"]["status"] == "ok" and records["one"]["answer"] == "5"
+    assert records["one"]["tool_calls"][0]["fixture"] == "hit"
+    assert records["two"]["status"] == "ok"
+    assert records["two"]["answer"] == "user for REDACTED"
+    missed = records["three"]
+    assert missed["status"] == "fixture_miss", missed
+    assert "'add'" in missed["error"] and '{"a":40,"b":2}' in missed["error"], missed["error"]
+    assert frozen.served_after_run == frozen.served_before_run, "run reached the MCP server"
+    # validate reached the server again: its tools listed, `add`'s hand-written parameters
+    # (no titles) found equal to the server's schema, as record found them
+    assert frozen.validated.returncode == 0, frozen.validated.stderr
 
 
-def test_stdio_server_listed_recorded_and_replayed_without_it(
-    env_builder: EnvBuilder, tmp_path: Path
-) -> None:
-    command = ["python", str(SERVER), "stdio"]  # `python`: the interpreter rlenv runs under
-    spec = _spec(env_builder, {"command": command})
-    calls = tmp_path / "stdio-calls.log"
-    _record_and_replay(spec, tmp_path, calls, runs=2)
-    assert calls.read_text().splitlines() == ["add 2 3", "whoami"]
-    validated = cli("validate", str(spec))
-    assert validated.returncode == 0, validated.stderr
-    assert "tools add, whoami" in validated.stdout
+def test_stdio_server_listed_recorded_and_replayed_without_it(over_stdio: Frozen) -> None:
+    _recorded_and_replayed(over_stdio)
+    # each recorded call reached the server once; listing its tools called none
+    assert over_stdio.calls.read_text().splitlines() == ["add 2 3", "whoami"]
+    assert "tools add, whoami" in over_stdio.validated.stdout
 
 
 def test_streamable_http_server_listed_recorded_and_replayed(
-    env_builder: EnvBuilder, tmp_path: Path, http_server: str
+    over_http: Frozen, http_server: tuple[str, Path]
 ) -> None:
-    spec = _spec(env_builder, {"url": http_server})
-    # one replay: the stdio test holds two replays to equal digests (replay is the same code
-    # whichever transport recorded the cassette)
-    _record_and_replay(spec, tmp_path, tmp_path / "http-calls.log", runs=1)
-    validated = cli("validate", str(spec))
-    assert validated.returncode == 0, validated.stderr
-    assert f"MCP server {http_server}: tools add, whoami" in validated.stdout
+    _recorded_and_replayed(over_http)
+    url, _ = http_server
+    served = over_http.calls.read_text().splitlines()
+    assert sorted(served) == ["add 2 3", "whoami"], served
+    assert f"MCP server {url}: tools add, whoami" in over_http.validated.stdout
+
+
+def test_both_transports_record_the_same_cassettes_and_replay_to_one_digest(
+    over_stdio: Frozen, over_http: Frozen
+) -> None:
+    """The same calls recorded over stdio and over HTTP are the same cassette lines, and their
+    replays (two runs of one env's records) have one digest: replay is the same code whichever
+    transport recorded, and it is deterministic."""
+    for name in ("add.jsonl", "whoami.jsonl"):
+        stdio = (over_stdio.spec.parent / name).read_bytes()
+        assert stdio == (over_http.spec.parent / name).read_bytes(), name
+    assert over_stdio.summary["digest"] == over_http.summary["digest"]
+    assert over_stdio.summary["outcome_digest"] == over_http.summary["outcome_digest"]
 
 
 @pytest.mark.parametrize(
@@ -158,13 +221,13 @@ def test_streamable_http_server_listed_recorded_and_replayed(
     ],
     ids=["missing", "exits", "refused"],
 )
-def test_bad_server_is_one_line_exit_2(env_builder: EnvBuilder, server: dict[str, Any]) -> None:
-    spec = _spec(env_builder, server)
+def test_bad_server_is_one_line_exit_2(tmp_path: Path, server: dict[str, Any]) -> None:
+    spec = _spec(tmp_path / "env", server)
     for name in ("add", "whoami"):  # empty cassettes: validate gets as far as the server
         (spec.parent / f"{name}.jsonl").write_text("")
     for command in ("record", "validate"):
-        result = cli(command, str(spec), timeout=120)
-        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        result = in_process(command, str(spec))
+        assert result.exit_code == 2, (command, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "MCP server" in lines[0], result.stderr
         assert "Traceback" not in result.stderr
@@ -190,36 +253,22 @@ def test_a_secret_left_in_an_mcp_cassette_is_found(tmp_path: Path) -> None:
     assert cassette_findings(cassette, Scrubber(known=[])) == []
 
 
-def test_a_drifted_tool_schema_is_one_line_at_validate_and_record(
-    env_builder: EnvBuilder,
-) -> None:
+def test_a_drifted_tool_schema_is_one_line_at_validate_and_record(tmp_path: Path) -> None:
     """Issue 29: an MCP tool's `parameters` (what the model is shown, and what the cassette's
     calls were made with) are compared with the server's inputSchema at validate and record;
-    a server whose tool changed is one line naming the first difference, exit 2."""
-    from rlenv.spec import McpServer
-    from rlenv.world.mcp import list_server_tools
-
-    server = {"command": ["python", str(SERVER), "stdio"]}
-    listed = list_server_tools(McpServer.model_validate(server), ROOT)
-    schema = next(tool["inputSchema"] for tool in listed if tool["name"] == "add")
-    assert schema["properties"]["b"]["type"] == "integer"
-    spec = _spec(env_builder, server)
+    a server whose tool changed is one line naming the first difference, exit 2. (The same
+    comparison passing on a hand-written schema is in the stdio test.)"""
+    spec = _spec(tmp_path / "env", {"command": ["python", str(SERVER), "stdio"]})
     for name in ("add", "whoami"):
         (spec.parent / f"{name}.jsonl").write_text("")
     document = yaml.safe_load(spec.read_text())
-    # as a README reader writes it: the server's schema without the SDK's generated titles
-    written = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}
-    document["tools"][0]["parameters"] = {**written, "required": ["a", "b"]}
-    spec.write_text(yaml.safe_dump(document, sort_keys=False))
-    validated = cli("validate", str(spec), timeout=120)
-    assert validated.returncode == 0, validated.stderr
-    drifted = json.loads(json.dumps(schema))
+    drifted = json.loads(json.dumps(ADD_PARAMETERS))
     drifted["properties"]["b"]["type"] = "string"  # the spec as written for an older server
     document["tools"][0]["parameters"] = drifted
     spec.write_text(yaml.safe_dump(document, sort_keys=False))
     for command in ("validate", "record"):
-        result = cli(command, str(spec), timeout=120)
-        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        result = in_process(command, str(spec))
+        assert result.exit_code == 2, (command, result.stdout, result.stderr)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
         assert "tools[0].parameters" in lines[0] and "properties.b.type" in lines[0], lines[0]

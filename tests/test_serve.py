@@ -6,18 +6,23 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.conftest import ROOT, cli, read_jsonl
+from tests.conftest import ROOT, cli, in_process, read_jsonl
 from tests.serving import search_policy_path, served, stop, tool_call, tool_env
 
-pytest.importorskip("openenv.core", reason="the serve extra (openenv-core)")
+pytest.importorskip("openenv", reason="the serve extra (openenv-core)")
 
-from openenv.core.generic_client import GenericEnvClient  # noqa: E402
+from rlenv.serve.openenv_core import without_web_ui  # noqa: E402
+
+with without_web_ui():  # as rlenv's own client imports it: no Gradio
+    from openenv.core.generic_client import GenericEnvClient
 
 MAX_SESSIONS = 80
 
@@ -178,23 +183,56 @@ def _readme_client_snippet() -> str:
     return block
 
 
+REWARD_MODEL = """
+def score(prompt, answer, ctx, **options):
+    \"\"\"A held-out reward model small enough for a test: short plain answers score higher.\"\"\"
+    return 1.0 / (1 + len(answer or ""))
+"""
+
+
+def _search_env(root: Path) -> Path:
+    """The bundled search env (its inputs, tool, cassette, verifiers and baseline policy, the
+    files pinned as bundled) with a python reward model in place of MiniLM: the reward-model
+    stage and the composite reward are graded as bundled, without loading torch twice (served
+    and run), the most of this test's CPU. The MiniLM model runs in tests/test_bundled_envs.py."""
+    shutil.copytree(ROOT / "envs" / "search_env", root / "search_env")
+    (root / "held_out_rm.py").write_text(REWARD_MODEL)
+    document = yaml.safe_load((ROOT / "envs" / "search.yaml").read_text())
+    bundled = ROOT / "envs"
+    for block in (document["inputs"], document["train_inputs"], document["tools"][0]["cassette"]):
+        block["path"] = str((bundled / block["path"]).resolve())
+    held_out = document["reward_model"]
+    for name in ("train_data", "training_prompts"):
+        held_out[name]["path"] = str((bundled / held_out[name]["path"]).resolve())
+    held_out.pop("uri")
+    held_out["function"] = "held_out_rm:score"
+    command = document["services"][0]["command"]  # started by `record` only; its logical URL
+    command[command.index("--corpus") + 1] = str(ROOT / "fixtures" / "search" / "corpus.jsonl")
+    spec = root / "search.yaml"
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    return spec
+
+
 def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) -> None:
     """The search env, its baseline policy run client-side through openenv-core's client:
-    each record equals (digest and all) the one `rlenv run` writes for the same answers; the
-    README's client example works as written; report, compare and check read the served run
-    directory."""
+    each record equals (digest and all: reward-model score included) the one `rlenv run`
+    writes for the same answers; the README's client example works as written; report,
+    compare and check read the served run directory."""
     search_policy_path()
     from search_env.policies import baseline
 
+    spec = _search_env(tmp_path / "env")
     model = "python:search_env.policies:baseline"
     ran = cli(
-        "run", "envs/search.yaml", "--limit", "2", "--rollouts", "1", "--out", str(tmp_path / "run")
-    )
+        "run", str(spec), "--limit", "2", "--rollouts", "1", "--workers", "1",
+        "--out", str(tmp_path / "run"),
+    )  # fmt: skip
     assert ran.returncode == 0, ran.stderr
     expected = {r["input_id"]: r for r in read_jsonl(tmp_path / "run" / "results.jsonl")}
+    assert all(record["reward"] is not None for record in expected.values())
 
     out = tmp_path / "served"
-    with served(Path("envs/search.yaml"), out, "--workers", "1", "--model", model) as (
+    with served(spec, out, "--workers", "1", "--model", model) as (
         url,
         process,
     ):
@@ -210,7 +248,10 @@ def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) 
                     reply = baseline(messages, tools, None)
                     action = {"content": reply} if isinstance(reply, str) else reply
                     result = await env.step(action)
-                return dict(result.observation["record"])
+                record = dict(result.observation["record"])
+                # the composite reward `rlenv.trl` trains on: verifiers' pass + the RM's score
+                assert result.reward == float(record["passed"]) + record["reward"], record
+                return record
 
         served_records = {i: asyncio.run(play(i)) for i in sorted(expected)}
         readme = _readme_client_snippet().replace("http://envhost:8000", url)
@@ -221,12 +262,16 @@ def test_a_served_search_episode_has_the_digest_rlenv_run_gives(tmp_path: Path) 
     for input_id, record in served_records.items():
         assert record["digest"] == expected[input_id]["digest"], (record, expected[input_id])
     assert "served 3 episodes; digest" in output, errors
-    checked = cli("check", str(out))
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    report = cli("report", str(out))
-    assert report.returncode == 0, report.stderr
-    compared = cli("compare", str(tmp_path / "run"), str(out), "--out", str(tmp_path / "cmp"))
-    assert compared.returncode == 0, compared.stderr
+    # the readers of run directories take the served one (called in this process: what is
+    # tested is the library behind each command, whose entry point other tests go through)
+    checked = in_process("check", str(out))
+    assert checked.exit_code == 0, checked.stdout + checked.stderr
+    report = in_process("report", str(out))
+    assert report.exit_code == 0, report.stderr
+    compared = in_process(
+        "compare", str(tmp_path / "run"), str(out), "--out", str(tmp_path / "cmp")
+    )
+    assert compared.exit_code == 0, compared.stderr
     assert json.loads((out / "run.json").read_text())["model"]["uri"] == model
 
 
@@ -235,14 +280,23 @@ def test_help_stays_light_and_bad_arguments_are_one_line(tmp_path: Path) -> None
     import subprocess
     import sys
 
+    # `rlenv --help` and a refused `rlenv serve` (rlenv.serve.server) import no server library;
+    # serving imports openenv-core without its Gradio web UI (seconds of CPU rlenv never uses)
     probe = (
-        "import sys, rlenv.cli\n"
-        "names = {m.split('.')[0] for m in sys.modules}\n"
-        "heavy = sorted(names & {'openenv', 'fastapi', 'uvicorn'})\n"
-        "print(heavy)"
+        "import json, sys, rlenv.cli, rlenv.serve.server\n"
+        "def heavy(): return sorted({m.split('.')[0] for m in sys.modules}"
+        " & {'openenv', 'fastapi', 'uvicorn', 'gradio'})\n"
+        "before = heavy()\n"
+        "import rlenv.serve.app\n"
+        "from rlenv.serve.openenv_core import without_web_ui\n"
+        "with without_web_ui(): import openenv.core.generic_client\n"
+        "print(json.dumps([before, heavy()]))"
     )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
-    assert loaded.stdout.strip() == "[]", loaded.stdout + loaded.stderr
+    assert loaded.returncode == 0, loaded.stderr
+    before, serving = json.loads(loaded.stdout)
+    assert before == [], before
+    assert "openenv" in serving and "gradio" not in serving, serving
     assert "serve" in cli("--help").stdout
     spec = tool_env(tmp_path / "env")
     missing = cli("serve", str(tmp_path / "nope.yaml"), "--port", "0")

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import cli, read_jsonl
 from tests.serving import served, tool_env
 
-pytest.importorskip("openenv.core", reason="the serve extra (openenv-core)")
+pytest.importorskip("openenv", reason="the serve extra (openenv-core)")
 pytest.importorskip("trl", reason="the trl extra")
 
 

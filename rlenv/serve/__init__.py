@@ -9,7 +9,7 @@ and gets back the graded results line; every episode is a line of the run direct
     serve("envs/search.yaml", out="runs/served", port=8000)
 
 The server itself (`rlenv.serve.app`) imports openenv-core, FastAPI and uvicorn; it is
-imported only when serving.
+imported only when serving, once the arguments, the spec and the port have been checked.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from rlenv.extras import require_extra
 
 def serve(spec_path: str | Path, **options: Any) -> dict[str, Any]:
     """Serve the env until interrupted; return the summary written to the run directory (see
-    :func:`rlenv.serve.app.serve` for the options)."""
+    :func:`rlenv.serve.server.serve` for the options)."""
     require_extra("serve", "rlenv serve (an OpenEnv server)")
-    from rlenv.serve.app import serve as run_server
+    from rlenv.serve.server import serve as run_server
 
     return run_server(spec_path, **options)
 

@@ -22,7 +22,10 @@ from rlenv.tool_methods import tool_method
 
 
 def _connect(base_url: str) -> Any:
-    from openenv.core.generic_client import GenericEnvClient
+    from rlenv.serve.openenv_core import without_web_ui
+
+    with without_web_ui():
+        from openenv.core.generic_client import GenericEnvClient
 
     client = GenericEnvClient(base_url=base_url, message_timeout_s=600).sync()
     client.connect()

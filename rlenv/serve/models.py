@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from openenv.core.env_server.types import Action, Observation, State
 from pydantic import ConfigDict, Field
+
+from rlenv.serve.openenv_core import without_web_ui
+
+with without_web_ui():
+    from openenv.core.env_server.types import Action, Observation, State
 
 
 class RlenvAction(Action):

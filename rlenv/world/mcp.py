@@ -14,82 +14,34 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rlenv.canonical import canonical_bytes, sha256_json
 from rlenv.errors import UserError
+from rlenv.world.mcp_client import call_server_tool, list_server_tools, server_label
 from rlenv.world.replay import FixtureEvent, miss_error
 from rlenv.world.scrub import Scrubber
 
 if TYPE_CHECKING:
     from rlenv.spec import LoadedSpec, McpServer, Tool
 
-CONNECT_TIMEOUT_S = 60.0
+__all__ = [
+    "McpTool",
+    "McpToolError",
+    "call_server_tool",
+    "cassette_findings",
+    "check_mcp_servers",
+    "list_server_tools",
+    "merge_recording",
+    "server_label",
+]
+
 _SHOWN_ARGUMENTS = 300  # characters of a missed call's arguments in its error
 
 
 class McpToolError(Exception):
     """The MCP server answered the call with `isError`: its text is the tool's error."""
-
-
-def server_label(server: McpServer) -> str:
-    return server.url if server.url else " ".join(server.command or [])
-
-
-def _client(server: McpServer, root: Path) -> Any:
-    try:
-        from mcp import Client
-        from mcp.client.stdio import StdioServerParameters
-    except ImportError:
-        raise UserError("MCP tools need the mcp SDK: pip install 'rlenv[mcp]'") from None
-    if server.url:
-        return Client(server.url, mode="legacy", cache=None)
-    command = server.command or []
-    executable = sys.executable if command[0] == "python" else command[0]  # as services do
-    params = StdioServerParameters(
-        command=executable, args=command[1:], env=dict(os.environ), cwd=str(root)
-    )
-    return Client(params, mode="legacy", cache=None)
-
-
-def _reach(server: McpServer, root: Path, work: Callable[[Any], Any]) -> Any:
-    """Run `work(client)` (a coroutine function) on a fresh connection to the server; a server
-    that cannot be started or reached is one UserError line."""
-    import anyio
-
-    async def main() -> Any:
-        with anyio.fail_after(CONNECT_TIMEOUT_S):
-            async with _client(server, root) as client:
-                return await work(client)
-
-    try:
-        return anyio.run(main)
-    except UserError:
-        raise
-    except BaseException as exc:  # the SDK wraps failures in exception groups
-        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-            exc = exc.exceptions[0]
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        detail = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise UserError(
-            f"MCP server {server_label(server)!r} cannot be reached: {type(exc).__name__}: {detail}"
-        ) from None
-
-
-def list_server_tools(server: McpServer, root: Path) -> list[dict[str, Any]]:
-    """The server's tools (name, description, inputSchema), as `tools/list` gives them."""
-
-    async def work(client: Any) -> list[dict[str, Any]]:
-        listed = await client.list_tools()
-        return [
-            tool.model_dump(mode="json", by_alias=True, exclude_none=True) for tool in listed.tools
-        ]
-
-    listed: list[dict[str, Any]] = _reach(server, root, work)
-    return listed
 
 
 def check_mcp_servers(loaded: LoadedSpec) -> dict[str, list[str]]:
@@ -177,21 +129,6 @@ def first_difference(spec: Any, server: Any, path: str = "") -> str | None:
 def _shown(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def call_server_tool(
-    server: McpServer, root: Path, name: str, arguments: dict[str, Any]
-) -> dict[str, Any]:
-    """One live `tools/call`: its result's content, structuredContent and isError."""
-
-    async def work(client: Any) -> dict[str, Any]:
-        result = await client.call_tool(name, arguments)
-        dumped = result.model_dump(mode="json", by_alias=True, exclude_none=True)
-        kept = ("content", "structuredContent", "isError")
-        return {key: dumped[key] for key in kept if key in dumped}
-
-    result: dict[str, Any] = _reach(server, root, work)
-    return result
 
 
 def call_request(server_tool: str, arguments: dict[str, Any], scrubber: Scrubber) -> dict[str, Any]:
@@ -307,13 +244,14 @@ def _call_in_child(
     server: McpServer, root: Path, name: str, arguments: dict[str, Any]
 ) -> dict[str, Any]:
     """A live call from a worker, made by a fresh interpreter: the SDK's event loop needs the
-    real monotonic clock, which freezegun holds still in the worker."""
+    real monotonic clock, which freezegun holds still in the worker. The child runs
+    `rlenv.world.mcp_client`, which imports the SDK and nothing of the spec or replay."""
     import subprocess
 
     request = {"server": server.model_dump(), "root": str(root), "tool": name}
     request["arguments"] = arguments
     done = subprocess.run(
-        [sys.executable, "-m", "rlenv.world.mcp"],
+        [sys.executable, "-m", "rlenv.world.mcp_client"],
         input=json.dumps(request),
         capture_output=True,
         text=True,
@@ -324,23 +262,6 @@ def _call_in_child(
         raise ConnectionError(lines[-1])
     result: dict[str, Any] = json.loads(done.stdout)
     return result
-
-
-def _main() -> int:
-    """`python -m rlenv.world.mcp`: one live call, the request on stdin, the result out."""
-    from rlenv.spec import McpServer
-
-    request = json.loads(sys.stdin.read())
-    server = McpServer.model_validate(request["server"])
-    try:
-        result = call_server_tool(
-            server, Path(request["root"]), request["tool"], request["arguments"]
-        )
-    except UserError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    sys.stdout.write(json.dumps(result))
-    return 0
 
 
 def merge_recording(
@@ -385,7 +306,3 @@ def cassette_findings(path: Path, scrubber: Scrubber) -> list[str]:
             response = {"headers": {}, "body": {"string": json.dumps(entry["result"])}}
             pairs.append((request, response))
     return [finding.message() for finding in scan(pairs, "REDACTED")]
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())
