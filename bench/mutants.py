@@ -63,7 +63,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/metrics/stats.py": ["tests/test_stats.py", "tests/test_metrics.py"],
     "rlenv/policy_shift/kl.py": ["tests/test_kl.py"],
     "rlenv/verifiers/base.py": VERIFIER_TESTS,
-    "rlenv/verifiers/builtin.py": VERIFIER_TESTS,
+    "rlenv/verifiers/builtin.py": [*VERIFIER_TESTS, "tests/test_mutants_builtin.py"],
     "rlenv/verifiers/text.py": VERIFIER_TESTS,
     "rlenv/verifiers/numbers.py": VERIFIER_TESTS,
     "rlenv/verifiers/maths.py": VERIFIER_TESTS,
@@ -81,7 +81,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/audit_records.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
     "rlenv/audit_reader.py": ["tests/test_verified_run.py"],
     "rlenv/audit.py": ["tests/test_verified_run.py", *RESULT_TESTS],
-    "rlenv/world/replay.py": ["tests/test_replay_index.py"],
+    "rlenv/world/replay.py": ["tests/test_replay_index.py", "tests/test_mutants_replay.py"],
 }
 # what the copied tests read besides rlenv/ and tests/
 ALSO_COPY = ["envs", "fixtures", "README.md", "pyproject.toml"]
