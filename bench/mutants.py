@@ -74,6 +74,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/results.py": [
         *COMPACT_TESTS[:1],
         *RESULT_TESTS,
+        "tests/test_mutants_results.py",
         "tests/test_integrity_reader.py",
         *COMPACT_TESTS[1:],
     ],
@@ -135,6 +136,46 @@ EQUIVALENT: dict[str, str] = {
     **dict.fromkeys(
         [f"rlenv.verifiers.state.x__read_sqlite__mutmut_{n}" for n in (62, 65, 67)],
         "a row always has one value per column: zip's strict never fires",
+    ),
+    # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
+    # fast_json, then the reference (json.dumps): the same line, only slower
+    **dict.fromkeys(
+        [
+            f"rlenv.results.x_encode_line__mutmut_{n}"
+            for n in (1, 4, 6, 8, 9, 10, 11, 12, 13, 16, 18, 20, 23, 24, 26, 27, 28, 31, 32, 34)
+            + (39, 40)
+        ],
+        "an error in the orjson shortcut falls back to fast_json/json.dumps: the same line",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.results.x_encode_line__mutmut_{n}" for n in (22, 38)],
+        "fast_json's canonical=None is falsy, as False",
+    ),
+    "rlenv.results.x__reference_line__mutmut_4": "ensure_ascii=None is falsy, as False",
+    **dict.fromkeys(
+        [f"rlenv.results.x__reference_line__mutmut_{n}" for n in (5, 10, 16)],
+        "plain_json has already written NaN and infinities as null: allow_nan is never asked",
+    ),
+    "rlenv.results.x_decode_line__mutmut_7": "orjson refusing the line falls back to json.loads",
+    "rlenv.results.x_read_results__mutmut_38": "truncating a file to its own size changes nothing",
+    "rlenv.results.xǁResultsWriterǁ__init____mutmut_1": "nothing reads the writer's path",
+    "rlenv.results.xǁResultsWriterǁwrite__mutmut_12": "a file's write returns >= 1 byte or raises",
+    "rlenv.results.xǁResultsWriterǁwrite__mutmut_14": (
+        "ftruncate to a smaller size of a file open for writing does not raise"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.results.x__named__mutmut_{n}" for n in (4, 12, 15)],
+        "the first piece of split(': ') is the same at any maxsplit; 'XXXX' is not 'tool ...'",
+    ),
+    "rlenv.results.x_components__mutmut_114": "'XXXX' does not start with 'verifier error: '",
+    **dict.fromkeys(
+        [f"rlenv.results.x_compact_for_metrics__mutmut_{n}" for n in (1, 7)],
+        "interning equal strings only saves memory: every value the same",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.results.x_compact_for_metrics__mutmut_{n}" for n in (22, 23, 75, 76, 88, 89)]
+        + [f"rlenv.results.x__shared_failure__mutmut_{n}" for n in (2, 3)],
+        "the tag of a shared-table key: any distinct tag keeps the tables apart",
     ),
     **dict.fromkeys(
         [f"rlenv.audit.x_audit_run__mutmut_{n}" for n in range(17, 22)],
