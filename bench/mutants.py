@@ -67,7 +67,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/verifiers/text.py": VERIFIER_TESTS,
     "rlenv/verifiers/numbers.py": VERIFIER_TESTS,
     "rlenv/verifiers/maths.py": VERIFIER_TESTS,
-    "rlenv/verifiers/json_answers.py": VERIFIER_TESTS,
+    "rlenv/verifiers/json_answers.py": [*VERIFIER_TESTS, "tests/test_mutants_builtin.py"],
     "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py", "tests/test_mutants_judge.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
     "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],

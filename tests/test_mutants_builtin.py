@@ -327,3 +327,18 @@ def test_build_verifiers_keeps_the_order() -> None:
     ]
     built = build_verifiers(configs)
     assert [verifier.config.name for verifier in built] == ["first", "second"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "detail"),
+    [
+        ('{"score": NaN}', "answer is not strict JSON (NaN is not JSON)"),
+        ('{"score": -Infinity}', "answer is not strict JSON (-Infinity is not JSON)"),
+        ('{"score": 1e999}', "answer is not strict JSON (1e999 is not a finite number)"),
+        ('{"a": 1, "a": 2}', "answer is not strict JSON (key 'a' appears twice)"),
+        ("{", "answer is not JSON (Expecting property name enclosed in double quotes)"),
+    ],
+)
+def test_json_schema_says_why_an_answer_is_not_strict_json(answer: str, detail: str) -> None:
+    config = {"type": "json_schema", "schema": {"type": "object"}}
+    assert outcome(grade(config, answer)) == (False, 0.0, detail)
