@@ -118,7 +118,9 @@ def test_contains_scores_the_share_of_checks_met() -> None:
     )
     # the gold is compared as the answer is: normalised (lower) on both sides
     assert grade(gold, "it is paris", {"id": "q", "answer": "PARIS"}).passed
-    assert not grade({**gold, "normalize": []}, "it is paris", {"id": "q", "answer": "PARIS"}).passed
+    assert not grade(
+        {**gold, "normalize": []}, "it is paris", {"id": "q", "answer": "PARIS"}
+    ).passed
 
 
 def returns(answer: str | None, record: dict[str, Any], context: Any, **options: Any) -> Any:
@@ -171,7 +173,9 @@ def test_python_verifier_gets_the_options_and_must_be_callable() -> None:
     config = {"type": "python", "function": f"{HERE}:returns", "options": {"passed": True}}
     assert outcome(grade(config, "x", {"id": "q"})) == (True, 1.0, None)
     with pytest.raises(UserError, match=rf"verifier 'python': {HERE}:NOT_CALLABLE is not callable"):
-        BuiltVerifier(Verifier.model_validate({"type": "python", "function": f"{HERE}:NOT_CALLABLE"}))
+        BuiltVerifier(
+            Verifier.model_validate({"type": "python", "function": f"{HERE}:NOT_CALLABLE"})
+        )
     with pytest.raises(UserError, match="verifier 'python'"):
         BuiltVerifier(Verifier.model_validate({"type": "python", "function": f"{HERE}:nowhere"}))
 
@@ -204,7 +208,11 @@ def test_file_state_branches(tmp_path: Path) -> None:
         0.0,
         "out.txt content differs",
     )
-    assert state({"expected_field": "want"}, {"id": "q", "want": "HELLO WORLD"}) == (True, 1.0, None)
+    assert state({"expected_field": "want"}, {"id": "q", "want": "HELLO WORLD"}) == (
+        True,
+        1.0,
+        None,
+    )
     assert state({"expected_field": "want"}, {"id": "q", "want": "bye"})[0] is False
     # the path read from the input; a path out of the workdir is refused before it is read
     by_field = {"type": "file_state", "path_field": "file"}
@@ -342,3 +350,85 @@ def test_build_verifiers_keeps_the_order() -> None:
 def test_json_schema_says_why_an_answer_is_not_strict_json(answer: str, detail: str) -> None:
     config = {"type": "json_schema", "schema": {"type": "object"}}
     assert outcome(grade(config, answer)) == (False, 0.0, detail)
+
+
+def test_file_state_without_its_path_field_checks_no_file(tmp_path: Path) -> None:
+    """An input without the field names no file: it fails, whatever the workdir holds (a file
+    called "None" or "XXXX" included)."""
+    for name in ("None", "XXXX"):
+        (tmp_path / name).write_text("x")
+    config = {"type": "file_state", "path_field": "file"}
+    assert outcome(grade(config, "", {"id": "q"}, tmp_path)) == (False, 0.0, " does not exist")
+
+
+def test_file_state_reads_a_file_that_is_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / "out.txt").write_bytes(b"caf\xe9 done\n")
+    config = {"type": "file_state", "path": "out.txt", "contains": "done"}
+    assert outcome(grade(config, "", None, tmp_path)) == (True, 1.0, None)
+    equal = {"type": "file_state", "path": "out.txt", "expected": "caf\ufffd done"}
+    assert grade(equal, "", None, tmp_path).passed
+
+
+def test_the_sandboxed_and_judged_verifiers_are_built_from_their_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlenv.verifiers import judge as judging
+
+    with pytest.raises(UserError, match=r"verifier 'python_tests': unknown sandbox option\(s\)"):
+        BuiltVerifier(
+            Verifier.model_validate(
+                {"type": "python_tests", "expected_field": "tests", "options": {"bogus": 1}}
+            )
+        )
+    monkeypatch.setattr(judging.MODE, "live", False)
+    monkeypatch.setattr(judging.MODE, "spec_root", tmp_path)
+    judged = BuiltVerifier(
+        Verifier.model_validate(
+            {
+                "type": "judge",
+                "name": "judged",
+                "judge": {"model": "openai:j", "rubric": "{{ answer }}", "cassette": {"path": "j"}},
+            }
+        )
+    )
+    with pytest.raises(VerifierCrash, match=r"^verifier judged: judge judged: request sha256:"):
+        judged(VerifierContext("x", [], {"id": "q"}, tmp_path, 0))
+
+
+def test_each_state_verifier_reads_its_own_kind_of_file(tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    snapshot, work = tmp_path / "snapshot", tmp_path / "work"
+    snapshot.mkdir()
+    db = sqlite3.connect(snapshot / "s.db")
+    db.execute("CREATE TABLE t (id TEXT PRIMARY KEY, v INTEGER)")
+    db.execute("INSERT INTO t VALUES ('a', 1)")
+    db.commit()
+    db.close()
+    (snapshot / "s.json").write_text('{"a": 1}')
+    shutil.copytree(snapshot, work)
+    db = sqlite3.connect(work / "s.db")
+    db.execute("UPDATE t SET v = 2 WHERE id = 'a'")
+    db.commit()
+    db.close()
+    (work / "s.json").write_text('{"a": 2}')
+    pinned = {
+        name: hashlib.sha256((snapshot / name).read_bytes()).hexdigest()
+        for name in ("s.db", "s.json")
+    }
+    context = VerifierContext(
+        "", [], {"id": "q"}, work, 0, snapshot=snapshot, snapshot_hashes=pinned
+    )
+    table = {
+        "type": "sqlite_state",
+        "path": "s.db",
+        "expected": {"t": {"updated": {"a": {"v": 2}}}},
+    }
+    result = BuiltVerifier(Verifier.model_validate(table))(context)
+    assert (result.passed, result.score) == (True, 1.0)
+    assert result.state is not None and result.state["file"] == "s.db" and "tables" in result.state
+    document = {"type": "json_state", "path": "s.json", "expected": {"set": {"/a": 2}}}
+    result = BuiltVerifier(Verifier.model_validate(document))(context)
+    assert (result.passed, result.score) == (True, 1.0)
+    assert result.state is not None and result.state["changed"] == {"/a": [1, 2]}

@@ -45,10 +45,15 @@ class Level(enum.IntEnum):
         # a subclass orjson passes through: the whole record by fast_json, as json.dumps
         ({"level": Level.LOW, "f": 1e16, "é": "é"}, '{"f":1e+16,"level":1,"é":"é"}'.encode()),
         # an integer past 64 bits (orjson refuses it), non-ASCII kept, keys sorted
-        ({"z": 2**70, "a": "é", "m": [1.5]}, '{"a":"é","m":[1.5],"z":1180591620717411303424}'.encode()),
+        (
+            {"z": 2**70, "a": "é", "m": [1.5]},
+            '{"a":"é","m":[1.5],"z":1180591620717411303424}'.encode(),
+        ),
         # past 2**53 and a key out of UTF-16 order: the reference serialiser itself
-        ({"\U00010000": 2**64 + 1, "\uffff": {"b": 1, "a": None}},
-         '{"\uffff":{"a":null,"b":1},"\U00010000":18446744073709551617}'.encode()),
+        (
+            {"\U00010000": 2**64 + 1, "\uffff": {"b": 1, "a": None}},
+            '{"\uffff":{"a":null,"b":1},"\U00010000":18446744073709551617}'.encode(),
+        ),
     ],
 )
 def test_every_path_writes_the_line_json_dumps_writes(record: dict[str, Any], line: bytes) -> None:
