@@ -360,6 +360,7 @@ def report(results: dict[str, dict[str, Any]], not_run: list[str]) -> tuple[str,
             if status not in KILLED
         ]
         equivalent += [f"  {name}: {EQUIVALENT[name]}" for name in sorted(same)]
+    notes = [f"  {module}: {entry['note']}" for module, entry in results.items() if "note" in entry]
     overall = killed / total if total else 1.0
     verdict = "PASS" if overall >= TARGET_SCORE else "MISS"
     if not_run:
@@ -376,6 +377,7 @@ def report(results: dict[str, dict[str, Any]], not_run: list[str]) -> tuple[str,
         "tests written since: .venv/bin/python bench/mutants.py --keep DIR --recheck MODULE.",
         "",
         *rows,
+        *(["", "notes:", *notes] if notes else []),
         "",
         f"survivors killed on a --recheck by tests written after the module's run: {rechecked}",
         "",
