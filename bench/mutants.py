@@ -63,11 +63,11 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/metrics/stats.py": ["tests/test_stats.py", "tests/test_metrics.py"],
     "rlenv/policy_shift/kl.py": ["tests/test_kl.py"],
     "rlenv/verifiers/base.py": VERIFIER_TESTS,
-    "rlenv/verifiers/builtin.py": [*VERIFIER_TESTS, "tests/test_mutants_builtin.py"],
+    "rlenv/verifiers/builtin.py": ["tests/test_mutants_builtin.py", *VERIFIER_TESTS],
     "rlenv/verifiers/text.py": VERIFIER_TESTS,
     "rlenv/verifiers/numbers.py": VERIFIER_TESTS,
     "rlenv/verifiers/maths.py": VERIFIER_TESTS,
-    "rlenv/verifiers/json_answers.py": [*VERIFIER_TESTS, "tests/test_mutants_builtin.py"],
+    "rlenv/verifiers/json_answers.py": ["tests/test_mutants_builtin.py", *VERIFIER_TESTS],
     "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py", "tests/test_mutants_judge.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
     "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],
@@ -136,6 +136,15 @@ EQUIVALENT: dict[str, str] = {
     **dict.fromkeys(
         [f"rlenv.verifiers.state.x__read_sqlite__mutmut_{n}" for n in (62, 65, 67)],
         "a row always has one value per column: zip's strict never fires",
+    ),
+    "rlenv.verifiers.builtin.x__regex__mutmut_11": "a regex verifier always has a pattern (spec)",
+    "rlenv.verifiers.builtin.x__python__mutmut_7": "a python verifier always has a function (spec)",
+    "rlenv.verifiers.builtin.x__file_state__mutmut_9": (
+        "path_field is read only when path is unset, and the spec then requires it"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.builtin.x__file_state__mutmut_{n}" for n in (35, 37, 40)],
+        "encoding=None is the locale's: UTF-8 here; codec names are case-blind",
     ),
     # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
     # fast_json, then the reference (json.dumps): the same line, only slower

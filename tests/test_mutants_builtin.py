@@ -131,7 +131,14 @@ def returns(answer: str | None, record: dict[str, Any], context: Any, **options:
     return record["returns"]
 
 
-def not_a_function() -> None: ...
+def answer_is(answer: str | None, record: dict[str, Any], context: Any) -> bool:
+    return answer == record["want"]
+
+
+def test_python_verifier_is_given_the_answer() -> None:
+    config = {"type": "python", "function": f"{HERE}:answer_is"}
+    assert grade(config, "yes", {"id": "q", "want": "yes"}).passed
+    assert not grade(config, "no", {"id": "q", "want": "yes"}).passed
 
 
 NOT_CALLABLE = 42
@@ -148,6 +155,8 @@ NOT_CALLABLE = 42
         ((1, "fine"), (True, 1.0, "fine")),
         ((0, None), (False, 0.0, None)),
         ((True, 3), (True, 1.0, "3")),
+        ((False, "wrong"), (False, 0.0, "wrong")),
+        ((True, None), (True, 1.0, None)),
         ({"passed": True}, (True, 1.0, None)),
         ({"passed": 0, "score": 0.25, "detail": "close"}, (False, 0.25, "close")),
         ({"passed": 1, "detail": "ok"}, (True, 1.0, "ok")),
