@@ -35,6 +35,10 @@ class Level(enum.IntEnum):
     LOW = 1
 
 
+class Colour(enum.StrEnum):
+    RED = "red"
+
+
 @pytest.mark.parametrize(
     ("record", "line"),
     [
@@ -42,6 +46,8 @@ class Level(enum.IntEnum):
         ({"b": {"z": 1, "a": 2}, "t": 1e-05}, b'{"b":{"a":2,"z":1},"t":1e-05}'),
         # an exponent orjson writes unlike repr, in a field of the field-by-field path
         ({"t": [1e-05, 1e16], "a": 1}, b'{"a":1,"t":[1e-05,1e+16]}'),
+        # a str subclass orjson passes through: fast_json writes the record as json.dumps
+        ({"status": Colour.RED, "f": 1e16}, b'{"f":1e+16,"status":"red"}'),
         # a subclass orjson passes through: the whole record by fast_json, as json.dumps
         ({"level": Level.LOW, "f": 1e16, "é": "é"}, '{"f":1e+16,"level":1,"é":"é"}'.encode()),
         # an integer past 64 bits (orjson refuses it), non-ASCII kept, keys sorted
@@ -176,6 +182,20 @@ def test_a_failure_keeps_the_frames_of_the_part_it_blames() -> None:
     ran, failed = components(crashed)
     assert ran[-1] == "tool search"
     assert failed == [{"component": "tool search", "error": crashed["error"], "traceback": frames}]
+
+
+def test_a_crashed_verifier_keeps_its_frames() -> None:
+    frames = ["env/grade.py:9 in check: sys.exit(3)"]
+    crashed = {
+        "status": "verifier_error",
+        "error": "verifier exact: SystemExit: 3",
+        "traceback": frames,
+    }
+    ran, failed = components(crashed)
+    assert ran[-1] == "verifier exact"
+    assert failed == [
+        {"component": "verifier exact", "error": crashed["error"], "traceback": frames}
+    ]
 
 
 def test_an_ungraded_verifier_is_skipped_not_the_rest() -> None:
