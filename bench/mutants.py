@@ -146,6 +146,16 @@ EQUIVALENT: dict[str, str] = {
         [f"rlenv.verifiers.builtin.x__file_state__mutmut_{n}" for n in (35, 37, 40)],
         "encoding=None is the locale's: UTF-8 here; codec names are case-blind",
     ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__record__mutmut_{n}" for n in (18, 21, 25)],
+        "json.dumps escapes non-ASCII: the line is ASCII in any encoding",
+    ),
+    "rlenv.verifiers.judge.x_build__mutmut_29": "nothing reads LiveJudgment's argument",
+    "rlenv.verifiers.judge.x_describe__mutmut_19": "codec names are case-blind",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgeServicesǁ_start__mutmut_{n}" for n in (3, 6, 8, 9)],
+        "an unknown or missing zone reads the instant as UTC, as 'UTC' does (faketime_string)",
+    ),
     # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
     # fast_json, then the reference (json.dumps): the same line, only slower
     **dict.fromkeys(

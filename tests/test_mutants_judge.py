@@ -103,3 +103,135 @@ def test_a_judge_service_needs_the_frozen_clock(
         " (Debian/Ubuntu: apt-get install faketime)"
     )
     assert services.routes == {}
+
+
+CLOCK_JUDGE = """
+import json, sys
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+
+class Judge(BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        now = datetime.now(UTC).isoformat()
+        body = json.dumps({"choices": [{"message": {"content": f"score: 8 at {now}"}}]})
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args):
+        pass
+
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Judge).serve_forever()
+"""
+
+
+def test_a_judge_service_runs_on_the_stopped_spec_clock(tmp_path: Path) -> None:
+    """Its clock stands at the spec's instant (a ticking clock would put a judgment's time,
+    and so a reply that mentions it, on the wall)."""
+    import yaml
+
+    from rlenv.spec import load_spec
+
+    loaded = loaded_spec(tmp_path / "env", "live", cassette=None, base_url=JUDGE_URL)
+    (loaded.root / "clock_judge.py").write_text(CLOCK_JUDGE)
+    document = yaml.safe_load(loaded.path.read_text())
+    document["services"] = [
+        {"name": "judge", "command": [sys.executable, "clock_judge.py", "{port}"]}
+    ]
+    loaded.path.write_text(yaml.safe_dump(document, sort_keys=False))
+    judges = Judges(load_spec(loaded.path), {"a": {"gold": "apple"}}, None)
+    try:
+        first = judges.settle(pending("apple"))["verifiers"][0]["detail"]
+        second = judges.settle(pending("pear", exact=False))["verifiers"][0]["detail"]
+    finally:
+        judges.services.stop()
+    assert first.endswith("score: 8 at 2024-03-01T12:00:00+00:00"), first
+    assert second.endswith("score: 8 at 2024-03-01T12:00:00+00:00"), second
+
+
+def test_a_cassette_that_cannot_be_read_is_named(tmp_path: Path) -> None:
+    import re
+
+    from rlenv.errors import UserError
+    from rlenv.verifiers.judge import load_cassette
+
+    path = tmp_path / "judge.jsonl"
+    path.write_bytes(b'{"key": "k", "reply": "\xff"}\n')
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))}: cannot read the judge"):
+        load_cassette(path)
+
+
+def test_a_recorded_exchange_is_one_sorted_line(tmp_path: Path, chat: Any) -> None:
+    import json
+
+    from rlenv.verifiers import judge as judging
+    from tests.test_judge_parts import context, verifier
+
+    server = chat()
+    saved = (judging.MODE.live, judging.MODE.spec_root, judging.MODE.record_dir)
+    judging.configure(
+        live=True, spec_root=tmp_path, record_dir=tmp_path, base_url=server.base_url + "/v1"
+    )
+    try:
+        judging.build(verifier())(context("apple"))
+    finally:
+        judging.MODE.live, judging.MODE.spec_root, judging.MODE.record_dir = saved
+    line = (tmp_path / "judge-judged.jsonl").read_text()
+    entry = json.loads(line)
+    assert list(entry) == ["key", "reply", "request"]
+    assert list(entry["request"]) == sorted(entry["request"])
+    assert line == json.dumps(entry, sort_keys=True) + "\n"
+
+
+def test_merge_recording_makes_the_cassettes_folders(tmp_path: Path) -> None:
+    from rlenv.verifiers.judge import merge_recording
+
+    recorded = tmp_path / "new.jsonl"
+    recorded.write_text('{"key": "a", "reply": "1", "request": {}}\n')
+    target = tmp_path / "two" / "levels" / "judge.jsonl"
+    assert merge_recording(recorded, target) == (1, 1)
+    assert target.read_text() == recorded.read_text()
+
+
+def test_describe_reads_every_verifier_for_judges(tmp_path: Path) -> None:
+    from rlenv.spec import load_spec
+    from rlenv.verifiers.judge import describe
+    from tests.conftest import EnvBuilder
+    from tests.test_judge_parts import JUDGE
+
+    spec = EnvBuilder(tmp_path / "env").write(
+        "def policy(messages, tools, ctx):\n    return 'x'\n",
+        verifiers=[
+            {"name": "exact", "type": "exact_match", "expected_field": "answer"},
+            {
+                "name": "judged",
+                "type": "judge",
+                "judge": {**JUDGE, "mode": "live", "cassette": None},
+            },
+        ],
+    )
+    assert list(describe(load_spec(spec))) == ["judged"]
+
+
+def test_a_run_directory_keeps_each_live_exchange(tmp_path: Path, chat: Any) -> None:
+    server = chat()
+    loaded = loaded_spec(tmp_path / "env", "live", cassette=None, base_url=server.base_url)
+
+    class Writer:
+        def write(self, record: dict[str, Any]) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    inputs = [type("Input", (), {"id": "a", "data": {"gold": "apple"}})()]
+    writer = judging_writer(loaded, inputs, Writer(), run_dir)
+    writer.write(pending("apple"))
+    writer.close()
+    assert len((run_dir / "judge-judged.jsonl").read_text().splitlines()) == 1
