@@ -150,6 +150,13 @@ EQUIVALENT: dict[str, str] = {
         [f"rlenv.verifiers.judge.x__record__mutmut_{n}" for n in (18, 21, 25)],
         "json.dumps escapes non-ASCII: the line is ASCII in any encoding",
     ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁ_reply__mutmut_{n}" for n in (57, 60, 65)],
+        "json.dumps escapes non-ASCII: the line is ASCII in any encoding",
+    ),
+    "rlenv.verifiers.judge.x__regraded__mutmut_31": (
+        "a record carries a rewards dict exactly when the spec has a reward"
+    ),
     "rlenv.verifiers.judge.x_build__mutmut_29": "nothing reads LiveJudgment's argument",
     "rlenv.verifiers.judge.x_describe__mutmut_19": "codec names are case-blind",
     **dict.fromkeys(

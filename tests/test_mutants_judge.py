@@ -234,4 +234,11 @@ def test_a_run_directory_keeps_each_live_exchange(tmp_path: Path, chat: Any) -> 
     writer = judging_writer(loaded, inputs, Writer(), run_dir)
     writer.write(pending("apple"))
     writer.close()
-    assert len((run_dir / "judge-judged.jsonl").read_text().splitlines()) == 1
+    import json
+
+    lines = (run_dir / "judge-judged.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    entry = json.loads(lines[0])
+    assert list(entry) == ["key", "reply", "request"]
+    assert list(entry["request"]) == sorted(entry["request"])
+    assert lines[0] == json.dumps(entry, sort_keys=True)
