@@ -158,6 +158,15 @@ EQUIVALENT: dict[str, str] = {
         "a record carries a rewards dict exactly when the spec has a reward"
     ),
     "rlenv.verifiers.judge.x_build__mutmut_29": "nothing reads LiveJudgment's argument",
+    "rlenv.verifiers.judge.x__regraded__mutmut_59": "a graded verifier always has a score",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__regraded__mutmut_{n}" for n in (67, 68)],
+        "a pending record's total is None (never a partial total): never summed",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__regraded__mutmut_{n}" for n in (80, 82, 83, 84)],
+        "seal recomputes the digest from stable(), which drops the old one; records are sealed",
+    ),
     "rlenv.verifiers.judge.x_describe__mutmut_19": "codec names are case-blind",
     **dict.fromkeys(
         [f"rlenv.verifiers.judge.xǁJudgeServicesǁ_start__mutmut_{n}" for n in (3, 6, 8, 9)],

@@ -242,3 +242,81 @@ def test_a_run_directory_keeps_each_live_exchange(tmp_path: Path, chat: Any) -> 
     assert list(entry) == ["key", "reply", "request"]
     assert list(entry["request"]) == sorted(entry["request"])
     assert lines[0] == json.dumps(entry, sort_keys=True)
+
+
+def _rewarded_spec(root: Path, base_url: str) -> Any:
+    """A live judge whose pass (not its score) is a reward term, after a python term."""
+    from rlenv.spec import load_spec
+    from tests.conftest import EnvBuilder
+    from tests.test_judge_parts import JUDGE
+
+    spec = EnvBuilder(root).write(
+        "def policy(messages, tools, ctx):\n    return 'x'\n",
+        inputs=[{"id": "a", "prompt": "say apple", "gold": "apple"}],
+        rollouts=1,
+        verifiers=[
+            {
+                "name": "judged",
+                "type": "judge",
+                "judge": {**JUDGE, "mode": "live", "cassette": None, "base_url": base_url},
+            },
+            {"name": "exact", "type": "exact_match", "expected_field": "gold"},
+        ],
+        reward={
+            "components": {
+                "length": {"function": "m:length", "weight": 0.5},
+                "quality": {"verifier": "judged", "use": "passed", "weight": 2.0},
+                "right": {"verifier": "exact", "weight": 1.0},
+            }
+        },
+    )
+    return load_spec(spec)
+
+
+def _with_rewards(record: dict[str, Any], exact: dict[str, Any] | None) -> dict[str, Any]:
+    from rlenv.results import seal
+
+    record["rewards"] = {"length": 0.25, "quality": None, "right": None, "total": None}
+    record["verifiers"] = record["verifiers"][:1] + ([exact] if exact is not None else [])
+    record.pop("digest")
+    return seal(record)
+
+
+def test_settled_rewards_read_each_term_as_declared(tmp_path: Path, chat: Any) -> None:
+    server = chat()
+    loaded = _rewarded_spec(tmp_path / "env", server.base_url)
+    judges = Judges(loaded, {"a": {"gold": "apple"}}, None)
+    graded = {"name": "exact", "type": "exact_match", "passed": True, "score": 1.0, "detail": None}
+    record = judges.settle(_with_rewards(pending("apple"), graded))
+    # the judge's pass (1.0), not its score (0.8); the python term before it kept
+    assert record["rewards"] == {"length": 0.25, "quality": 1.0, "right": 1.0, "total": 3.125}
+    # a verifier not applicable to this input (passed None), or absent: its term is None
+    ungraded = {**graded, "passed": None, "score": None}
+    for exact in (ungraded, None):
+        record = judges.settle(_with_rewards(pending("apple"), exact))
+        assert record["rewards"] == {"length": 0.25, "quality": 1.0, "right": None, "total": 2.125}
+
+
+def test_settle_judges_only_what_is_pending(tmp_path: Path, chat: Any) -> None:
+    server = chat()
+    loaded = loaded_spec(tmp_path / "env", "live", cassette=None)
+    judges = Judges(loaded, {"a": {"gold": "apple"}}, None, base_url=server.base_url)
+    done = pending("apple")
+    done["verifiers"][0] = {**done["verifiers"][0], "passed": True, "score": 0.8, "detail": "ok"}
+    assert judges.settle(done) is done
+    assert server.received == []
+    # an input the orchestrator does not know: judged on the answer and prompt alone
+    plain = loaded_spec(tmp_path / "env2", "live", cassette=None, rubric="{{ answer }} score: 5")
+    judges = Judges(plain, {"a": {"gold": "apple"}}, None, base_url=server.base_url)
+    record = judges.settle(pending("apple", input_id="unknown"))
+    assert record["verifiers"][0]["detail"] == "judge score 5 (of 0-10): echo: apple score: 5"
+
+
+def test_a_failed_judgment_keeps_the_first_error(tmp_path: Path, chat: Any) -> None:
+    server = chat(default_fault="500")
+    loaded = loaded_spec(tmp_path / "env", "live", cassette=None)
+    judges = Judges(loaded, {"a": {"gold": "apple"}}, None, base_url=server.base_url)
+    crashed = {**pending("apple"), "status": "verifier_error", "error": "verifier exact: boom"}
+    record = judges.settle(crashed)
+    assert (record["status"], record["error"]) == ("verifier_error", "verifier exact: boom")
+    assert record["verifiers"][0]["detail"].startswith("judge judged: no live judgment")
