@@ -160,6 +160,30 @@ EQUIVALENT: dict[str, str] = {
     "rlenv.verifiers.judge.x_build__mutmut_29": "nothing reads LiveJudgment's argument",
     "rlenv.verifiers.judge.x__regraded__mutmut_59": "a graded verifier always has a score",
     **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__live_reply__mutmut_{n}" for n in (22, 23)],
+        "HTTP header names are case-blind",
+    ),
+    "rlenv.verifiers.judge.x__live_reply__mutmut_35": "a 61 s timeout for a 60 s one",
+    "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_5": (
+        "record_missing needs a cassette (spec): path is None only when the mode is not it"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (16, 18, 24)],
+        "the staged lines are json.dumps output: ASCII in any encoding",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (28, 29)],
+        "every writer of a cassette takes the lock of the same (other) name: still exclusive",
+    ),
+    "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_35": "keep=True is merge_recording's default",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (37, 38)],
+        "the staged file was written just before: it is there to unlink",
+    ),
+    "rlenv.verifiers.judge.xǁJudgeServicesǁreachable__mutmut_7": (
+        "no service's host is 'xxxx' (they end in .rlenv.internal), as none is ''"
+    ),
+    **dict.fromkeys(
         [f"rlenv.verifiers.judge.x__regraded__mutmut_{n}" for n in (67, 68)],
         "a pending record's total is None (never a partial total): never summed",
     ),

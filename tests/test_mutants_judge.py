@@ -320,3 +320,22 @@ def test_a_failed_judgment_keeps_the_first_error(tmp_path: Path, chat: Any) -> N
     record = judges.settle(crashed)
     assert (record["status"], record["error"]) == ("verifier_error", "verifier exact: boom")
     assert record["verifiers"][0]["detail"].startswith("judge judged: no live judgment")
+
+
+def test_live_judgments_never_grow_a_cassette_and_missing_ones_all_do(
+    tmp_path: Path, chat: Any
+) -> None:
+    from rlenv.verifiers.judge import load_cassette
+
+    server = chat()
+    live = loaded_spec(tmp_path / "live", "live")  # live, with a cassette named
+    judges = Judges(live, {"a": {"gold": "apple"}}, None, base_url=server.base_url)
+    judges.settle(pending("apple"))
+    judges.close()
+    assert not (tmp_path / "live" / "judge.jsonl").exists()
+    growing = loaded_spec(tmp_path / "grow", "record_missing")
+    judges = Judges(growing, {"a": {"gold": "apple"}}, None, base_url=server.base_url)
+    for answer in ("apple", "pear", "plum"):
+        judges.settle(pending(answer))
+    assert judges.close() == {"judged": {"live": 3, "replayed": 0}}
+    assert len(load_cassette(tmp_path / "grow" / "judge.jsonl")) == 3
