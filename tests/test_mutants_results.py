@@ -46,6 +46,8 @@ class Colour(enum.StrEnum):
         ({"b": {"z": 1, "a": 2}, "t": 1e-05}, b'{"b":{"a":2,"z":1},"t":1e-05}'),
         # an exponent orjson writes unlike repr, in a field of the field-by-field path
         ({"t": [1e-05, 1e16], "a": 1}, b'{"a":1,"t":[1e-05,1e+16]}'),
+        # a key that is not a string: orjson refuses the record, fast_json writes it as json.dumps
+        ({1: 1e16, "a": "é"}, '{"1":1e+16,"a":"é"}'.encode()),
         # a str subclass orjson passes through: fast_json writes the record as json.dumps
         ({"status": Colour.RED, "f": 1e16}, b'{"f":1e+16,"status":"red"}'),
         # a subclass orjson passes through: the whole record by fast_json, as json.dumps
