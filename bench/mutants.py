@@ -196,6 +196,24 @@ EQUIVALENT: dict[str, str] = {
         [f"rlenv.verifiers.judge.xǁJudgeServicesǁ_start__mutmut_{n}" for n in (3, 6, 8, 9)],
         "an unknown or missing zone reads the instant as UTC, as 'UTC' does (faketime_string)",
     ),
+    **dict.fromkeys(
+        [f"rlenv.world.replay.x_canonical_body__mutmut_{n}" for n in (31, 47)]
+        + [f"rlenv.world.replay.x_canonical_body__mutmut_{n}" for n in (61, 64)],
+        "codec names are case-blind; strict_parsing=None or omitted is False",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.world.replay.x_load_interactions__mutmut_{n}" for n in (45, 48, 49)],
+        "vcrpy loads as many responses as requests: zip's strict never fires",
+    ),
+    **dict.fromkeys(
+        ["rlenv.world.replay.x_lookup__mutmut_4", "rlenv.world.replay.x_missed__mutmut_4"],
+        "with no current tool, '' and 'XXXX' name no index (no tool is being called)",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.world.replay.xǁToolIndexǁscrubbed__mutmut_{n}" for n in (2, 9)],
+        "the scrubber looks for json/multipart/form inside the content type: 'XXXX' or a"
+        " list's str() holds the same words",
+    ),
     # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
     # fast_json, then the reference (json.dumps): the same line, only slower
     **dict.fromkeys(

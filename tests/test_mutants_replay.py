@@ -187,3 +187,64 @@ def test_a_heavy_replay_answers_through_vcrpy(tmp_path: Path) -> None:
             ("hit", f"{API}/x"),
             ("miss", f"{API}/y"),
         ]
+
+
+def test_bodies_that_are_not_utf8_or_loose_forms_still_key() -> None:
+    from rlenv.world.replay import canonical_body
+
+    assert canonical_body(b"caf\xe9 au lait") == b"raw:caf\xe9 au lait"  # read, kept as sent
+    assert canonical_body("a=1&b") == b"form:a=1&b="  # a pair without "=": not strict
+    part = b'--B\r\nContent-Disposition: form-data; name="f"\r\n\r\nX caf\xe9 X\r\n--B--\r\n'
+    assert json.loads(canonical_body(part).removeprefix(b"multipart:")) == [
+        'Content-Disposition: form-data; name="f"\r\n\r\nX caf\ufffd X'
+    ]
+
+
+def test_a_declared_fallback_body_is_sorted_json() -> None:
+    from rlenv.world.replay import lookup
+
+    index = ToolIndex("t", None, Scrubber(), fallback={"body": {"b": 1, "a": 2}})
+    state = SimpleNamespace(indexes={"t": index}, current="t", events=[])
+    request = SimpleNamespace(method="GET", uri=f"{API}/x", body=None, headers={})
+    assert lookup(state, request)[1]["body"]["string"] == b'{"a": 2, "b": 1}'
+    index.fallback = None
+    assert lookup(state, request) == ("miss", None)  # a cassette without it: a miss
+
+
+def test_a_json_cassette_is_read_as_json(tmp_path: Path) -> None:
+    from rlenv.world.replay import load_interactions
+
+    path = tmp_path / "c.json"  # tab-indented: JSON, never YAML
+    document = {"version": 1, "interactions": [interaction("GET", f"{API}/a", None, 1)]}
+    path.write_text(json.dumps(document, indent="\t"))
+    assert [request.uri for request, _ in load_interactions(path)] == [f"{API}/a"]
+
+
+def test_an_unreadable_cassette_is_named_in_one_line(tmp_path: Path) -> None:
+    from rlenv.errors import SpecError
+    from rlenv.world.replay import load_interactions
+
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("\n")
+    with pytest.raises(SpecError) as caught:
+        load_interactions(empty)
+    assert str(caught.value) == (
+        f"{empty}: cassette cannot be read: the file is empty (no recorded interactions);"
+        " write it with `rlenv record`"
+    )
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("interactions: [" + "x" * 400)
+    with pytest.raises(SpecError) as caught:
+        load_interactions(broken)
+    text = str(caught.value).split(": cassette cannot be read: ", 1)[1]
+    assert text.startswith("ParserError: while parsing a flow sequence in")  # the error, one line
+    assert text == " ".join(text.split()) and "XX" not in text
+
+
+def test_an_mcp_tool_first_does_not_hide_the_others(tmp_path: Path) -> None:
+    cassette(tmp_path / "a.yaml", interaction("GET", f"{API}/a", None, "from a"))
+    tools = [
+        Tool(name="mcp", mcp={"url": "http://mcp.test/"}, cassette={"path": "mcp.jsonl"}),
+        Tool(name="a", function="m:a", cassette={"path": "a.yaml"}),
+    ]
+    assert sorted(spec_indexes(Loaded(tmp_path, tools), Scrubber())) == ["a"]  # type: ignore[arg-type]
