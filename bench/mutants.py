@@ -214,6 +214,7 @@ EQUIVALENT: dict[str, str] = {
         "the scrubber looks for json/multipart/form inside the content type: 'XXXX' or a"
         " list's str() holds the same words",
     ),
+    "rlenv.audit_records.x_numbered_records__mutmut_41": "typing.cast returns its value as is",
     # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
     # fast_json, then the reference (json.dumps): the same line, only slower
     **dict.fromkeys(
