@@ -63,17 +63,18 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/metrics/stats.py": ["tests/test_stats.py", "tests/test_metrics.py"],
     "rlenv/policy_shift/kl.py": ["tests/test_kl.py"],
     "rlenv/verifiers/base.py": VERIFIER_TESTS,
-    "rlenv/verifiers/builtin.py": VERIFIER_TESTS,
+    "rlenv/verifiers/builtin.py": ["tests/test_mutants_builtin.py", *VERIFIER_TESTS],
     "rlenv/verifiers/text.py": VERIFIER_TESTS,
     "rlenv/verifiers/numbers.py": VERIFIER_TESTS,
     "rlenv/verifiers/maths.py": VERIFIER_TESTS,
-    "rlenv/verifiers/json_answers.py": VERIFIER_TESTS,
-    "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py"],
+    "rlenv/verifiers/json_answers.py": ["tests/test_mutants_builtin.py", *VERIFIER_TESTS],
+    "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py", "tests/test_mutants_judge.py"],
     "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
     "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],
     "rlenv/results.py": [
         *COMPACT_TESTS[:1],
         *RESULT_TESTS,
+        "tests/test_mutants_results.py",
         "tests/test_integrity_reader.py",
         *COMPACT_TESTS[1:],
     ],
@@ -81,7 +82,7 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/audit_records.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
     "rlenv/audit_reader.py": ["tests/test_verified_run.py"],
     "rlenv/audit.py": ["tests/test_verified_run.py", *RESULT_TESTS],
-    "rlenv/world/replay.py": ["tests/test_replay_index.py"],
+    "rlenv/world/replay.py": ["tests/test_replay_index.py", "tests/test_mutants_replay.py"],
 }
 # what the copied tests read besides rlenv/ and tests/
 ALSO_COPY = ["envs", "fixtures", "README.md", "pyproject.toml"]
@@ -135,6 +136,124 @@ EQUIVALENT: dict[str, str] = {
     **dict.fromkeys(
         [f"rlenv.verifiers.state.x__read_sqlite__mutmut_{n}" for n in (62, 65, 67)],
         "a row always has one value per column: zip's strict never fires",
+    ),
+    "rlenv.verifiers.builtin.x__regex__mutmut_11": "a regex verifier always has a pattern (spec)",
+    "rlenv.verifiers.builtin.x__python__mutmut_7": "a python verifier always has a function (spec)",
+    "rlenv.verifiers.builtin.x__file_state__mutmut_9": (
+        "path_field is read only when path is unset, and the spec then requires it"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.builtin.x__file_state__mutmut_{n}" for n in (35, 37, 40)],
+        "encoding=None is the locale's: UTF-8 here; codec names are case-blind",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__record__mutmut_{n}" for n in (18, 21, 25)],
+        "json.dumps escapes non-ASCII: the line is ASCII in any encoding",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁ_reply__mutmut_{n}" for n in (57, 60, 65)],
+        "json.dumps escapes non-ASCII: the line is ASCII in any encoding",
+    ),
+    "rlenv.verifiers.judge.x__regraded__mutmut_31": (
+        "a record carries a rewards dict exactly when the spec has a reward"
+    ),
+    "rlenv.verifiers.judge.x_build__mutmut_29": "nothing reads LiveJudgment's argument",
+    "rlenv.verifiers.judge.x__regraded__mutmut_59": "a graded verifier always has a score",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__live_reply__mutmut_{n}" for n in (22, 23)],
+        "HTTP header names are case-blind",
+    ),
+    "rlenv.verifiers.judge.x__live_reply__mutmut_35": "a 61 s timeout for a 60 s one",
+    "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_5": (
+        "record_missing needs a cassette (spec): path is None only when the mode is not it"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (16, 18, 24)],
+        "the staged lines are json.dumps output: ASCII in any encoding",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (28, 29)],
+        "every writer of a cassette takes the lock of the same (other) name: still exclusive",
+    ),
+    "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_35": "keep=True is merge_recording's default",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (37, 38)],
+        "the staged file was written just before: it is there to unlink",
+    ),
+    "rlenv.verifiers.judge.xǁJudgeServicesǁreachable__mutmut_7": (
+        "no service's host is 'xxxx' (they end in .rlenv.internal), as none is ''"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__regraded__mutmut_{n}" for n in (67, 68)],
+        "a pending record's total is None (never a partial total): never summed",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.x__regraded__mutmut_{n}" for n in (80, 82, 83, 84)],
+        "seal recomputes the digest from stable(), which drops the old one; records are sealed",
+    ),
+    "rlenv.verifiers.judge.x_describe__mutmut_19": "codec names are case-blind",
+    **dict.fromkeys(
+        [f"rlenv.verifiers.judge.xǁJudgeServicesǁ_start__mutmut_{n}" for n in (3, 6, 8, 9)],
+        "an unknown or missing zone reads the instant as UTC, as 'UTC' does (faketime_string)",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.world.replay.x_canonical_body__mutmut_{n}" for n in (31, 47)]
+        + [f"rlenv.world.replay.x_canonical_body__mutmut_{n}" for n in (61, 64)],
+        "codec names are case-blind; strict_parsing=None or omitted is False",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.world.replay.x_load_interactions__mutmut_{n}" for n in (45, 48, 49)],
+        "vcrpy loads as many responses as requests: zip's strict never fires",
+    ),
+    **dict.fromkeys(
+        ["rlenv.world.replay.x_lookup__mutmut_4", "rlenv.world.replay.x_missed__mutmut_4"],
+        "with no current tool, '' and 'XXXX' name no index (no tool is being called)",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.world.replay.xǁToolIndexǁscrubbed__mutmut_{n}" for n in (2, 9)],
+        "the scrubber looks for json/multipart/form inside the content type: 'XXXX' or a"
+        " list's str() holds the same words",
+    ),
+    "rlenv.audit_records.x_numbered_records__mutmut_41": "typing.cast returns its value as is",
+    # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
+    # fast_json, then the reference (json.dumps): the same line, only slower
+    **dict.fromkeys(
+        [
+            f"rlenv.results.x_encode_line__mutmut_{n}"
+            for n in (1, 4, 6, 8, 9, 10, 11, 12, 13, 16, 18, 20, 23, 24, 26, 27, 28, 31, 32, 34)
+            + (39, 40)
+        ],
+        "an error in the orjson shortcut falls back to fast_json/json.dumps: the same line",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.results.x_encode_line__mutmut_{n}" for n in (22, 38)],
+        "fast_json's canonical=None is falsy, as False",
+    ),
+    "rlenv.results.x__reference_line__mutmut_4": "ensure_ascii=None is falsy, as False",
+    **dict.fromkeys(
+        [f"rlenv.results.x__reference_line__mutmut_{n}" for n in (5, 10, 16)],
+        "plain_json has already written NaN and infinities as null: allow_nan is never asked",
+    ),
+    "rlenv.results.x_decode_line__mutmut_7": "orjson refusing the line falls back to json.loads",
+    "rlenv.results.x_read_results__mutmut_38": "truncating a file to its own size changes nothing",
+    "rlenv.results.xǁResultsWriterǁ__init____mutmut_1": "nothing reads the writer's path",
+    "rlenv.results.xǁResultsWriterǁwrite__mutmut_12": "a file's write returns >= 1 byte or raises",
+    "rlenv.results.xǁResultsWriterǁwrite__mutmut_14": (
+        "ftruncate to a smaller size of a file open for writing does not raise"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.results.x__named__mutmut_{n}" for n in (4, 12, 15)],
+        "the first piece of split(': ') is the same at any maxsplit; 'XXXX' is not 'tool ...'",
+    ),
+    "rlenv.results.x_components__mutmut_114": "'XXXX' does not start with 'verifier error: '",
+    **dict.fromkeys(
+        [f"rlenv.results.x_compact_for_metrics__mutmut_{n}" for n in (1, 7)],
+        "interning equal strings only saves memory: every value the same",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.results.x_compact_for_metrics__mutmut_{n}" for n in (22, 23, 75, 76, 88, 89)]
+        + [f"rlenv.results.x__shared_failure__mutmut_{n}" for n in (2, 3)],
+        "the tag of a shared-table key: any distinct tag keeps the tables apart",
     ),
     **dict.fromkeys(
         [f"rlenv.audit.x_audit_run__mutmut_{n}" for n in range(17, 22)],
@@ -319,6 +438,7 @@ def report(results: dict[str, dict[str, Any]], not_run: list[str]) -> tuple[str,
             if status not in KILLED
         ]
         equivalent += [f"  {name}: {EQUIVALENT[name]}" for name in sorted(same)]
+    notes = [f"  {module}: {entry['note']}" for module, entry in results.items() if "note" in entry]
     overall = killed / total if total else 1.0
     verdict = "PASS" if overall >= TARGET_SCORE else "MISS"
     if not_run:
@@ -335,6 +455,7 @@ def report(results: dict[str, dict[str, Any]], not_run: list[str]) -> tuple[str,
         "tests written since: .venv/bin/python bench/mutants.py --keep DIR --recheck MODULE.",
         "",
         *rows,
+        *(["", "notes:", *notes] if notes else []),
         "",
         f"survivors killed on a --recheck by tests written after the module's run: {rechecked}",
         "",
