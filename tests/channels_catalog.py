@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,10 @@ def _nr(name):
 
 
 FOLDERS = {"dev_shm": "/dev/shm", "tmp": "/tmp", "var_tmp": "/var/tmp", "home": "~",
-           "work_root": ".."}  # work_root: beside the rollout's workdir (its cwd)
+           "work_root": "..",  # work_root: beside the rollout's workdir (its cwd)
+           "env_dir": os.path.dirname(os.path.abspath(__file__)),  # the env's own code
+           "site_packages": __import__("sysconfig").get_paths()["purelib"],
+           "etc": "/etc"}  # root-owned: a channel when the world runs as root
 
 
 def _key(name):
@@ -240,12 +245,25 @@ SANDBOX_CHANNELS = (
     "tmp",
     "var_tmp",
     "home",
+    "site_packages",
+    "etc",
 )
-"""Channels through the kernel or the file system: a program in the sandbox can try each."""
-PYTHON_CHANNELS = ("py_global", "os_environ", "builtins", "sys_modules", "open_fd", "work_root")
+"""Channels through the kernel or the file system: a program in the sandbox can try each
+(site_packages: the interpreter's, which the user who made the venv may write; etc: /etc,
+writable when the world runs as root, as in a container)."""
+PYTHON_CHANNELS = (
+    "py_global",
+    "os_environ",
+    "builtins",
+    "sys_modules",
+    "open_fd",
+    "work_root",
+    "env_dir",
+)
 """Channels through the worker process's own state (a module's globals, its environment, a
-patched builtin, an imported module, a file descriptor left open) and the directory beside
-the rollout's workdir: what one rollout leaves in a worker that serves the next."""
+patched builtin, an imported module, a file descriptor left open), the directory beside
+the rollout's workdir and the env's own directory (its code and data, which the user owns):
+what one rollout leaves in a worker that serves the next."""
 CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
 
 WORLD_NOT_PROMISED = {"work_root"}
@@ -255,6 +273,16 @@ worker), so a file one rollout leaves there is there for the run's later rollout
 next run's: its work root is another). Everything else a rollout writes outside its workdir,
 /tmp, /var/tmp, $HOME, /dev/shm, and its worker's python state, is its own
 (`rlenv.worker.isolate`)."""
+
+
+def remove_left_files(names: dict[str, tuple[str, str]]) -> None:
+    """Remove the files a crossing channel left in /etc or site-packages (the attack succeeded
+    there: nothing of a test run should stay on the machine)."""
+    import sysconfig
+
+    for channel, folder in (("etc", "/etc"), ("site_packages", sysconfig.get_paths()["purelib"])):
+        if channel in names:
+            Path(folder, names[channel][0]).unlink(missing_ok=True)
 
 
 @dataclass
@@ -319,12 +347,22 @@ def run_world(spec: Path, out: Path, rlenv: Path, cwd: Path) -> dict[str, str]:
     return answers
 
 
+_ORDERS = (("env1", "write-first"), ("env2", "read-first"))
+
+
 def world_crossings(tmp: Path, rlenv: Path, cwd: Path) -> list[Crossing]:
     """Two real runs of the channel env: the first writes every channel, then reads it in later
     rollouts (in-run); the second reads first (what the first run left), then writes again."""
     names = new_names()
-    first = run_world(write_channel_env(tmp / "env1", names, "write-first"), tmp / "r1", rlenv, cwd)
-    second = run_world(write_channel_env(tmp / "env2", names, "read-first"), tmp / "r2", rlenv, cwd)
+    # the envs outside /tmp and $HOME (which are overlays in a worker): where a user keeps them
+    envs = Path(tempfile.mkdtemp(prefix=".rlenv-channels-", dir=cwd))
+    try:
+        env1, env2 = (write_channel_env(envs / e, names, o) for e, o in _ORDERS)
+        first = run_world(env1, tmp / "r1", rlenv, cwd)
+        second = run_world(env2, tmp / "r2", rlenv, cwd)
+    finally:
+        remove_left_files(names)
+        shutil.rmtree(envs, ignore_errors=True)
     crossings = []
     for channel, (_, token) in names.items():
         wrote = first[f"write-{channel}"]
@@ -350,15 +388,18 @@ def sandbox_crossings(tmp: Path, mechanism: str) -> list[Crossing]:
         return (result.stdout + result.stderr).decode("utf-8", "replace").strip()[-300:]
 
     crossings = []
-    for channel, (name, token) in names.items():
-        request = {"channel": channel, "name": name, "token": token}
-        wrote = run({**request, "mode": "write"}, "w1")
-        seen = run({**request, "mode": "read"}, "r1")
-        crossings.append(Crossing(channel, wrote, seen, token))
-        again = {**request, "token": token + "-again"}
-        wrote = run({**again, "mode": "write"}, "w2")
-        seen = run({**again, "mode": "read"}, "r2")
-        crossings.append(Crossing(channel + " (again)", wrote, seen, again["token"]))
+    try:
+        for channel, (name, token) in names.items():
+            request = {"channel": channel, "name": name, "token": token}
+            wrote = run({**request, "mode": "write"}, "w1")
+            seen = run({**request, "mode": "read"}, "r1")
+            crossings.append(Crossing(channel, wrote, seen, token))
+            again = {**request, "token": token + "-again"}
+            wrote = run({**again, "mode": "write"}, "w2")
+            seen = run({**again, "mode": "read"}, "r2")
+            crossings.append(Crossing(channel + " (again)", wrote, seen, again["token"]))
+    finally:
+        remove_left_files(names)
     return crossings
 
 

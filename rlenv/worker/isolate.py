@@ -4,10 +4,11 @@ A local worker holds the orchestrator's pipe and runs no env code itself. Once, 
 in its own mount namespace (`rlenv.executors.local`), it makes private places
 (`PrivatePlaces`): /var/tmp a tmpfs of its own, /tmp and $HOME overlays on the host's (reads see
 the host's files, writes stay in a tmpfs the children cannot reach), its work root, grader
-cache and the places `keep` names bound back as they are; and it stops being dumpable (no
-process without a capability may ptrace it or open its memory or file descriptors through
-/proc). For every call that runs env code it forks a plain child (after its imports, so cheap)
-that:
+cache and the places `keep` names bound back as they are, every other mount read-only in its
+namespace (the env's directory, site-packages, /etc for a root world); and it stops being
+dumpable (no process without a capability may ptrace it or open its memory or file descriptors
+through /proc). For every call that runs env code it forks a plain child (after its imports,
+so cheap) that:
 
 - closes the orchestrator's pipe and the worker's handles on its private places;
 - drops every capability (effective, permitted, inheritable and the bounding set, so an
@@ -33,6 +34,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -56,8 +58,20 @@ RAISED: dict[str, type[Exception]] = {
 """The exceptions a child's call may raise to the worker's caller, by name; any other is the
 text of a RuntimeError (which the orchestrator refuses as that rollout's error)."""
 
-_MS_NOSUID, _MS_NODEV, _MS_BIND = 2, 4, 4096
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _MS_REC, _MS_PRIVATE = 16384, 1 << 18
+_ST_KEPT = {  # statvfs flag -> the mount flag that keeps it on a read-only remount
+    os.ST_NOSUID: _MS_NOSUID,
+    os.ST_NODEV: _MS_NODEV,
+    os.ST_NOEXEC: _MS_NOEXEC,
+    os.ST_NOATIME: _MS_NOATIME,
+    os.ST_NODIRATIME: _MS_NODIRATIME,
+    os.ST_RELATIME: _MS_RELATIME,
+}
+_LEFT_WRITABLE_TYPES = {"proc", "devpts", "mqueue", "binfmt_misc", "fusectl", "tracefs"}
+"""Mount types left as they are: their files are the kernel's interfaces (a write to one is
+not a file another rollout reads) or not reachable without a capability."""
 _MNT_DETACH = 2
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
@@ -110,6 +124,7 @@ class PrivatePlaces:
     kept: list[tuple[str, int]]  # (path, O_PATH descriptor) bound back over the places
     overlays: dict[str, int]  # place -> its generation (the name of its current layer)
     scratch: str | None  # /var/tmp when it is a tmpfs of ours
+    read_only: list[str] = dataclasses.field(default_factory=list)  # made read-only here
 
     @classmethod
     def make(cls, keep: list[str]) -> PrivatePlaces | None:
@@ -141,6 +156,7 @@ class PrivatePlaces:
             if os.path.isdir(place) and places._layer(place, 0):
                 places.overlays[place] = 0
         places._bind_kept()
+        places.read_only = places._read_only_rest()
         return places
 
     def handles(self) -> list[int]:
@@ -172,6 +188,27 @@ class PrivatePlaces:
         for path, fd in self.kept:
             if any(Path(path).is_relative_to(place) for place in self.made()):
                 _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
+                if self.read_only:  # a bind takes its source's flags: the source is read-only
+                    _remount(libc, path, read_only=False)
+
+    def _read_only_rest(self) -> list[str]:
+        """Every other mount read-only in this namespace (the host's stay as they are): a
+        file a call writes anywhere but its own places (the env's directory, site-packages,
+        /etc when the world runs as root) is not there for the next call to read. A kept place
+        that is no mount of its own is bound over itself first, so it stays writable. What
+        was made read-only, by mount point."""
+        libc = _libc()
+        writable = [path for path, _ in self.kept] + self.made() + ["/dev/shm"]
+        for path, fd in self.kept:
+            if not any(Path(path).is_relative_to(place) for place in self.made()):
+                _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
+        done = []
+        for point, kind in _mounts():
+            if kind in _LEFT_WRITABLE_TYPES or any(_within(point, w) for w in writable):
+                continue
+            if _remount(libc, point, read_only=True):
+                done.append(point)
+        return done
 
     def renew(self) -> None:
         """A fresh layer on each place a call wrote in (nothing to do for an untouched one:
@@ -205,6 +242,40 @@ class PrivatePlaces:
             renewed = True
         if renewed:
             self._bind_kept()
+
+
+def _remount(libc: Any, point: str, *, read_only: bool) -> bool:
+    """Mount point `point` read-only or writable, its other flags as they are (a flag the
+    namespace's owner locked, such as nosuid, must be given again)."""
+    try:
+        flags = os.statvfs(point).f_flag
+    except OSError:
+        return False
+    kept = sum(mount for st, mount in _ST_KEPT.items() if flags & st)
+    remount = _MS_REMOUNT | _MS_BIND | kept | (_MS_RDONLY if read_only else 0)
+    return _mount(libc, None, point, None, remount)
+
+
+def _within(path: str, place: str) -> bool:
+    return path == place or path.startswith(place.rstrip("/") + "/")
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """This namespace's mounts as (mount point, type), parents before children."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            after = fields.index("-")
+        except ValueError:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # \\040
+        found.append((point, fields[after + 1]))
+    return found
 
 
 # -- in the child ----------------------------------------------------------------------------
