@@ -56,6 +56,17 @@ def _errno(what):
     return f"{what} errno {ctypes.get_errno()}"
 
 
+def _faketime_regions():
+    # libfaketime's shared memory as mapped here: (start, end, path) per region
+    found = []
+    for line in open("/proc/self/maps"):
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and "faketime_shm" in fields[5]:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            found.append((start, end, fields[5].strip().removesuffix(" (deleted)")))
+    return found
+
+
 def write(channel, name, token):
     libc, data = _libc(), token.encode()
     if channel == "keyring":
@@ -119,6 +130,21 @@ def write(channel, name, token):
             os.chmod(path, 0o666)
         except OSError as exc:
             return f"open {exc}"
+        return "wrote"
+    if channel == "faketime_file":  # libfaketime's shared memory file, kept by the worker
+        found = _faketime_regions() or [(0, 0, f"/dev/shm/faketime_shm_{os.getppid()}")]
+        try:
+            with open(found[0][2], "r+b") as handle:
+                handle.seek(64)
+                handle.write(data)
+        except OSError as exc:
+            return f"open {exc}"
+        return "wrote"
+    if channel == "faketime_map":  # the same memory, mapped shared into every forked rollout
+        found = _faketime_regions()
+        if not found:
+            return "no faketime shm mapped"
+        ctypes.memmove(found[0][0], data[:8].ljust(8, b"\0"), 8)
         return "wrote"
     if channel == "py_global":
         _STORE[name] = token
@@ -191,6 +217,18 @@ def read(channel, name):
                 return "read " + handle.read()
         except OSError as exc:
             return f"open {exc}"
+    if channel == "faketime_file":
+        found = _faketime_regions() or [(0, 0, f"/dev/shm/faketime_shm_{os.getppid()}")]
+        try:
+            with open(found[0][2], "rb") as handle:
+                return "read " + handle.read()[64:].decode(errors="replace")
+        except OSError as exc:
+            return f"open {exc}"
+    if channel == "faketime_map":
+        found = _faketime_regions()
+        if not found:
+            return "no faketime shm mapped"
+        return "read " + ctypes.string_at(found[0][0], 8).decode(errors="replace")
     if channel == "py_global":
         return "read " + str(_STORE.get(name))
     if channel == "os_environ":
@@ -257,11 +295,14 @@ PYTHON_CHANNELS = (
     "builtins",
     "sys_modules",
     "open_fd",
+    "faketime_file",
+    "faketime_map",
     "work_root",
     "env_dir",
 )
 """Channels through the worker process's own state (a module's globals, its environment, a
-patched builtin, an imported module, a file descriptor left open), the directory beside
+patched builtin, an imported module, a file descriptor left open, libfaketime's shared memory
+by its file or by the mapping a fork inherits), the directory beside
 the rollout's workdir and the env's own directory (its code and data, which the user owns):
 what one rollout leaves in a worker that serves the next."""
 CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
@@ -302,7 +343,10 @@ class Crossing:
 def new_names(channels: tuple[str, ...] = CHANNELS) -> dict[str, tuple[str, str]]:
     """A fresh (name, token) per channel: nothing an earlier test left can match."""
     tag = secrets.token_hex(5)
-    return {c: (f"rlenv-chan-{c}-{tag}", f"TOKEN-{c}-{tag}") for c in channels}
+    names = {c: (f"rlenv-chan-{c}-{tag}", f"TOKEN-{c}-{tag}") for c in channels}
+    if "faketime_map" in names:  # 8 bytes of libfaketime's memory: the token fits there
+        names["faketime_map"] = (names["faketime_map"][0], f"T{tag[:7]}")
+    return names
 
 
 def _requests(names: dict[str, tuple[str, str]], mode: str) -> list[dict[str, Any]]:

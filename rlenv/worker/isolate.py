@@ -73,6 +73,8 @@ _LEFT_WRITABLE_TYPES = {"proc", "devpts", "mqueue", "binfmt_misc", "fusectl", "t
 """Mount types left as they are: their files are the kernel's interfaces (a write to one is
 not a file another rollout reads) or not reachable without a capability."""
 _MNT_DETACH = 2
+_PROT_READ, _PROT_WRITE = 1, 2
+_MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS = 2, 16, 32
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -278,6 +280,47 @@ def _mounts() -> list[tuple[str, str]]:
     return found
 
 
+SHARED_WITH_CHILDREN = ("faketime_shm_", "faketime_sem_")
+"""Shared mappings a child inherits from its worker that no call may write through: libfaketime's
+shared memory and semaphore (what one rollout wrote there, the next would read)."""
+
+
+def private_copies(names: tuple[str, ...]) -> int:
+    """Each shared mapping of this process whose file's name holds one of `names` replaced by a
+    private copy at the same address (what the code that uses it sees is unchanged; what this
+    process writes there stays here): how many."""
+    libc = _libc()
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    copied = 0
+    for start, end, perms in _shared_regions(names):
+        size = end - start
+        saved = ctypes.string_at(start, size)
+        fixed = _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_FIXED
+        if libc.mmap(start, size, _PROT_READ | _PROT_WRITE, fixed, -1, 0) != start:
+            raise OSError(ctypes.get_errno(), "a private copy of a shared mapping")
+        ctypes.memmove(start, saved, size)
+        protection = (_PROT_READ if "r" in perms else 0) | (_PROT_WRITE if "w" in perms else 0)
+        libc.mprotect(start, size, protection)
+        copied += 1
+    return copied
+
+
+def _shared_regions(names: tuple[str, ...]) -> list[tuple[int, int, str]]:
+    found = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or not fields[1].endswith("s"):
+                continue
+            if any(name in fields[5] for name in names):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                found.append((start, end, fields[1]))
+    return found
+
+
 # -- in the child ----------------------------------------------------------------------------
 
 
@@ -322,6 +365,7 @@ def _child(body: Callable[[], Any], write_fd: int, closing: list[int]) -> None:
         for fd in closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        private_copies(SHARED_WITH_CHILDREN)
         if not drop_capabilities():
             raise PermissionError("could not drop capabilities")
         try:

@@ -65,15 +65,13 @@ def _private_scratch_mounted() -> bool:
 
 
 def _empty_private_scratch() -> None:
-    """Remove what the last rollout left in this worker's own /dev/shm (libfaketime's files of
-    this process stay: it holds them mapped)."""
+    """Remove what the last rollout left in this worker's own /dev/shm. libfaketime's files of
+    this process go too, when it starts: it holds them mapped, and a child (which gets a private
+    copy of that mapping, `isolate.private_copies`) could otherwise write to them by name."""
     if not _private_scratch_mounted():
         return
-    kept = {f"faketime_shm_{os.getpid()}", f"faketime_sem_{os.getpid()}"}
     with contextlib.suppress(OSError):
         for entry in _SCRATCH.iterdir():
-            if entry.name in kept:
-                continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
@@ -348,6 +346,7 @@ def _make_private_places() -> None:
     keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
     keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
     _places = isolate.PrivatePlaces.make(keep)
+    _empty_private_scratch()  # before any child: libfaketime's files, named by this pid
 
 
 def _settle(name: str) -> None:
