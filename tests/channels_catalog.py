@@ -307,13 +307,10 @@ the rollout's workdir and the env's own directory (its code and data, which the 
 what one rollout leaves in a worker that serves the next."""
 CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
 
-WORLD_NOT_PROMISED = {"work_root"}
-"""Channels a local worker does not close: the work root beside a rollout's workdir is shared
-by every worker of the run (a rollout driven from outside may have its tool calls on any
-worker), so a file one rollout leaves there is there for the run's later rollouts (not for the
-next run's: its work root is another). Everything else a rollout writes outside its workdir,
-/tmp, /var/tmp, $HOME, /dev/shm, and its worker's python state, is its own
-(`rlenv.worker.isolate`)."""
+WORLD_NOT_PROMISED: set[str] = set()
+"""Channels a local worker does not close: none. The work root beside a rollout's workdir was
+one (shared by every worker of the run); a worker now covers it with an empty view holding
+the call's own workdir only (`rlenv.worker.isolate.PrivatePlaces.show`)."""
 
 
 def remove_left_files(names: dict[str, tuple[str, str]]) -> None:

@@ -80,6 +80,7 @@ _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _CAPABILITY_VERSION_3 = 0x20080522
 _TMPFS_OPTIONS = "mode=1777,size=256m"
+_VIEW_OPTIONS = "mode=755,size=1m"
 
 
 class ChildDied(Exception):
@@ -127,10 +128,17 @@ class PrivatePlaces:
     overlays: dict[str, int]  # place -> its generation (the name of its current layer)
     scratch: str | None  # /var/tmp when it is a tmpfs of ours
     read_only: list[str] = dataclasses.field(default_factory=list)  # made read-only here
+    view: str | None = None  # the work root, where env code sees one workdir (`show`)
+    real: int | None = None  # O_PATH descriptor of the host's work root (the worker's own)
+    shown: str | None = None  # the workdir (a name in the work root) the view holds
+    view_on: bool = False  # the view's tmpfs is mounted over the work root
 
     @classmethod
-    def make(cls, keep: list[str]) -> PrivatePlaces | None:
-        """The private places, or None when this process may not mount (nothing changed)."""
+    def make(cls, keep: list[str], view: str | None = None) -> PrivatePlaces | None:
+        """The private places, or None when this process may not mount (nothing changed).
+        `view` (a kept place: the work root) is covered by an empty tmpfs in which `show`
+        puts one workdir at a time: a call sees its own workdir there and nothing beside it,
+        not another rollout's, not a file a rollout left in the work root."""
         libc = _libc()
         if not _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE):
             return None
@@ -159,11 +167,56 @@ class PrivatePlaces:
                 places.overlays[place] = 0
         places._bind_kept()
         places.read_only = places._read_only_rest()
+        inside = [path for path in keep if path != view and view and _within(path, view)]
+        if view is not None and view in keep and not inside and places._cover(view):
+            places.view = view
         return places
+
+    def real_root(self) -> str | None:
+        """The path through which this worker reaches the host's work root (None: no view)."""
+        return None if self.view is None or self.real is None else f"/proc/self/fd/{self.real}"
+
+    def _cover(self, view: str) -> bool:
+        """The work root's descriptor (of the writable mount now there), then an empty
+        tmpfs over it."""
+        if self.real is not None:
+            os.close(self.real)
+        self.real = os.open(view, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.shown = None
+        flags = _MS_NOSUID | _MS_NODEV
+        self.view_on = _mount(_libc(), "rlenv-work-view", view, "tmpfs", flags, _VIEW_OPTIONS)
+        return self.view_on
+
+    def show(self, name: str) -> None:
+        """Workdir `name` of the host's work root at its place in the view, alone."""
+        if self.view is None or self.real is None or self.shown == name or "/" in name:
+            return
+        libc = _libc()
+        if not self.view_on and not self._cover(self.view):
+            raise OSError("the work root's view could not be mounted")
+        if self.shown is not None:
+            libc.umount2(os.path.join(self.view, self.shown).encode(), _MNT_DETACH)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(self.view, self.shown))
+            self.shown = None
+        target = os.path.join(self.view, name)
+        os.makedirs(target, exist_ok=True)
+        if not _mount(libc, f"/proc/self/fd/{self.real}/{name}", target, None, _MS_BIND):
+            raise OSError(ctypes.get_errno(), f"workdir {name} could not be shown")
+        self.shown = name
+
+    def _reset_view(self) -> None:
+        """An empty view again: what a call left beside its workdir is gone."""
+        if self.view is None:
+            return
+        if self.view_on:
+            _libc().umount2(self.view.encode(), _MNT_DETACH)
+        self._cover(self.view)
 
     def handles(self) -> list[int]:
         """What a child closes first."""
-        return [self.stage, *(fd for _, fd in self.kept)]
+        real = [] if self.real is None else [self.real]
+        return [self.stage, *(fd for _, fd in self.kept), *real]
 
     def made(self) -> list[str]:
         return ([self.scratch] if self.scratch else []) + list(self.overlays)
@@ -242,8 +295,11 @@ class PrivatePlaces:
             shutil.rmtree(upper, ignore_errors=True)
             shutil.rmtree(work, ignore_errors=True)
             renewed = True
+            if self.view is not None and _within(self.view, place):
+                self.view_on = False  # detached with the layer it was on
         if renewed:
             self._bind_kept()
+        self._reset_view()
 
 
 def _remount(libc: Any, point: str, *, read_only: bool) -> bool:
