@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +42,10 @@ def _nr(name):
 
 
 FOLDERS = {"dev_shm": "/dev/shm", "tmp": "/tmp", "var_tmp": "/var/tmp", "home": "~",
-           "work_root": ".."}  # work_root: beside the rollout's workdir (its cwd)
+           "work_root": "..",  # work_root: beside the rollout's workdir (its cwd)
+           "env_dir": os.path.dirname(os.path.abspath(__file__)),  # the env's own code
+           "site_packages": __import__("sysconfig").get_paths()["purelib"],
+           "etc": "/etc"}  # root-owned: a channel when the world runs as root
 
 
 def _key(name):
@@ -49,6 +54,17 @@ def _key(name):
 
 def _errno(what):
     return f"{what} errno {ctypes.get_errno()}"
+
+
+def _faketime_regions():
+    # libfaketime's shared memory as mapped here: (start, end, path) per region
+    found = []
+    for line in open("/proc/self/maps"):
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and "faketime_shm" in fields[5]:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            found.append((start, end, fields[5].strip().removesuffix(" (deleted)")))
+    return found
 
 
 def write(channel, name, token):
@@ -114,6 +130,21 @@ def write(channel, name, token):
             os.chmod(path, 0o666)
         except OSError as exc:
             return f"open {exc}"
+        return "wrote"
+    if channel == "faketime_file":  # libfaketime's shared memory file, kept by the worker
+        found = _faketime_regions() or [(0, 0, f"/dev/shm/faketime_shm_{os.getppid()}")]
+        try:
+            with open(found[0][2], "r+b") as handle:
+                handle.seek(64)
+                handle.write(data)
+        except OSError as exc:
+            return f"open {exc}"
+        return "wrote"
+    if channel == "faketime_map":  # the same memory, mapped shared into every forked rollout
+        found = _faketime_regions()
+        if not found:
+            return "no faketime shm mapped"
+        ctypes.memmove(found[0][0], data[:8].ljust(8, b"\0"), 8)
         return "wrote"
     if channel == "py_global":
         _STORE[name] = token
@@ -186,6 +217,18 @@ def read(channel, name):
                 return "read " + handle.read()
         except OSError as exc:
             return f"open {exc}"
+    if channel == "faketime_file":
+        found = _faketime_regions() or [(0, 0, f"/dev/shm/faketime_shm_{os.getppid()}")]
+        try:
+            with open(found[0][2], "rb") as handle:
+                return "read " + handle.read()[64:].decode(errors="replace")
+        except OSError as exc:
+            return f"open {exc}"
+    if channel == "faketime_map":
+        found = _faketime_regions()
+        if not found:
+            return "no faketime shm mapped"
+        return "read " + ctypes.string_at(found[0][0], 8).decode(errors="replace")
     if channel == "py_global":
         return "read " + str(_STORE.get(name))
     if channel == "os_environ":
@@ -240,21 +283,44 @@ SANDBOX_CHANNELS = (
     "tmp",
     "var_tmp",
     "home",
+    "site_packages",
+    "etc",
 )
-"""Channels through the kernel or the file system: a program in the sandbox can try each."""
-PYTHON_CHANNELS = ("py_global", "os_environ", "builtins", "sys_modules", "open_fd", "work_root")
+"""Channels through the kernel or the file system: a program in the sandbox can try each
+(site_packages: the interpreter's, which the user who made the venv may write; etc: /etc,
+writable when the world runs as root, as in a container)."""
+PYTHON_CHANNELS = (
+    "py_global",
+    "os_environ",
+    "builtins",
+    "sys_modules",
+    "open_fd",
+    "faketime_file",
+    "faketime_map",
+    "work_root",
+    "env_dir",
+)
 """Channels through the worker process's own state (a module's globals, its environment, a
-patched builtin, an imported module, a file descriptor left open) and the directory beside
-the rollout's workdir: what one rollout leaves in a worker that serves the next."""
+patched builtin, an imported module, a file descriptor left open, libfaketime's shared memory
+by its file or by the mapping a fork inherits), the directory beside
+the rollout's workdir and the env's own directory (its code and data, which the user owns):
+what one rollout leaves in a worker that serves the next."""
 CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
 
-WORLD_NOT_PROMISED = {"work_root"}
-"""Channels a local worker does not close: the work root beside a rollout's workdir is shared
-by every worker of the run (a rollout driven from outside may have its tool calls on any
-worker), so a file one rollout leaves there is there for the run's later rollouts (not for the
-next run's: its work root is another). Everything else a rollout writes outside its workdir,
-/tmp, /var/tmp, $HOME, /dev/shm, and its worker's python state, is its own
-(`rlenv.worker.isolate`)."""
+WORLD_NOT_PROMISED: set[str] = set()
+"""Channels a local worker does not close: none. The work root beside a rollout's workdir was
+one (shared by every worker of the run); a worker now covers it with an empty view holding
+the call's own workdir only (`rlenv.worker.isolate.PrivatePlaces.show`)."""
+
+
+def remove_left_files(names: dict[str, tuple[str, str]]) -> None:
+    """Remove the files a crossing channel left in /etc or site-packages (the attack succeeded
+    there: nothing of a test run should stay on the machine)."""
+    import sysconfig
+
+    for channel, folder in (("etc", "/etc"), ("site_packages", sysconfig.get_paths()["purelib"])):
+        if channel in names:
+            Path(folder, names[channel][0]).unlink(missing_ok=True)
 
 
 @dataclass
@@ -274,7 +340,10 @@ class Crossing:
 def new_names(channels: tuple[str, ...] = CHANNELS) -> dict[str, tuple[str, str]]:
     """A fresh (name, token) per channel: nothing an earlier test left can match."""
     tag = secrets.token_hex(5)
-    return {c: (f"rlenv-chan-{c}-{tag}", f"TOKEN-{c}-{tag}") for c in channels}
+    names = {c: (f"rlenv-chan-{c}-{tag}", f"TOKEN-{c}-{tag}") for c in channels}
+    if "faketime_map" in names:  # 8 bytes of libfaketime's memory: the token fits there
+        names["faketime_map"] = (names["faketime_map"][0], f"T{tag[:7]}")
+    return names
 
 
 def _requests(names: dict[str, tuple[str, str]], mode: str) -> list[dict[str, Any]]:
@@ -319,12 +388,22 @@ def run_world(spec: Path, out: Path, rlenv: Path, cwd: Path) -> dict[str, str]:
     return answers
 
 
+_ORDERS = (("env1", "write-first"), ("env2", "read-first"))
+
+
 def world_crossings(tmp: Path, rlenv: Path, cwd: Path) -> list[Crossing]:
     """Two real runs of the channel env: the first writes every channel, then reads it in later
     rollouts (in-run); the second reads first (what the first run left), then writes again."""
     names = new_names()
-    first = run_world(write_channel_env(tmp / "env1", names, "write-first"), tmp / "r1", rlenv, cwd)
-    second = run_world(write_channel_env(tmp / "env2", names, "read-first"), tmp / "r2", rlenv, cwd)
+    # the envs outside /tmp and $HOME (which are overlays in a worker): where a user keeps them
+    envs = Path(tempfile.mkdtemp(prefix=".rlenv-channels-", dir=cwd))
+    try:
+        env1, env2 = (write_channel_env(envs / e, names, o) for e, o in _ORDERS)
+        first = run_world(env1, tmp / "r1", rlenv, cwd)
+        second = run_world(env2, tmp / "r2", rlenv, cwd)
+    finally:
+        remove_left_files(names)
+        shutil.rmtree(envs, ignore_errors=True)
     crossings = []
     for channel, (_, token) in names.items():
         wrote = first[f"write-{channel}"]
@@ -350,15 +429,18 @@ def sandbox_crossings(tmp: Path, mechanism: str) -> list[Crossing]:
         return (result.stdout + result.stderr).decode("utf-8", "replace").strip()[-300:]
 
     crossings = []
-    for channel, (name, token) in names.items():
-        request = {"channel": channel, "name": name, "token": token}
-        wrote = run({**request, "mode": "write"}, "w1")
-        seen = run({**request, "mode": "read"}, "r1")
-        crossings.append(Crossing(channel, wrote, seen, token))
-        again = {**request, "token": token + "-again"}
-        wrote = run({**again, "mode": "write"}, "w2")
-        seen = run({**again, "mode": "read"}, "r2")
-        crossings.append(Crossing(channel + " (again)", wrote, seen, again["token"]))
+    try:
+        for channel, (name, token) in names.items():
+            request = {"channel": channel, "name": name, "token": token}
+            wrote = run({**request, "mode": "write"}, "w1")
+            seen = run({**request, "mode": "read"}, "r1")
+            crossings.append(Crossing(channel, wrote, seen, token))
+            again = {**request, "token": token + "-again"}
+            wrote = run({**again, "mode": "write"}, "w2")
+            seen = run({**again, "mode": "read"}, "r2")
+            crossings.append(Crossing(channel + " (again)", wrote, seen, again["token"]))
+    finally:
+        remove_left_files(names)
     return crossings
 
 

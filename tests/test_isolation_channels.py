@@ -1,5 +1,6 @@
 """No channel between rollouts (issue 26 item 2): what one rollout leaves in the kernel keyring,
-SysV or POSIX IPC, an abstract socket, a scratch directory (/dev/shm, /tmp, /var/tmp, $HOME) or
+SysV or POSIX IPC, an abstract socket, a scratch directory (/dev/shm, /tmp, /var/tmp, $HOME), a
+host directory it may write (the env's own, site-packages, /etc when it runs as root) or
 its worker's python state (a module global, os.environ, a patched builtin, sys.modules, an open
 file), no later rollout reads: not in the same run, not in the next `rlenv run`, not in the next
 code-verifier sandbox.

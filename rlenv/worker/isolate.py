@@ -4,10 +4,11 @@ A local worker holds the orchestrator's pipe and runs no env code itself. Once, 
 in its own mount namespace (`rlenv.executors.local`), it makes private places
 (`PrivatePlaces`): /var/tmp a tmpfs of its own, /tmp and $HOME overlays on the host's (reads see
 the host's files, writes stay in a tmpfs the children cannot reach), its work root, grader
-cache and the places `keep` names bound back as they are; and it stops being dumpable (no
-process without a capability may ptrace it or open its memory or file descriptors through
-/proc). For every call that runs env code it forks a plain child (after its imports, so cheap)
-that:
+cache and the places `keep` names bound back as they are, every other mount read-only in its
+namespace (the env's directory, site-packages, /etc for a root world); and it stops being
+dumpable (no process without a capability may ptrace it or open its memory or file descriptors
+through /proc). For every call that runs env code it forks a plain child (after its imports,
+so cheap) that:
 
 - closes the orchestrator's pipe and the worker's handles on its private places;
 - drops every capability (effective, permitted, inheritable and the bounding set, so an
@@ -33,6 +34,7 @@ import ctypes
 import dataclasses
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -56,14 +58,29 @@ RAISED: dict[str, type[Exception]] = {
 """The exceptions a child's call may raise to the worker's caller, by name; any other is the
 text of a RuntimeError (which the orchestrator refuses as that rollout's error)."""
 
-_MS_NOSUID, _MS_NODEV, _MS_BIND = 2, 4, 4096
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
+_MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _MS_REC, _MS_PRIVATE = 16384, 1 << 18
+_ST_KEPT = {  # statvfs flag -> the mount flag that keeps it on a read-only remount
+    os.ST_NOSUID: _MS_NOSUID,
+    os.ST_NODEV: _MS_NODEV,
+    os.ST_NOEXEC: _MS_NOEXEC,
+    os.ST_NOATIME: _MS_NOATIME,
+    os.ST_NODIRATIME: _MS_NODIRATIME,
+    os.ST_RELATIME: _MS_RELATIME,
+}
+_LEFT_WRITABLE_TYPES = {"proc", "devpts", "mqueue", "binfmt_misc", "fusectl", "tracefs"}
+"""Mount types left as they are: their files are the kernel's interfaces (a write to one is
+not a file another rollout reads) or not reachable without a capability."""
 _MNT_DETACH = 2
+_PROT_READ, _PROT_WRITE = 1, 2
+_MAP_PRIVATE, _MAP_FIXED, _MAP_ANONYMOUS = 2, 16, 32
 _PR_SET_DUMPABLE = 4
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
 _CAPABILITY_VERSION_3 = 0x20080522
 _TMPFS_OPTIONS = "mode=1777,size=256m"
+_VIEW_OPTIONS = "mode=755,size=1m"
 
 
 class ChildDied(Exception):
@@ -110,10 +127,18 @@ class PrivatePlaces:
     kept: list[tuple[str, int]]  # (path, O_PATH descriptor) bound back over the places
     overlays: dict[str, int]  # place -> its generation (the name of its current layer)
     scratch: str | None  # /var/tmp when it is a tmpfs of ours
+    read_only: list[str] = dataclasses.field(default_factory=list)  # made read-only here
+    view: str | None = None  # the work root, where env code sees one workdir (`show`)
+    real: int | None = None  # O_PATH descriptor of the host's work root (the worker's own)
+    shown: str | None = None  # the workdir (a name in the work root) the view holds
+    view_on: bool = False  # the view's tmpfs is mounted over the work root
 
     @classmethod
-    def make(cls, keep: list[str]) -> PrivatePlaces | None:
-        """The private places, or None when this process may not mount (nothing changed)."""
+    def make(cls, keep: list[str], view: str | None = None) -> PrivatePlaces | None:
+        """The private places, or None when this process may not mount (nothing changed).
+        `view` (a kept place: the work root) is covered by an empty tmpfs in which `show`
+        puts one workdir at a time: a call sees its own workdir there and nothing beside it,
+        not another rollout's, not a file a rollout left in the work root."""
         libc = _libc()
         if not _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE):
             return None
@@ -141,11 +166,57 @@ class PrivatePlaces:
             if os.path.isdir(place) and places._layer(place, 0):
                 places.overlays[place] = 0
         places._bind_kept()
+        places.read_only = places._read_only_rest()
+        inside = [path for path in keep if path != view and view and _within(path, view)]
+        if view is not None and view in keep and not inside and places._cover(view):
+            places.view = view
         return places
+
+    def real_root(self) -> str | None:
+        """The path through which this worker reaches the host's work root (None: no view)."""
+        return None if self.view is None or self.real is None else f"/proc/self/fd/{self.real}"
+
+    def _cover(self, view: str) -> bool:
+        """The work root's descriptor (of the writable mount now there), then an empty
+        tmpfs over it."""
+        if self.real is not None:
+            os.close(self.real)
+        self.real = os.open(view, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.shown = None
+        flags = _MS_NOSUID | _MS_NODEV
+        self.view_on = _mount(_libc(), "rlenv-work-view", view, "tmpfs", flags, _VIEW_OPTIONS)
+        return self.view_on
+
+    def show(self, name: str) -> None:
+        """Workdir `name` of the host's work root at its place in the view, alone."""
+        if self.view is None or self.real is None or self.shown == name or "/" in name:
+            return
+        libc = _libc()
+        if not self.view_on and not self._cover(self.view):
+            raise OSError("the work root's view could not be mounted")
+        if self.shown is not None:
+            libc.umount2(os.path.join(self.view, self.shown).encode(), _MNT_DETACH)
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(self.view, self.shown))
+            self.shown = None
+        target = os.path.join(self.view, name)
+        os.makedirs(target, exist_ok=True)
+        if not _mount(libc, f"/proc/self/fd/{self.real}/{name}", target, None, _MS_BIND):
+            raise OSError(ctypes.get_errno(), f"workdir {name} could not be shown")
+        self.shown = name
+
+    def _reset_view(self) -> None:
+        """An empty view again: what a call left beside its workdir is gone."""
+        if self.view is None:
+            return
+        if self.view_on:
+            _libc().umount2(self.view.encode(), _MNT_DETACH)
+        self._cover(self.view)
 
     def handles(self) -> list[int]:
         """What a child closes first."""
-        return [self.stage, *(fd for _, fd in self.kept)]
+        real = [] if self.real is None else [self.real]
+        return [self.stage, *(fd for _, fd in self.kept), *real]
 
     def made(self) -> list[str]:
         return ([self.scratch] if self.scratch else []) + list(self.overlays)
@@ -172,6 +243,27 @@ class PrivatePlaces:
         for path, fd in self.kept:
             if any(Path(path).is_relative_to(place) for place in self.made()):
                 _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
+                if self.read_only:  # a bind takes its source's flags: the source is read-only
+                    _remount(libc, path, read_only=False)
+
+    def _read_only_rest(self) -> list[str]:
+        """Every other mount read-only in this namespace (the host's stay as they are): a
+        file a call writes anywhere but its own places (the env's directory, site-packages,
+        /etc when the world runs as root) is not there for the next call to read. A kept place
+        that is no mount of its own is bound over itself first, so it stays writable. What
+        was made read-only, by mount point."""
+        libc = _libc()
+        writable = [path for path, _ in self.kept] + self.made() + ["/dev/shm"]
+        for path, fd in self.kept:
+            if not any(Path(path).is_relative_to(place) for place in self.made()):
+                _mount(libc, f"/proc/self/fd/{fd}", path, None, _MS_BIND)
+        done = []
+        for point, kind in _mounts():
+            if kind in _LEFT_WRITABLE_TYPES or any(_within(point, w) for w in writable):
+                continue
+            if _remount(libc, point, read_only=True):
+                done.append(point)
+        return done
 
     def renew(self) -> None:
         """A fresh layer on each place a call wrote in (nothing to do for an untouched one:
@@ -203,8 +295,86 @@ class PrivatePlaces:
             shutil.rmtree(upper, ignore_errors=True)
             shutil.rmtree(work, ignore_errors=True)
             renewed = True
+            if self.view is not None and _within(self.view, place):
+                self.view_on = False  # detached with the layer it was on
         if renewed:
             self._bind_kept()
+        self._reset_view()
+
+
+def _remount(libc: Any, point: str, *, read_only: bool) -> bool:
+    """Mount point `point` read-only or writable, its other flags as they are (a flag the
+    namespace's owner locked, such as nosuid, must be given again)."""
+    try:
+        flags = os.statvfs(point).f_flag
+    except OSError:
+        return False
+    kept = sum(mount for st, mount in _ST_KEPT.items() if flags & st)
+    remount = _MS_REMOUNT | _MS_BIND | kept | (_MS_RDONLY if read_only else 0)
+    return _mount(libc, None, point, None, remount)
+
+
+def _within(path: str, place: str) -> bool:
+    return path == place or path.startswith(place.rstrip("/") + "/")
+
+
+def _mounts() -> list[tuple[str, str]]:
+    """This namespace's mounts as (mount point, type), parents before children."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split(" ")
+        try:
+            after = fields.index("-")
+        except ValueError:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # \\040
+        found.append((point, fields[after + 1]))
+    return found
+
+
+SHARED_WITH_CHILDREN = ("faketime_shm_", "faketime_sem_")
+"""Shared mappings a child inherits from its worker that no call may write through: libfaketime's
+shared memory and semaphore (what one rollout wrote there, the next would read)."""
+
+
+def private_copies(names: tuple[str, ...]) -> int:
+    """Each shared mapping of this process whose file's name holds one of `names` replaced by a
+    private copy at the same address (what the code that uses it sees is unchanged; what this
+    process writes there stays here): how many."""
+    libc = _libc()
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    copied = 0
+    for start, end, perms in _shared_regions(names):
+        size = end - start
+        saved = ctypes.string_at(start, size)
+        fixed = _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_FIXED
+        if libc.mmap(start, size, _PROT_READ | _PROT_WRITE, fixed, -1, 0) != start:
+            raise OSError(ctypes.get_errno(), "a private copy of a shared mapping")
+        ctypes.memmove(start, saved, size)
+        protection = (_PROT_READ if "r" in perms else 0) | (_PROT_WRITE if "w" in perms else 0)
+        libc.mprotect(start, size, protection)
+        copied += 1
+    return copied
+
+
+def _shared_regions(names: tuple[str, ...]) -> list[tuple[int, int, str]]:
+    found = []
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or not fields[1].endswith("s"):
+                continue
+            if any(name in fields[5] for name in names):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                found.append((start, end, fields[1]))
+    return found
 
 
 # -- in the child ----------------------------------------------------------------------------
@@ -251,6 +421,7 @@ def _child(body: Callable[[], Any], write_fd: int, closing: list[int]) -> None:
         for fd in closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        private_copies(SHARED_WITH_CHILDREN)
         if not drop_capabilities():
             raise PermissionError("could not drop capabilities")
         try:

@@ -64,15 +64,13 @@ def _private_scratch_mounted() -> bool:
 
 
 def _empty_private_scratch() -> None:
-    """Remove what the last rollout left in this worker's own /dev/shm (libfaketime's files of
-    this process stay: it holds them mapped)."""
+    """Remove what the last rollout left in this worker's own /dev/shm. libfaketime's files of
+    this process go too, when it starts: it holds them mapped, and a child (which gets a private
+    copy of that mapping, `isolate.private_copies`) could otherwise write to them by name."""
     if not _private_scratch_mounted():
         return
-    kept = {f"faketime_shm_{os.getpid()}", f"faketime_sem_{os.getpid()}"}
     with contextlib.suppress(OSError):
         for entry in _SCRATCH.iterdir():
-            if entry.name in kept:
-                continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
@@ -160,7 +158,7 @@ def _timeout_record(task: RolloutTask, model: str) -> RolloutRecord:
 
 def _output_path(task: RolloutTask) -> Path:
     """Where the output of a rollout's earlier calls (tools, driven from outside) waits."""
-    return _get().work_root / f"{task.input_index}-{task.rollout}.output.json"
+    return _get().real_root / f"{task.input_index}-{task.rollout}.output.json"
 
 
 def _keep_output(task: RolloutTask, output: dict[str, Any] | None) -> None:
@@ -212,9 +210,12 @@ def _prepare(task: RolloutTask) -> None:
 def _prepared(task: RolloutTask) -> None:
     """The rollout's workdir, made now if nothing prepared it (an env without a snapshot
     driven from outside: `WorkerConfig.empty_workdir`)."""
+    if _in_child:  # its worker prepared it before the fork (the child cannot reach it)
+        return
     runtime = _get()
-    if runtime.snapshot_path is None and not runtime.workdir_of(task).exists():
+    if runtime.snapshot_path is None and not runtime.real_workdir_of(task).exists():
         _prepare(task)
+    runtime.show_workdir(task)  # prepared by another worker, perhaps: shown in this one's view
 
 
 def _tool(
@@ -347,7 +348,12 @@ def _make_private_places() -> None:
         Path(config.cache_dir).mkdir(parents=True, exist_ok=True)
     keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
     keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
-    _places = isolate.PrivatePlaces.make(keep)
+    _places = isolate.PrivatePlaces.make(keep, view=config.work_root)
+    real_root = _places.real_root() if _places is not None else None
+    if _places is not None and real_root is not None:
+        runtime = _get()
+        runtime.real_root, runtime.show = Path(real_root), _places.show
+    _empty_private_scratch()  # before any child: libfaketime's files, named by this pid
 
 
 def _settle(name: str) -> None:
@@ -414,6 +420,7 @@ def isolated(name: str, *args: Any) -> Any:
         if name == "run_rollout":
             value: Any = _rollout_in_child(*args)
         elif name == "tool":
+            _prepared(args[0])
             value = isolate.as_outcome(_child_answer(_tool, *args))
         elif name == "user":
             value = _said(_child_answer(_user, *args))
@@ -441,6 +448,7 @@ def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
     model = runtime.config.model_uri or ""
     timeout_s = runtime.loaded.spec.limits.timeout_s
     took: list[float] = []  # the conversation's time
+    runtime.prepare(task)  # here: the child cannot reach the host's work root
     answer = _child_answer(_converse, task, took=took)
     try:
         trajectory = isolate.as_trajectory(answer)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -92,7 +93,11 @@ class WorldRuntime:
             problems = world_problems(self.loaded, **config.world_checks)
             if problems:
                 raise WorldChecksFailed(problems_to_data(problems))
-        self.work_root = Path(config.work_root)
+        self.work_root = Path(config.work_root)  # where env code sees its workdir
+        # where this worker makes and removes workdirs: the work root itself, or (under
+        # `isolate.PrivatePlaces.view`) the host's, which env code sees only its own part of
+        self.real_root = self.work_root
+        self.show: Callable[[str], None] | None = None  # the view's: one workdir visible
         self._work_root_text = str(self.work_root)
         self._names: tuple[tuple[int, int] | None, tuple[int, Path]] = (None, (0, self.work_root))
         inputs_path = self.loaded.inputs_path
@@ -123,7 +128,7 @@ class WorldRuntime:
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
         )
         self._spare: Path | None = None  # the last workdir, put aside for the next rollout
-        self._spare_path = self.work_root / f".empty-{os.getpid()}"
+        self._spare_name = f".empty-{os.getpid()}"
         # what a fresh empty workdir looks like (`snapshot.directory_state`); None: none yet,
         # or the workdirs are snapshot copies (never reused)
         self._fresh_state: tuple[Any, ...] | None = None
@@ -172,8 +177,21 @@ class WorldRuntime:
             self._names = (key, (seed, self.work_root / f"{key[0]}-{key[1]}"))
         return self._names[1]
 
+    def real_workdir_of(self, task: RolloutTask) -> Path:
+        """The task's workdir as this worker reaches it (`real_root`)."""
+        return self.real_root / self.workdir_of(task).name
+
+    def show_workdir(self, task: RolloutTask) -> None:
+        """Make the task's workdir the one env code can see (nothing to do without a view)."""
+        if self.show is not None:
+            self.show(self.workdir_of(task).name)
+
     def prepare(self, task: RolloutTask) -> None:
-        destination = self.workdir_of(task)
+        self._prepare(task)
+        self.show_workdir(task)
+
+    def _prepare(self, task: RolloutTask) -> None:
+        destination = self.real_workdir_of(task)
         if self._spare is not None:
             spare, self._spare = self._spare, None
             try:  # an emptied workdir, renamed: a directory made and removed per rollout cost
@@ -194,9 +212,9 @@ class WorldRuntime:
     def release(self, task: RolloutTask) -> None:
         """Remove a rollout's workdir; without a snapshot, it is put aside instead, and the
         next rollout takes it if it is then empty and as a fresh one is (`prepare`)."""
-        workdir = self.workdir_of(task)
+        workdir = self.real_workdir_of(task)
         if self._spare is None and self._fresh_state is not None:
-            spare = self._spare_path
+            spare = self.real_root / self._spare_name
             try:
                 os.rename(workdir, spare)
                 self._spare = spare
@@ -383,10 +401,9 @@ class WorldRuntime:
             return self.finish(task, trajectory, self.config.model_uri or "")
 
     def converse(self, task: RolloutTask) -> Trajectory:
-        """The policy's and the tools' part of a rollout (a fresh workdir, the agent loop under
-        the rollout's timer): its trajectory, to be graded by `finish` (in another process:
-        `rlenv.worker.isolate`). The workdir stays."""
-        self.prepare(task)
+        """The policy's and the tools' part of a rollout (the agent loop under the rollout's
+        timer, in the workdir its caller prepared): its trajectory, to be graded by `finish`
+        (in another process: `rlenv.worker.isolate`). The workdir stays."""
         with rollout_timer(self.loaded.spec.limits.timeout_s):
             return self._conversation(task)
 
