@@ -423,6 +423,7 @@ def isolated(name: str, *args: Any) -> Any:
             _prepared(args[0])
             value = isolate.as_outcome(_child_answer(_tool, *args))
         elif name == "user":
+            _prepared(args[0])
             value = _said(_child_answer(_user, *args))
         else:
             raise KeyError(name)
