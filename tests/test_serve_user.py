@@ -1,0 +1,142 @@
+"""Issue 28 items 1 and 4: a served episode of an env with a simulated user plays the user. After
+an action that is the agent's reply (not a tool call) the observation is the user's next turn
+(made in a worker, as `rlenv run` makes it); the episode ends when the user ends it or max_turns
+does, and its record is the one `rlenv run` writes for the same agent replies (digest and all)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import EnvBuilder, cli, read_jsonl
+
+pytest.importorskip("openenv.core", reason="the serve extra (openenv-core)")
+
+CODE = """
+import json
+
+def policy(messages, tools, ctx):
+    last = messages[-1]
+    if last["role"] == "tool":
+        return last["content"]
+    call = {"name": "lookup", "arguments": json.dumps({"query": last["content"]})}
+    return {"content": None, "tool_calls": [{"id": "c" + str(len(messages)), "type": "function",
+                                             "function": call}]}
+
+def asker(messages, input, ctx):
+    asked = sum(1 for m in messages if m["role"] == "user")
+    said = ["where is it?", "ok ###STOP###"][asked - 1]
+    return said + (" (seed ok)" if isinstance(ctx.seed, int) and asked == 1 else "")
+
+def chatty(messages, input, ctx):
+    return "tell me more"
+
+def lookup(arguments, ctx):
+    return "found: " + arguments.get("query", "")
+"""
+
+LOOKUP = {
+    "name": "lookup",
+    "function": "MOD:lookup",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+}
+INPUTS = [{"id": "a", "prompt": "hello", "answer": "found: ok"}]
+
+
+def _policy(module: str) -> Any:
+    import importlib
+
+    return importlib.import_module(module).policy
+
+
+async def _play(world: Any, policy: Any, input_id: str) -> tuple[list[list[str]], dict[str, Any]]:
+    """Drive one episode with the python policy client-side: the observations' roles per step
+    and the final record."""
+    from rlenv.serve.episodes import model_reply
+
+    episode = world.open(f"e-{input_id}", input_id, None)
+    step = await episode.start()
+    seen = [[m["role"] for m in step.messages]]
+    history = list(step.messages)
+    while not step.done:
+        reply = policy(history, world.tools, None)
+        action = {"content": reply} if isinstance(reply, str) else reply
+        history.append({"role": "assistant", **{k: v for k, v in action.items() if v is not None}})
+        step = await episode.step(model_reply(action))
+        seen.append([m["role"] for m in step.messages])
+        history += step.messages
+    assert step.record is not None
+    return seen, dict(step.record)
+
+
+def test_a_served_episode_plays_the_simulated_user(
+    env_builder: EnvBuilder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rlenv.serve.episodes import ServedWorld
+
+    spec = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        tools=[dict(LOOKUP)],
+        user={"function": f"{env_builder.module}:asker"},
+        verifiers=[{"type": "exact_match", "expected_field": "answer"}],
+        rollouts=1,
+    )
+    model = f"python:{env_builder.module}:policy"
+    world = ServedWorld(spec, out=tmp_path / "served", model=model)
+    try:
+        monkeypatch.syspath_prepend(str(env_builder.root))
+        seen, record = asyncio.run(_play(world, _policy(env_builder.module), "a"))
+        world.summarise()
+    finally:
+        world.close()
+    # reset: the prompt; a tool call: its result; a reply: the user's turn; the last: nothing
+    assert seen == [["user"], ["tool"], ["user"], ["tool"], []]
+    assert record["status"] == "ok", record["error"]
+    assert record["answer"] == "found: where is it? (seed ok)"
+    assert record["extra"]["user_turns"] == [
+        {"user_turn": 1, "after_turn": 1, "content": "where is it? (seed ok)"},
+        {"user_turn": 2, "after_turn": 3, "content": "ok", "ended": True},
+    ]
+    # `rlenv run` of the same policy gives the same record, digest and all
+    done = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json")
+    assert done.returncode == 0, done.stderr
+    (ran,) = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert ran["messages"] == record["messages"]
+    assert ran["digest"] == record["digest"]
+    assert read_jsonl(tmp_path / "served" / "results.jsonl") == [record]
+    assert cli("check", str(tmp_path / "served")).returncode == 0
+
+
+def test_a_user_that_never_ends_stops_at_max_turns(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    from rlenv.serve.episodes import ServedWorld, model_reply
+
+    spec = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        user={"function": f"{env_builder.module}:chatty", "max_turns": 10},
+        limits={"max_turns": 3},
+        rollouts=1,
+    )
+    world = ServedWorld(spec, out=tmp_path / "served", model="trainer")
+
+    async def go() -> tuple[list[list[dict[str, Any]]], dict[str, Any]]:
+        episode = world.open("e", "a", None)
+        steps = [await episode.start()]
+        while not steps[-1].done:
+            steps.append(await episode.step(model_reply({"content": "hm"})))
+        return [s.messages for s in steps], dict(steps[-1].record or {})
+
+    try:
+        observed, record = asyncio.run(go())
+    finally:
+        world.close()
+    # each reply is answered by the user; the third user turn comes with done (as in `rlenv
+    # run`, the user speaks after the agent's last turn, and the limit then ends the episode)
+    assert observed[1:] == [[{"role": "user", "content": "tell me more"}]] * 3
+    assert record["status"] == "max_turns"
+    assert [m["role"] for m in record["messages"]].count("assistant") == 3
+    assert [turn["user_turn"] for turn in record["extra"]["user_turns"]] == [1, 2, 3]
