@@ -140,3 +140,49 @@ def test_a_user_that_never_ends_stops_at_max_turns(env_builder: EnvBuilder, tmp_
     assert record["status"] == "max_turns"
     assert [m["role"] for m in record["messages"]].count("assistant") == 3
     assert [turn["user_turn"] for turn in record["extra"]["user_turns"]] == [1, 2, 3]
+
+
+def test_rlenv_trl_says_once_that_user_turns_are_not_played(env_builder: EnvBuilder) -> None:
+    """TRL's environment_factory has tool turns only: building it (and the reward functions)
+    for an env with a simulated user warns in one line naming the env and what the reward is
+    computed on; an env without a user builds with no warning."""
+    import warnings
+
+    import yaml
+
+    import rlenv.trl as rt
+    from tests.conftest import sha256
+
+    spec = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        tools=[dict(LOOKUP)],
+        user={"function": f"{env_builder.module}:asker"},
+        rollouts=1,
+    )
+    train = env_builder.root / "train.jsonl"
+    train.write_text('{"id": "t", "prompt": "hi there", "answer": "found: ok"}\n')
+    document = yaml.safe_load(spec.read_text())
+    document["train_inputs"] = {"path": "train.jsonl", "sha256": sha256(train)}
+    spec.write_text(yaml.safe_dump(document))
+    with pytest.warns(rt.UserTurnsNotPlayed) as caught:
+        environment = rt.environment_factory(spec)
+        (score,) = rt.reward_funcs(spec)
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    message = str(caught[0].message)
+    assert "\n" not in message
+    assert message.startswith("env 'test-env' has a simulated user")
+    assert "user turns are not played in training" in message
+    assert "the reward is computed on the prompt and the model's completion alone" in message
+    assert caught[0].filename == __file__  # it points at the caller's line
+    # and the reward is what the line says: the completion graded with no user turn
+    env = environment()
+    env.reset(rlenv_id="t")
+    completion = [{"role": "assistant", "content": "found: ok"}]
+    assert score(["hi there"], [completion], ["t"], environments=[env]) == [1.0]
+    plain = env_builder.root / "plain.yaml"
+    del document["user"]
+    plain.write_text(yaml.safe_dump(document))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", rt.UserTurnsNotPlayed)
+        rt.environment_factory(plain)
