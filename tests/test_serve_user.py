@@ -186,3 +186,44 @@ def test_rlenv_trl_says_once_that_user_turns_are_not_played(env_builder: EnvBuil
     with warnings.catch_warnings():
         warnings.simplefilter("error", rt.UserTurnsNotPlayed)
         rt.environment_factory(plain)
+
+
+def test_the_served_user_over_openenv_and_the_trl_client_refuses_it(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Through the real server and openenv-core's client: the agent's reply is answered with
+    the user's turn, the state says the env has a simulated user, and `rlenv.serve.client`
+    (TRL's environment_factory, which has no user turns) refuses the env in one line instead of
+    training on episodes that never end; a class made by hand fails on its first final reply."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    from rlenv.serve.client import ServedEnvironment, environment_factory
+    from tests.serving import served
+
+    spec = env_builder.write(
+        CODE, inputs=INPUTS, user={"turns": ["where is it?", "ok ###STOP###"]}, rollouts=1
+    )
+    with served(spec, tmp_path / "served", "--workers", "1", "--model", "trainer") as (url, _):
+
+        async def play() -> tuple[list[Any], Any, dict[str, Any]]:
+            async with GenericEnvClient(base_url=url, message_timeout_s=120) as env:
+                await env.reset(input_id="a")
+                first = await env.step({"content": "hello to you"})
+                state = await env.state()
+                last = await env.step({"content": "found: ok"})
+                return first.observation["messages"], first.done, {"state": state, "last": last}
+
+        messages, done, rest = asyncio.run(play())
+        assert (messages, done) == ([{"role": "user", "content": "where is it?"}], False)
+        assert rest["state"]["simulated_user"] is True
+        assert rest["last"].done and rest["last"].observation["record"]["passed"] is True
+        with pytest.raises(ValueError, match="simulated user") as refused:
+            environment_factory(url)
+        assert "\n" not in str(refused.value)
+        by_hand = type("ByHand", (ServedEnvironment,), {"base_url": url})()
+        try:
+            by_hand.reset(rlenv_id="a")
+            with pytest.raises(RuntimeError, match="never ends on the model's final reply"):
+                by_hand._finish("found: ok")
+        finally:
+            by_hand._close()
