@@ -25,6 +25,7 @@ import json
 import shutil
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,33 @@ from rlenv.worker.config import RolloutTask, WorkerConfig
 MODEL = "trl"  # the `model` field of records scored in training
 
 
+class UserTurnsNotPlayed(UserWarning):
+    """The env has a simulated user (``user:``) and TRL's tool loop has no user turns."""
+
+
+_USER_WARNED: set[str] = set()
+
+
 def _environment(spec: str | Path) -> Environment:
     return load_environment(spec, purpose="run")
+
+
+def _warn_user_not_played(prepared: Environment) -> None:
+    """One warning line per env (not one per call): training here plays no user turns, so the
+    reward is not the one `rlenv run` or `rlenv serve` gives a conversation."""
+    spec = prepared.loaded.spec
+    key = str(prepared.loaded.path)
+    if spec.user is None or key in _USER_WARNED:
+        return
+    _USER_WARNED.add(key)
+    warnings.warn(
+        f"env {spec.name!r} has a simulated user (user:), but TRL's environment_factory plays"
+        " tool turns only: its user turns are not played in training, and the reward is computed"
+        " on the prompt and the model's completion alone (its tool calls, no user turns;"
+        " `rlenv run` and `rlenv serve` play the user)",
+        UserTurnsNotPlayed,
+        stacklevel=3,
+    )
 
 
 def _train_records(prepared: Environment) -> list[EnvInput]:
@@ -257,6 +283,7 @@ def reward_funcs(spec: str | Path) -> list[Callable[..., list[float | None]]]:
     The dataset must carry ``rlenv_id`` (as `dataset` gives it)."""
     prepared = _environment(spec)
     _train_records(prepared)
+    _warn_user_not_played(prepared)
     scorer = _Scorer(spec)
     functions = []
     for component in _components(prepared):
@@ -352,9 +379,11 @@ def environment_factory(spec: str | Path) -> type[RlenvEnvironment]:
     """A class for GRPOTrainer(environment_factory=...): `reset(**row)` enters the frozen world
     for the row's ``rlenv_id``, the spec's tools are its public methods (replayed from the
     cassettes; a miss is the spec's `on_miss`), and `reward_funcs(spec)` grade the finished
-    rollout in that same world (its files, its tool calls)."""
+    rollout in that same world (its files, its tool calls). An env with a simulated user is
+    trained without its user turns (TRL's loop has none): a `UserTurnsNotPlayed` warning says so."""
     prepared = _environment(spec)
     _train_records(prepared)
+    _warn_user_not_played(prepared)
     namespace: dict[str, Any] = {"_spec": str(Path(spec).resolve())}
     for tool in prepared.loaded.spec.tools:
         namespace[tool.name] = tool_method(tool.name, tool.description, tool.parameters)
@@ -531,6 +560,7 @@ __all__ = [
     "RlenvCallback",
     "RlenvEnvironment",
     "RewardError",
+    "UserTurnsNotPlayed",
     "dataset",
     "environment_factory",
     "reward_funcs",

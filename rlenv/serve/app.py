@@ -138,7 +138,9 @@ class ServedEnvironment(Environment[RlenvAction, RlenvObservation, RlenvState]):
         **kwargs: Any,
     ) -> RlenvObservation:
         """One model turn: tool calls are replayed (their results come back), a message
-        without tool calls is the final answer (graded; the results line comes back)."""
+        without tool calls is the final answer (graded; the results line comes back), or, when
+        the env has a simulated user, the agent's reply (the user's next turn comes back until
+        the user or max_turns ends the episode; then it is graded)."""
         episode = self._episode(episode_id)
         reply = model_reply(action.model_dump(exclude_none=True))
         step = await episode.step(reply)
@@ -151,13 +153,15 @@ class ServedEnvironment(Environment[RlenvAction, RlenvObservation, RlenvState]):
     def state(self) -> RlenvState:
         world = self.world
         episode = self.episode
+        user = world.prepared.loaded.spec.user is not None
         if episode is None:
-            return RlenvState(env=world.describe(), tools=world.tools)
+            return RlenvState(env=world.describe(), tools=world.tools, simulated_user=user)
         return RlenvState(
             episode_id=episode.episode_id,
             step_count=self.steps,
             env=world.describe(),
             tools=world.tools,
+            simulated_user=user,
             input_id=episode.input.id,
             rollout=episode.task.rollout,
             done=episode.done,

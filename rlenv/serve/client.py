@@ -20,6 +20,12 @@ from typing import Any
 
 from rlenv.tool_methods import tool_method
 
+_NO_USER_TURNS = (
+    "the env has a simulated user, and TRL's environment_factory plays tool turns only, so an"
+    " episode never ends on the model's final reply; train it in-process with rlenv.trl (its"
+    " user turns not played) or drive served episodes with a loop that answers the user"
+)
+
 
 def _connect(base_url: str) -> Any:
     from rlenv.serve.openenv_core import without_web_ui
@@ -70,6 +76,10 @@ class ServedEnvironment:
         """Send the final answer; the graded reward (None if not gradable)."""
         if self.result is None:
             result = self.client.step({"content": answer})
+            if not result.done:  # a simulated user answered: TRL has no turn to play it
+                raise RuntimeError(
+                    f"episode {result.observation.get('episode_id')}: {_NO_USER_TURNS}"
+                )
             self.result = result.observation
             return result.reward
         return self.result.get("reward") if isinstance(self.result, dict) else None
@@ -80,7 +90,8 @@ class ServedEnvironment:
 
 def environment_factory(base_url: str) -> type[ServedEnvironment]:
     """A class for GRPOTrainer(environment_factory=...) over the env served at `base_url`:
-    its tools (read from the server's state) are the class's methods."""
+    its tools (read from the server's state) are the class's methods. An env with a simulated
+    user is refused (ValueError): TRL's loop has no user turns, so no episode would finish."""
     client = _connect(base_url)
     try:
         state = client.state()
@@ -93,6 +104,8 @@ def environment_factory(base_url: str) -> type[ServedEnvironment]:
             function["name"], function.get("description") or "", function.get("parameters") or {}
         )
     name = str((state.get("env") or {}).get("name") or "served").replace("-", "_")
+    if state.get("simulated_user"):
+        raise ValueError(f"the env served at {base_url} ({name}): {_NO_USER_TURNS}")
     return type(f"Served_{name}", (ServedEnvironment,), namespace)
 
 

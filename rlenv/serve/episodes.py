@@ -1,8 +1,10 @@
 """Served episodes: one frozen-world rollout driven one model turn at a time by a remote policy.
 
-An episode runs the same agent loop as `rlenv run` (`rlenv.agent.rollout_loop`), with the
-model call answered by the client's next action instead of a provider: tool calls are
-replayed by a frozen-world worker of a bounded pool (`rlenv.executors`), the finished
+An episode runs the same agent loop as `rlenv run` (`rlenv.agent.rollout_loop`, or
+`conversation_loop` when the spec has a simulated user: then an action that is the agent's reply
+is answered with the user's next turn, made in a worker, until the user or max_turns ends the
+episode), with the model call answered by the client's next action instead of a provider: tool
+calls are replayed by a frozen-world worker of a bounded pool (`rlenv.executors`), the finished
 trajectory is graded there (`Executor.finish`), and its sealed record is appended to the run
 directory. The same trajectory therefore gives the same record, and digest, as `rlenv run`.
 
@@ -21,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from rlenv.agent import ToolOutcome, Trajectory, parse_arguments, rollout_loop
+from rlenv.agent import (
+    RolloutTimeout,
+    ToolOutcome,
+    Trajectory,
+    conversation_loop,
+    parse_arguments,
+    rollout_loop,
+)
 from rlenv.audit_reader import seal_run_json
 from rlenv.bounds import MAX_REPLY_BYTES, reply_problem
 from rlenv.env import Environment, load_environment
@@ -204,15 +213,34 @@ class Episode:
         )
         return outcome
 
+    async def _call_user(self, current: list[dict[str, Any]], user_turn: int) -> str | None:
+        """The simulated user's next message, made in a worker as `rlenv run` makes it; the
+        client sees it as the observation of its next turn."""
+        timeout = self.world.prepared.loaded.spec.limits.timeout_s
+        return await self.world.executor.user(self.task, current, user_turn, timeout)
+
     async def _run(self) -> None:
         world = self.world
         spec = world.prepared.loaded.spec
         prompt = self.input.messages(spec.system_prompt, spec.prompt)
         try:
             try:
-                trajectory = await rollout_loop(
-                    prompt, spec.limits.max_turns, self._call_model, self._call_tool
-                )
+                try:
+                    if spec.user is None:
+                        trajectory = await rollout_loop(
+                            prompt, spec.limits.max_turns, self._call_model, self._call_tool
+                        )
+                    else:  # an agent's reply is followed by the user's turn, until it ends
+                        trajectory = await conversation_loop(
+                            prompt,
+                            spec.user,
+                            spec.limits.max_turns,
+                            self._call_model,
+                            self._call_tool,
+                            self._call_user,
+                        )
+                except RolloutTimeout:  # in a user's turn (the agent loop classifies its own)
+                    trajectory = Trajectory(messages=prompt, status="timeout")
                 self.messages, self.tool_calls = trajectory.messages, trajectory.tool_calls
                 record = await world.executor.finish(
                     self.task, trajectory, world.model, spec.limits.timeout_s

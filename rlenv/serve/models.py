@@ -81,6 +81,11 @@ class RlenvState(State):
 
     env: dict[str, Any] = Field(default_factory=dict, description="Name, version, fingerprint.")
     tools: list[dict[str, Any]] = Field(default_factory=list)
+    simulated_user: bool = Field(
+        default=False,
+        description="The env has a simulated user: an agent's reply is answered with the"
+        " user's next turn until the user (or max_turns) ends the episode.",
+    )
     input_id: str | None = None
     rollout: int | None = None
     done: bool = False
