@@ -50,9 +50,10 @@ def _executions(counter: Path) -> int:
 
 
 def _run(spec: Path, out: Path, cache: Path, *extra: str) -> dict:
-    result = cli(
-        "run", str(spec), "--out", str(out), "--json", *extra, env={"RLENV_CACHE_DIR": str(cache)}
-    )
+    # the verifier counts its executions in a file beside the cache: a place the world may
+    # write (a worker's own /tmp is an overlay: what it writes there the test would not see)
+    shared = {"RLENV_CACHE_DIR": str(cache), "RLENV_WORLD_SHARED": str(cache.parent)}
+    result = cli("run", str(spec), "--out", str(out), "--json", *extra, env=shared)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 

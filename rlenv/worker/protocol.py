@@ -409,7 +409,15 @@ def isolated(name: str, *args: Any) -> Any:
     """Call `name` with the env code that acts for or with the model (policy, tools) in a child
     of this worker (`rlenv.worker.isolate`): the reply built here from its answer, read as data
     about this call only. Grading (`finish`, `grade`, a whole rollout's verifiers) runs here,
-    where no policy or tool code ever ran: one fork per rollout."""
+    where no policy or tool code ever ran: one fork per rollout.
+
+    Recording is the exception: its calls run here, one after another (`rlenv record` uses
+    one worker). Its tools reach live APIs with the user's keys, which this worker holds
+    anyway, and the scrubber learns a secret in one call (a bearer token sent) to remove it
+    from the next call's recording (the token echoed back): knowledge a child would take
+    with it when it ends."""
+    if _get().config.live_tools:
+        return handle(name, *args)
     if name == "prepare":  # no env code: a snapshot copy
         return _prepare(*args)
     if name == "finish":
