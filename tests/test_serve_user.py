@@ -12,10 +12,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import EnvBuilder, cli, read_jsonl
+from tests.test_simulated_user import ASKER, LOOKUP
 
 pytest.importorskip("openenv.core", reason="the serve extra (openenv-core)")
 
-CODE = """
+CODE = (
+    """
 import json
 
 def policy(messages, tools, ctx):
@@ -26,23 +28,12 @@ def policy(messages, tools, ctx):
     return {"content": None, "tool_calls": [{"id": "c" + str(len(messages)), "type": "function",
                                              "function": call}]}
 
-def asker(messages, input, ctx):
-    asked = sum(1 for m in messages if m["role"] == "user")
-    said = ["where is it?", "ok ###STOP###"][asked - 1]
-    return said + (" (seed ok)" if isinstance(ctx.seed, int) and asked == 1 else "")
-
 def chatty(messages, input, ctx):
     return "tell me more"
-
-def lookup(arguments, ctx):
-    return "found: " + arguments.get("query", "")
 """
+    + ASKER
+)
 
-LOOKUP = {
-    "name": "lookup",
-    "function": "MOD:lookup",
-    "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
-}
 INPUTS = [{"id": "a", "prompt": "hello", "answer": "found: ok"}]
 
 

@@ -27,7 +27,8 @@ def user(messages, input, ctx):
 
 def polite_user(messages, input, ctx):
     return "thanks ###STOP###"
-
+""" + (
+    ASKER := """
 def asker(messages, input, ctx):
     asked = sum(1 for m in messages if m["role"] == "user")
     said = ["where is it?", "ok ###STOP###"][asked - 1]
@@ -36,6 +37,9 @@ def asker(messages, input, ctx):
 def lookup(arguments, ctx):
     return "found: " + arguments.get("query", "")
 """
+)
+"""A user that asks twice and a tool that finds what it is asked: shared with the served
+episodes' tests (tests/test_serve_user.py)."""
 
 LOOKUP = {
     "name": "lookup",
@@ -47,6 +51,17 @@ INPUTS = [
     {"id": "a", "prompt": "hello", "answer": "x", "user_instructions": "You want a refund."},
     {"id": "b", "prompt": "hi", "answer": "x", "user_instructions": "You lost a parcel."},
 ]
+
+
+def _model_user_env(env_builder: EnvBuilder, base_url: str) -> Path:
+    """An env whose user is a model on a chat server at `base_url`, recorded in user.yaml."""
+    user = {
+        "model": "openai:usersim",
+        "base_url": f"{base_url}/v1",
+        "cassette": {"path": "user.yaml"},
+        "max_turns": 2,
+    }
+    return env_builder.write(CODE, inputs=INPUTS, user=user, rollouts=2)
 
 
 def _run(spec: Path, out: Path, *extra: str) -> dict[str, Any]:
@@ -101,17 +116,7 @@ def test_a_model_user_is_recorded_then_replayed(
     env_builder: EnvBuilder, chat: Any, tmp_path: Path
 ) -> None:
     server = chat()
-    spec = env_builder.write(
-        CODE,
-        inputs=INPUTS,
-        user={
-            "model": "openai:usersim",
-            "base_url": f"{server.base_url}/v1",
-            "cassette": {"path": "user.yaml"},
-            "max_turns": 2,
-        },
-        rollouts=2,
-    )
+    spec = _model_user_env(env_builder, server.base_url)
     recorded = cli("record", str(spec))
     assert recorded.returncode == 0, recorded.stderr
     asked = len(server.received)
@@ -194,17 +199,7 @@ def test_an_outside_policy_talks_with_the_user(
         {"user_turn": 2, "after_turn": 3, "content": "ok", "ended": True},
     ]
     user_model = chat()
-    modelled = env_builder.write(
-        CODE,
-        inputs=INPUTS,
-        user={
-            "model": "openai:usersim",
-            "base_url": f"{user_model.base_url}/v1",
-            "cassette": {"path": "user.yaml"},
-            "max_turns": 2,
-        },
-        rollouts=2,
-    )
+    modelled = _model_user_env(env_builder, user_model.base_url)
     recorded = cli("record", str(modelled), *outside)
     assert recorded.returncode == 0, recorded.stderr
     asked = len(user_model.received)
