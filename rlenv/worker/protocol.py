@@ -349,6 +349,11 @@ def _make_private_places() -> None:
     keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
     keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
     _places = isolate.PrivatePlaces.make(keep, view=config.work_root)
+    if _places is not None:
+        # a working directory under /tmp or $HOME, entered again by path (contextlib.chdir
+        # restores by path), would be on a layer `renew` takes away: every later call then
+        # fails in getcwd. "/" is never a private place; every call enters its own workdir.
+        os.chdir("/")
     real_root = _places.real_root() if _places is not None else None
     if _places is not None and real_root is not None:
         runtime = _get()
