@@ -63,14 +63,29 @@ def _private_scratch_mounted() -> bool:
     return _scratch_is_ours
 
 
+_own_semaphores: set[str] | None = None  # in /dev/shm, made by the worker as it started
+
+
 def _empty_private_scratch() -> None:
     """Remove what the last rollout left in this worker's own /dev/shm. libfaketime's files of
     this process go too, when it starts: it holds them mapped, and a child (which gets a private
-    copy of that mapping, `isolate.private_copies`) could otherwise write to them by name."""
+    copy of that mapping, `isolate.private_copies`) could otherwise write to them by name. The
+    semaphores the worker made while it started (loky's, for a reward model) stay: its exit
+    unlinks them, and removed they were a traceback on the user's terminal."""
+    global _own_semaphores
     if not _private_scratch_mounted():
         return
+    if _own_semaphores is None:  # the first time: before any call's child ran
+        with contextlib.suppress(OSError):
+            _own_semaphores = {
+                entry.name
+                for entry in _SCRATCH.iterdir()
+                if entry.name.startswith("sem.") and "faketime_" not in entry.name
+            }
     with contextlib.suppress(OSError):
         for entry in _SCRATCH.iterdir():
+            if entry.name in (_own_semaphores or ()):
+                continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
