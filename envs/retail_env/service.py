@@ -14,13 +14,11 @@ POST /cancellations {"order_id"} -> {"cancellation_id", ...}; GET /shipments/<or
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
-import signal
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from http_json import JSONHandler, serve  # beside this file: run as a script by `services:`
 
 MAX_BODY_BYTES = 16 * 1024
 CARRIERS = ["parcelpost", "swiftship", "northline"]
@@ -64,24 +62,9 @@ def shipment(order_id: str) -> tuple[int, dict[str, Any]]:
     }
 
 
-class Handler(BaseHTTPRequestHandler):
+class Handler(JSONHandler):
     server_version = "retail-store/1"
-
-    def send_response(self, code: int, message: str | None = None) -> None:
-        self.log_request(code)  # no Date header: two recordings are byte-identical
-        self.send_response_only(code, message)
-        self.send_header("Server", self.version_string())
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        pass
-
-    def _reply(self, code: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload, sort_keys=True).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    max_body_bytes = MAX_BODY_BYTES
 
     def do_GET(self) -> None:
         if self.path == "/health":
@@ -92,14 +75,8 @@ class Handler(BaseHTTPRequestHandler):
             self._reply(404, {"error": f"no route {self.path}"})
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > MAX_BODY_BYTES:
-            self._reply(413, {"error": "body too large"})
-            return
-        try:
-            body = json.loads(self.rfile.read(length) or b"{}")
-        except ValueError:
-            self._reply(400, {"error": "body is not JSON"})
+        body = self._json_body()
+        if body is None:
             return
         routes = {"/refunds": refund, "/cancellations": cancellation}
         route = routes.get(self.path)
@@ -110,18 +87,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The retail env's store backend.")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8766)
-    args = parser.parse_args(argv)
-    server = ThreadingHTTPServer((args.host, args.port), Handler)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    print(f"listening on http://{args.host}:{server.server_address[1]}", flush=True)
-    try:
-        server.serve_forever()
-    finally:
-        server.server_close()
-    return 0
+    return serve(Handler, "The retail env's store backend.", 8766, argv)
 
 
 if __name__ == "__main__":
