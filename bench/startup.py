@@ -30,6 +30,17 @@ VALIDATE_TARGET_S = 1.0  # issue 30 item 2: `rlenv validate` on a python env, ca
 WORKER_TARGET_S = 0.5  # issue 30: a frozen-world worker ready "in well under a second"
 
 
+def _import_rows(stderr: str) -> list[tuple[int, int, str]]:
+    """`python -X importtime`'s lines as (cumulative us, own us, module)."""
+    rows = []
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        own, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
+        rows.append((int(cumulative), int(own), name.strip()))
+    return rows
+
+
 def import_times(module: str, top: int) -> list[tuple[int, int, str]]:
     """(cumulative us, self us, name) of the slowest imports of `module`, warm bytecode cache."""
     result = subprocess.run(
@@ -39,12 +50,7 @@ def import_times(module: str, top: int) -> list[tuple[int, int, str]]:
         env=common.bench_env(),
         check=True,
     )
-    rows = []
-    for line in result.stderr.splitlines():
-        if not line.startswith("import time:") or "cumulative" in line:
-            continue
-        own, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
-        rows.append((int(cumulative), int(own), name.strip()))
+    rows = _import_rows(result.stderr)
     return sorted(rows, reverse=True)[:top]
 
 
@@ -122,12 +128,7 @@ def worker_imports(top: int) -> list[list[str]]:
             cwd=spec.parent,
             check=True,
         )
-    rows = []
-    for line in result.stderr.splitlines():
-        if not line.startswith("import time:") or "cumulative" in line:
-            continue
-        own, cumulative, name = (part.strip() for part in line[len("import time:") :].split("|"))
-        rows.append((int(cumulative), int(own), name.strip()))
+    rows = _import_rows(result.stderr)
     top_rows = [
         [name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}"]
         for cum, own, name in sorted(rows, reverse=True)[:top]
