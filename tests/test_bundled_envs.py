@@ -33,6 +33,9 @@ def _run(spec: Path, out: Path, *extra: str, concurrency: int = 1) -> dict:
         "run", str(spec), "--out", str(out), "--json", "--concurrency", str(concurrency), *extra
     )
     assert result.returncode == 0, result.stderr
+    # nothing on the user's terminal from a worker's exit (the search env's worker once printed
+    # multiprocessing finalizers' tracebacks: its semaphores removed from its private /dev/shm)
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
     return json.loads(result.stdout)
 
 
