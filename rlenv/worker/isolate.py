@@ -167,14 +167,18 @@ class PrivatePlaces:
                 places.overlays[place] = 0
         places._bind_kept()
         places.read_only = places._read_only_rest()
-        inside = [path for path in keep if path != view and view and _within(path, view)]
-        if view is not None and view in keep and not inside and places._cover(view):
+        if view is not None and view in keep and places._can_cover(view, keep):
             places.view = view
         return places
 
     def real_root(self) -> str | None:
         """The path through which this worker reaches the host's work root (None: no view)."""
         return None if self.view is None or self.real is None else f"/proc/self/fd/{self.real}"
+
+    def _can_cover(self, view: str, keep: list[str]) -> bool:
+        """The view over the work root, unless a kept place is inside it (it would be hidden)."""
+        inside = any(path != view and _within(path, view) for path in keep)
+        return not inside and self._cover(view)
 
     def _cover(self, view: str) -> bool:
         """The work root's descriptor (of the writable mount now there), then an empty
