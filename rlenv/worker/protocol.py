@@ -369,10 +369,10 @@ def _make_private_places() -> None:
         # restores by path), would be on a layer `renew` takes away: every later call then
         # fails in getcwd. "/" is never a private place; every call enters its own workdir.
         os.chdir("/")
-    real_root = _places.real_root() if _places is not None else None
-    if _places is not None and real_root is not None:
-        runtime = _get()
-        runtime.real_root, runtime.show = Path(real_root), _places.show
+        real_root = _places.real_root()
+        if real_root is not None:  # the work root is a view: workdirs made through the host's
+            runtime = _get()
+            runtime.real_root, runtime.show = Path(real_root), _places.show
     _empty_private_scratch()  # before any child: libfaketime's files, named by this pid
 
 
@@ -448,7 +448,7 @@ def isolated(name: str, *args: Any) -> Any:
         if name == "run_rollout":
             value: Any = _rollout_in_child(*args)
         elif name == "tool":
-            _prepared(args[0])
+            _prepared(args[0])  # here: the child cannot reach the host's work root
             value = isolate.as_outcome(_child_answer(_tool, *args))
         elif name == "user":
             _prepared(args[0])
