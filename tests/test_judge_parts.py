@@ -7,6 +7,7 @@ tests/test_judge_modes.py run the same promises through `rlenv record` / `rlenv 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -410,6 +411,26 @@ def test_judges_record_missing_replays_first_and_grows_the_cassette(
     assert not list(cassette.parent.glob("*.new"))  # the staged file is gone
     assert judges.close() == {"judged": {"live": 1, "replayed": 2}}  # nothing new to merge
     assert len(load_cassette(cassette)) == 2
+
+
+def test_the_orchestrators_judges_ignore_a_workers_recording_url(
+    tmp_path: Path, chat: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`configure(base_url=...)` is the recording worker's; a live judgment made outside the
+    world (training, `run` in record_missing/live mode) reaches OPENAI_BASE_URL even when this
+    process once recorded against a server that has since stopped (seen on CI: a test that
+    recorded left its URL in the process-global, and a later one judged against it)."""
+    server = chat()
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    configure(live=False, spec_root=tmp_path, base_url=dead)
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    loaded = loaded_spec(tmp_path / "env", "live", cassette=None)
+    judges = Judges(loaded, {"a": {"gold": "apple"}}, None)
+    record = judges.settle(pending("apple"))
+    assert record["status"] == "ok", record["error"]
+    assert len(server.received) == 1
 
 
 def test_a_failed_live_judgment_fails_the_rollout(tmp_path: Path, chat: Any) -> None:

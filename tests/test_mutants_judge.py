@@ -5,6 +5,7 @@ closes; another URL is left as it is. In the fast set of rlenv/verifiers/judge.p
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
 from pathlib import Path
@@ -172,14 +173,15 @@ def test_a_recorded_exchange_is_one_sorted_line(tmp_path: Path, chat: Any) -> No
     from tests.test_judge_parts import context, verifier
 
     server = chat()
-    saved = (judging.MODE.live, judging.MODE.spec_root, judging.MODE.record_dir)
+    saved = dataclasses.replace(judging.MODE)
     judging.configure(
         live=True, spec_root=tmp_path, record_dir=tmp_path, base_url=server.base_url + "/v1"
     )
     try:
         judging.build(verifier())(context("apple"))
     finally:
-        judging.MODE.live, judging.MODE.spec_root, judging.MODE.record_dir = saved
+        judging.MODE.__dict__.update(saved.__dict__)  # all of it: a dead base_url left behind
+        # made a later test's live judge (same process) call a closed server
     line = (tmp_path / "judge-judged.jsonl").read_text()
     entry = json.loads(line)
     assert list(entry) == ["key", "reply", "request"]

@@ -135,7 +135,7 @@ def _live_reply(request: dict[str, Any], base_url: str | None) -> str:
 
     from rlenv.urls import normalise_base_url
 
-    base = base_url or MODE.base_url or os.environ.get("OPENAI_BASE_URL") or ""
+    base = base_url or os.environ.get("OPENAI_BASE_URL") or ""
     if not base:
         raise UserError("a judge verifier records against judge.base_url or OPENAI_BASE_URL")
     base = normalise_base_url(base)
@@ -201,7 +201,7 @@ def build(config: Verifier) -> Grader:
         key = key_of(request)
         if MODE.live:
             try:
-                reply = _live_reply(request, judge.base_url)
+                reply = _live_reply(request, judge.base_url or MODE.base_url)
             except Exception as exc:  # the recording cannot hold this verdict: say so loudly
                 raise FixtureMiss(
                     f"judge {config.label}: no reply to record ({type(exc).__name__}: {exc})"
