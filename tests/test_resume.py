@@ -44,12 +44,15 @@ def _inputs(count: int) -> list[dict]:
     return [{"id": f"i{n:03d}", "prompt": f"say w{n}", "answer": f"w{n}"} for n in range(count)]
 
 
-def _start(spec: Path, out: Path, *extra: str) -> subprocess.Popen:
+def _start(spec: Path, out: Path, gate: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(RLENV), "run", str(spec), "--out", str(out), "--json", "--concurrency", "2", *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
+        # the gate is a channel the test opens: without it each rollout writes its count into
+        # its worker's private /tmp and every call is admitted (the kill points were luck)
+        env={**os.environ, "RLENV_WORLD_SHARED": str(gate)},
     )
 
 
@@ -95,14 +98,17 @@ def test_kill_at_several_points_then_resume(slow_env: Path, gate: Path, tmp_path
     for point in points:
         # this run may complete exactly the rollouts up to the kill point, then it blocks
         (gate / "calls").write_text("0")
-        (gate / "budget").write_text(str(point - _lines(results)))
-        process = _start(slow_env, out, *(["--resume"] if results.exists() else []))
+        before = _lines(results)
+        (gate / "budget").write_text(str(point - before))
+        process = _start(slow_env, out, gate, *(["--resume"] if results.exists() else []))
         if point == 0:
             _wait_until((out / "run.json").exists, process, "run.json appeared")
         else:
             _wait_until(lambda n=point: _lines(results) >= n, process, f"{point} results lines")
         _kill(process)
         assert _lines(results) == point, "the kill landed exactly at the point"
+        # the gate held: exactly the budget went through, the rest were blocked in admit()
+        assert int((gate / "calls").read_text()) == point - before
     (gate / "budget").unlink()  # the resumed run goes through to the end
     # a torn last line, as if the kill landed mid-write
     with open(results, "ab") as handle:
