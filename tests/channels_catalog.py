@@ -26,6 +26,19 @@ import builtins, ctypes, os, platform, socket, sys, time, types
 
 _STORE = {}  # a module global: what a rollout leaves in the worker's python state
 
+# made where this module is first imported (the worker, as it starts), as a reward model's
+# joblib/loky makes its semaphores there: a worker keeps what it made before any call ran
+_MADE_IN = os.getpid()
+_KEPT = f"/dev/shm/sem.rlenv-kept-{_MADE_IN}"
+try:
+    import mmap
+    with open(_KEPT, "xb+") as _handle:
+        _handle.write(bytes(32))
+        _handle.flush()
+        _KEPT_MAP = mmap.mmap(_handle.fileno(), 32)  # shared, as sem_open maps it
+except (OSError, ImportError):
+    _KEPT_MAP = None
+
 KEYRINGS = (-4, -3, -5)  # @u, @s, @us
 SYSCALLS = {"x86_64": {"add_key": 248, "keyctl": 250}, "aarch64": {"add_key": 217, "keyctl": 219}}
 
@@ -140,6 +153,21 @@ def write(channel, name, token):
         except OSError as exc:
             return f"open {exc}"
         return "wrote"
+    if channel.startswith("kept_semaphore") and os.getpid() == _MADE_IN:
+        return "the semaphore was made in this process, not in its worker"
+    if channel == "kept_semaphore_map":  # ... and by the mapping a fork inherits
+        if _KEPT_MAP is None:
+            return "no semaphore mapped"
+        _KEPT_MAP[0:8] = data[:8].ljust(8, b"\0")
+        return "wrote"
+    if channel == "kept_semaphore":  # the worker's start-time semaphore, by its name
+        try:
+            with open(_KEPT, "r+b") as handle:
+                handle.seek(32)
+                handle.write(data)
+        except OSError as exc:
+            return f"open {exc}"
+        return "wrote"
     if channel == "faketime_map":  # the same memory, mapped shared into every forked rollout
         found = _faketime_regions()
         if not found:
@@ -224,6 +252,16 @@ def read(channel, name):
                 return "read " + handle.read()[64:].decode(errors="replace")
         except OSError as exc:
             return f"open {exc}"
+    if channel == "kept_semaphore_map":
+        if _KEPT_MAP is None:
+            return "no semaphore mapped"
+        return "read " + _KEPT_MAP[0:8].decode(errors="replace")
+    if channel == "kept_semaphore":
+        try:
+            with open(_KEPT, "rb") as handle:
+                return "read " + handle.read()[32:].decode(errors="replace")
+        except OSError as exc:
+            return f"open {exc}"
     if channel == "faketime_map":
         found = _faketime_regions()
         if not found:
@@ -297,12 +335,15 @@ PYTHON_CHANNELS = (
     "open_fd",
     "faketime_file",
     "faketime_map",
+    "kept_semaphore",
+    "kept_semaphore_map",
     "work_root",
     "env_dir",
 )
 """Channels through the worker process's own state (a module's globals, its environment, a
 patched builtin, an imported module, a file descriptor left open, libfaketime's shared memory
-by its file or by the mapping a fork inherits), the directory beside
+by its file or by the mapping a fork inherits, a semaphore the worker made as it started and
+keeps), the directory beside
 the rollout's workdir and the env's own directory (its code and data, which the user owns):
 what one rollout leaves in a worker that serves the next."""
 CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
@@ -343,6 +384,8 @@ def new_names(channels: tuple[str, ...] = CHANNELS) -> dict[str, tuple[str, str]
     names = {c: (f"rlenv-chan-{c}-{tag}", f"TOKEN-{c}-{tag}") for c in channels}
     if "faketime_map" in names:  # 8 bytes of libfaketime's memory: the token fits there
         names["faketime_map"] = (names["faketime_map"][0], f"T{tag[:7]}")
+    if "kept_semaphore_map" in names:  # 8 bytes of a semaphore's memory, likewise
+        names["kept_semaphore_map"] = (names["kept_semaphore_map"][0], f"S{tag[:7]}")
     return names
 
 

@@ -47,6 +47,9 @@ def test_the_channel_tools_ran(world: dict[str, Crossing]) -> None:
     assert not [c for c in world.values() if "unknown tool" in c.wrote + c.read], world
     assert world["dev_shm"].wrote == "wrote" and world["tmp"].wrote == "wrote", world
     assert world["py_global"].wrote == "wrote" and world["home"].wrote == "wrote", world
+    # the semaphore was made in the worker (not vacuous): its mapping was written in the child
+    assert world["kept_semaphore_map"].wrote == "wrote", world
+    assert "made in this process" not in world["kept_semaphore"].wrote, world
 
 
 @pytest.mark.parametrize(

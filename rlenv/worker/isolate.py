@@ -342,7 +342,33 @@ def _mounts() -> list[tuple[str, str]]:
 
 SHARED_WITH_CHILDREN = ("faketime_shm_", "faketime_sem_")
 """Shared mappings a child inherits from its worker that no call may write through: libfaketime's
-shared memory and semaphore (what one rollout wrote there, the next would read)."""
+shared memory and semaphore (what one rollout wrote there, the next would read); and those of
+`kept` (the worker's own semaphores, `keep_from_children`)."""
+
+kept: tuple[str, ...] = ()
+"""Files of /dev/shm the worker made as it started and keeps (a reward model's joblib/loky
+semaphores: removed, they were a traceback when the worker exits)."""
+
+_NOBODY = 65534
+
+
+def keep_from_children(paths: list[str]) -> list[str]:
+    """Keep the worker's files `paths` out of its children's reach: owned by nobody, mode 0600,
+    so a child (uid 0 without capabilities: no DAC override, no chown, no fowner) can neither
+    open them, nor chmod, rename or remove them in sticky /dev/shm; the worker (which keeps its
+    capabilities) uses and unlinks them as before. Their shared mappings are swapped for private
+    copies in each child (`kept`). What could not be handed over (the worker is not root, or
+    nobody is not mapped in its user namespace): returned, left as they were."""
+    global kept
+    left = []
+    for path in paths:
+        try:
+            os.chown(path, _NOBODY, _NOBODY, follow_symlinks=False)
+            os.chmod(path, 0o600, follow_symlinks=False)
+        except OSError:
+            left.append(path)
+    kept = tuple(paths)
+    return left
 
 
 def private_copies(names: tuple[str, ...]) -> int:
@@ -425,7 +451,7 @@ def _child(body: Callable[[], Any], write_fd: int, closing: list[int]) -> None:
         for fd in closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        private_copies(SHARED_WITH_CHILDREN)
+        private_copies(SHARED_WITH_CHILDREN + kept)
         if not drop_capabilities():
             raise PermissionError("could not drop capabilities")
         try:

@@ -82,6 +82,7 @@ def _empty_private_scratch() -> None:
                 for entry in _SCRATCH.iterdir()
                 if entry.name.startswith("sem.") and "faketime_" not in entry.name
             }
+        isolate.keep_from_children([str(_SCRATCH / name) for name in _own_semaphores or ()])
     with contextlib.suppress(OSError):
         for entry in _SCRATCH.iterdir():
             if entry.name in (_own_semaphores or ()):
