@@ -66,6 +66,7 @@ FAMILIES: dict[tuple[str, str], str] = {
         "channel between rollouts"
     ),
     ("test_isolation_channels", "test_no_channel_between_sandboxes"): "channel between rollouts",
+    ("test_ray_channels", "test_no_channel_between_actor_rollouts"): "channel between rollouts",
     ("test_world_clock", "test_every_clock_in_the_world_reads_the_spec_year"): (
         "real clock read below Python"
     ),
@@ -133,6 +134,7 @@ FULL = (
     "test_hard_limits",
     "test_run_lock",
     "test_isolation_channels",
+    "test_ray_channels",
     "test_world_clock",
     "test_audit_readers",
     "test_fingerprint",
