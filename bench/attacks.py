@@ -98,8 +98,8 @@ FAMILIES: dict[tuple[str, str], str] = {
     ("test_trust_leftovers", "test_checking_child_ignores_a_decoy_rlenv_in_the_cwd"): (
         "decoy rlenv package in the cwd"
     ),
-    ("test_ray_replies", "test_a_forged_actor_reply_is_the_rollouts_error_on_ray"): (
-        "one output ends the run"
+    ("test_ray_replies", "test_a_forged_reply_changes_nothing_on_ray"): (
+        "forged reply / grading patched in-process"
     ),
     ("test_bounded_inputs", "test_an_attack_from_the_world_is_one_rollout_status"): (
         "one output ends the run"

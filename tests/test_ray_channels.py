@@ -28,21 +28,14 @@ ORDERS = ("", " (next run)")
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
     """A local Ray instance for the module (its address for `rlenv run --address`)."""
-    for attempt in range(3):  # Ray gives its raylet 30 s to register: a loaded machine misses
-        try:
-            context = ray.init(
-                address="local",
-                num_cpus=1,
-                include_dashboard=False,
-                object_store_memory=128 * 1024 * 1024,
-                log_to_driver=False,
-                logging_level="WARNING",
-            )
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
+    context = ray.init(
+        address="local",
+        num_cpus=1,
+        include_dashboard=False,
+        object_store_memory=128 * 1024 * 1024,
+        log_to_driver=False,
+        logging_level="WARNING",
+    )
     try:
         yield context.address_info["gcs_address"]
     finally:
