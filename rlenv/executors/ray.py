@@ -218,8 +218,8 @@ class WorldActor:
     def run_rollout(self, task: RolloutTask, timeout: float) -> RolloutRecord | _Lost:
         return self._forward("run_rollout", task, timeout)  # type: ignore[no-any-return]
 
-    def prepare(self, task: RolloutTask) -> None:
-        self._forward("prepare", task)
+    def prepare(self, task: RolloutTask) -> _Lost | None:
+        return self._forward("prepare", task)  # type: ignore[no-any-return]
 
     def tool(
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
