@@ -66,6 +66,7 @@ FAMILIES: dict[tuple[str, str], str] = {
         "channel between rollouts"
     ),
     ("test_isolation_channels", "test_no_channel_between_sandboxes"): "channel between rollouts",
+    ("test_ray_channels", "test_no_channel_between_actor_rollouts"): "channel between rollouts",
     ("test_world_clock", "test_every_clock_in_the_world_reads_the_spec_year"): (
         "real clock read below Python"
     ),
@@ -97,8 +98,8 @@ FAMILIES: dict[tuple[str, str], str] = {
     ("test_trust_leftovers", "test_checking_child_ignores_a_decoy_rlenv_in_the_cwd"): (
         "decoy rlenv package in the cwd"
     ),
-    ("test_ray_replies", "test_a_forged_actor_reply_is_the_rollouts_error_on_ray"): (
-        "one output ends the run"
+    ("test_ray_replies", "test_a_forged_reply_changes_nothing_on_ray"): (
+        "forged reply / grading patched in-process"
     ),
     ("test_bounded_inputs", "test_an_attack_from_the_world_is_one_rollout_status"): (
         "one output ends the run"
@@ -133,6 +134,7 @@ FULL = (
     "test_hard_limits",
     "test_run_lock",
     "test_isolation_channels",
+    "test_ray_channels",
     "test_world_clock",
     "test_audit_readers",
     "test_fingerprint",

@@ -10,8 +10,7 @@ channels between rollouts of `tests/channels_catalog.py` (keyring, SysV and POSI
 abstract socket, /dev/shm, /tmp) in workers and sandboxes.
 
 An attack is held when it reports no success and no host listener saw it; a row marked "not
-promised" is a limit the README states (Ray actors share the host's pid and network
-namespaces; unshare shows the host file system). Always exits 0.
+promised" is a limit the README states (unshare shows the host file system). Always exits 0.
 Run: `.venv/bin/python bench/isolation.py [--no-ray]`.
 """
 

@@ -415,9 +415,13 @@ def write_channel_env(root: Path, names: dict[str, tuple[str, str]], order: str)
     )
 
 
-def run_world(spec: Path, out: Path, rlenv: Path, cwd: Path) -> dict[str, str]:
-    """`rlenv run` the channel env (one rollout at a time); input id -> the tool's answer."""
+def run_world(
+    spec: Path, out: Path, rlenv: Path, cwd: Path, extra: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """`rlenv run` the channel env (one rollout at a time), with `extra` options (another
+    executor); input id -> the tool's answer."""
     command = [str(rlenv), "run", str(spec), "--out", str(out), "--json", "--concurrency", "1"]
+    command += extra
     result = subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
     )
@@ -434,16 +438,19 @@ def run_world(spec: Path, out: Path, rlenv: Path, cwd: Path) -> dict[str, str]:
 _ORDERS = (("env1", "write-first"), ("env2", "read-first"))
 
 
-def world_crossings(tmp: Path, rlenv: Path, cwd: Path) -> list[Crossing]:
+def world_crossings(
+    tmp: Path, rlenv: Path, cwd: Path, extra: tuple[str, ...] = ()
+) -> list[Crossing]:
     """Two real runs of the channel env: the first writes every channel, then reads it in later
-    rollouts (in-run); the second reads first (what the first run left), then writes again."""
+    rollouts (in-run); the second reads first (what the first run left), then writes again.
+    `extra`: more `rlenv run` options (``--executor ray --workers 1``: one actor serves all)."""
     names = new_names()
     # the envs outside /tmp and $HOME (which are overlays in a worker): where a user keeps them
     envs = Path(tempfile.mkdtemp(prefix=".rlenv-channels-", dir=cwd))
     try:
         env1, env2 = (write_channel_env(envs / e, names, o) for e, o in _ORDERS)
-        first = run_world(env1, tmp / "r1", rlenv, cwd)
-        second = run_world(env2, tmp / "r2", rlenv, cwd)
+        first = run_world(env1, tmp / "r1", rlenv, cwd, extra)
+        second = run_world(env2, tmp / "r2", rlenv, cwd, extra)
     finally:
         remove_left_files(names)
         shutil.rmtree(envs, ignore_errors=True)

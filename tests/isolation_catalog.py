@@ -219,9 +219,11 @@ WORLD_ATTACKS = [
 ]
 
 
-NOT_PROMISED_ON_RAY = {"env_proc_parent", "env_proc_any", "tcp_raw"}
-"""What a Ray actor cannot hold (README): it shares the host's pid and network namespaces, so
-same-user processes' /proc/PID/environ stay readable and TCP past the Python guard goes out."""
+NOT_PROMISED_ON_RAY: set[str] = set()
+"""What `--executor ray` does not hold: nothing more than locally. Env code runs in the local
+worker an actor hosts (its own pid and network namespaces where the node can make them, as
+here); it once ran in the actor itself, which shared the host's (/proc/PID/environ of
+same-user processes readable, TCP past the Python guard going out)."""
 
 
 @dataclass

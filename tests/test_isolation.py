@@ -71,7 +71,7 @@ def test_every_sandbox_attack_is_held(tmp_path: Path, mechanism: str) -> None:
 
 
 def test_in_world_attacks_under_ray(tmp_path: Path) -> None:
-    """A Ray actor holds every attack but those the README says it cannot (no namespaces)."""
+    """On Ray every attack is held as locally: env code runs in the worker an actor hosts."""
     pytest.importorskip("ray")
     outcomes = run_world_attacks(tmp_path, executor="ray")
     promised = [o for o in outcomes if o.attack.name not in NOT_PROMISED_ON_RAY]

@@ -2,8 +2,9 @@
 
 Two `ray start` processes on this host, each with its own temp dir, ports and 1 CPU, form one
 cluster (`ray start --head` + `ray start --address`: Ray 2.x runs several raylets on one host
-when their ports and temp dirs differ). The nodes start in an empty directory without
-PYTHONPATH, so nothing of the env is importable there; the env is copied to a fresh directory
+when their ports and temp dirs differ). The nodes start in an empty directory with only the
+tree under test on PYTHONPATH (its rlenv, not the venv's editable install of another checkout),
+so nothing of the env is importable there; the env is copied to a fresh directory
 and `rlenv run` starts from yet another. Two rollouts in flight need two actors of 1 CPU each:
 one lands on each node. The digest must equal the local executor's on the same copy.
 """
@@ -53,8 +54,11 @@ def node_ports() -> list[str]:
 
 
 def cluster_environment() -> dict[str, str]:
-    # no token: this cluster lives for one test on loopback; the driver must match it
+    # no token: this cluster lives for one test on loopback; the driver must match it.
+    # PYTHONPATH: only the tree under test (its rlenv, never another checkout's), nothing
+    # of the env (the envs are packages under envs/, not importable from the tree's root)
     env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT)
     return {**env, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
@@ -140,10 +144,11 @@ def cluster() -> Iterator[str]:
         nodes.stop()
 
 
-# The bundled search env's baseline, leaving a note (outside the world, not in any record) of
-# the node that ran it and where its module was imported from.
+# The bundled search env's baseline, leaving a note (in a directory the test opens to the world
+# with RLENV_WORLD_SHARED, not in any record) of the actor whose unpacked env it was imported
+# from: its root, ray-actor-* (the policy runs in the worker the actor hosts, not in Ray).
 NOTED = """
-import os, sys
+import secrets
 from pathlib import Path
 
 from search_env.policies import baseline
@@ -151,11 +156,9 @@ from search_env.policies import baseline
 NOTES = Path({notes!r})
 
 def policy(messages, tools, ctx):
-    node = "local"
-    if "ray" in sys.modules:
-        import ray
-        node = ray.get_runtime_context().get_node_id()
-    (NOTES / f"{{node}}-{{os.getpid()}}").write_text(__file__)
+    parts = Path(__file__).parts
+    actor = next((part for part in parts if part.startswith("ray-actor-")), "local")
+    (NOTES / f"{{actor}}-{{secrets.token_hex(4)}}").write_text(__file__)
     return baseline(messages, tools, ctx)
 """
 
@@ -176,7 +179,8 @@ def test_two_node_cluster_without_shared_files(cluster: str, tmp_path: Path) -> 
         args += ["--model", "python:noted_policy:policy", "--out", str(tmp_path / executor)]
         if executor == "ray":
             args += ["--executor", "ray", "--address", cluster, "--concurrency", "2"]
-        done = cli(*args, cwd=elsewhere, env={"RAY_AUTH_MODE": "disabled"}, timeout=300)
+        shared = {"RAY_AUTH_MODE": "disabled", "RLENV_WORLD_SHARED": str(notes)}
+        done = cli(*args, cwd=elsewhere, env=shared, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
         summaries[executor] = json.loads(done.stdout)
     # another process (a Ray node) may score a reward-model float an ulp apart: the outcomes
@@ -190,10 +194,11 @@ def test_two_node_cluster_without_shared_files(cluster: str, tmp_path: Path) -> 
     assert summaries["ray"]["world"]["network_guard"] == "python"
     on_ray: dict[str, set[str]] = {}
     for note in notes.iterdir():
-        node = note.name.rsplit("-", 1)[0]
-        if node != "local":
-            on_ray.setdefault(node, set()).add(note.read_text())
-    assert len(on_ray) == 2, f"rollouts ran on {len(on_ray)} node(s), expected both"
+        actor = note.name.rsplit("-", 1)[0]
+        if actor != "local":
+            on_ray.setdefault(actor, set()).add(note.read_text())
+    # two actors of one CPU each on nodes of one CPU each: one actor per node
+    assert len(on_ray) == 2, f"rollouts ran in {len(on_ray)} actor(s), expected two"
     for modules in on_ray.values():
         for module in modules:
             # imported from the env its actor unpacked, not from the driver's copy

@@ -6,6 +6,7 @@ store). Every comparison is against a real local run of the same env.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import sys
@@ -18,10 +19,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from rlenv.errors import RunFailed, UserError  # noqa: E402
+from rlenv.errors import RunFailed, UserError, WorkerLost  # noqa: E402
 from rlenv.executors.ray import RayExecutor, import_ray  # noqa: E402
+from rlenv.results import RolloutRecord  # noqa: E402
 from rlenv.runner import RunResult, RunSettings, run  # noqa: E402
-from rlenv.worker.config import WorkerConfig  # noqa: E402
+from rlenv.worker.config import RolloutTask, WorkerConfig  # noqa: E402
 from tests.chat_server import ChatServer  # noqa: E402
 from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl  # noqa: E402
 
@@ -89,10 +91,6 @@ def probe(args, ctx):
         network = "reached"
     except OSError as exc:
         network = type(exc).__name__
-    actor = None
-    if "ray" in sys.modules:
-        import ray
-        actor = ray.get_runtime_context().get_actor_id()
     return {{
         "now": datetime.datetime.now().isoformat(),
         "time": time.time(),
@@ -101,7 +99,9 @@ def probe(args, ctx):
         "tz": [*time.tzname, os.environ.get("TZ"), os.environ.get("LC_ALL")],
         "cwd_is_workdir": os.getcwd() == str(ctx.workdir),
         "network": network,
-        "in_ray_actor": actor is not None,
+        # an actor's worker imports the env the actor unpacked (its root: ray-actor-*)
+        "unpacked_by_actor": "/ray-actor-" in __file__,
+        "ray_imported": "ray" in sys.modules,
     }}
 
 def policy(messages, tools, ctx):
@@ -116,8 +116,9 @@ def policy(messages, tools, ctx):
 def test_actor_world_is_frozen_like_a_local_worker(
     chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
-    """The in-world policy's tool sees the same world locally and in an actor; so does a tool
-    called straight from an actor method for a model outside the world."""
+    """The in-world policy's tool sees the same world locally and on Ray (in the worker an
+    actor hosts, which never imports Ray); so does a tool called for a model outside the
+    world."""
     server = chat()
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
@@ -146,14 +147,16 @@ def test_actor_world_is_frozen_like_a_local_worker(
         (record,) = read_jsonl(result.run_dir / "results.jsonl")
         assert record["status"] == "ok"
         probes[name] = json.loads(record["messages"][2]["content"])
-    assert probes["local"]["in_ray_actor"] is False and probes["ray"]["in_ray_actor"] is True
+    assert probes["local"]["unpacked_by_actor"] is False
+    assert probes["ray"]["unpacked_by_actor"] is True
+    assert probes["ray"]["ray_imported"] is False, "env code runs in a worker, not in the actor"
     assert probes["ray"]["now"] == "2024-03-01T12:00:00"
     assert probes["ray"]["time"] == probes["ray"]["monotonic"] == 1709294400.0
     assert probes["ray"]["network"] == "NetworkRefused"
     assert probes["ray"]["tz"] == ["UTC", "UTC", "UTC", "C.UTF-8"]
     assert probes["ray"]["cwd_is_workdir"] is True
     assert probes["outside"] == probes["ray"]
-    probes["ray"]["in_ray_actor"] = False
+    probes["ray"]["unpacked_by_actor"] = False
     assert probes["ray"] == probes["local"], "clock, hash seed, TZ, locale as in a local worker"
 
 
@@ -320,7 +323,7 @@ def test_outside_tool_reads_the_frozen_clock_in_both_executors(
         (record,) = read_jsonl(result.run_dir / "results.jsonl")
         probe = json.loads(record["messages"][2]["content"])
         assert probe["time"] == probe["monotonic"] == 1709294400.0
-        probe.pop("in_ray_actor")
+        probe.pop("unpacked_by_actor")
         probes.append(probe)
     assert probes[0] == probes[1]
 
@@ -339,11 +342,12 @@ def policy(messages, tools, ctx):
 """
 
 
-def test_an_overrunning_or_dead_actor_is_replaced(env_builder: EnvBuilder, tmp_path: Path) -> None:
-    """ray.cancel(force=True) is refused for actor tasks: the driver kills the actor past the
-    limit and starts another on its node, over its work root; the timeout record is the local
-    one. An actor that dies is replaced too; its rollout is policy_error (a dead actor's phase
-    and exit code are not known to the driver, so only the status matches the local run)."""
+def test_an_overrunning_or_dying_worker_in_an_actor_is_the_local_record(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The actor's local executor stops a worker that overruns (the alarm blocked: only a
+    kill stops it) or dies, and starts another; each record, its error text included, is the
+    local run's, and the other rollouts go on."""
     words = ("a", "deaf", "dies", "b")
     inputs = [{"id": word, "prompt": f"say {word}", "answer": word} for word in words]
     spec = env_builder.write(OVERRUN_POLICY, inputs=inputs, rollouts=1, limits={"timeout_s": 1})
@@ -352,9 +356,40 @@ def test_an_overrunning_or_dead_actor_is_replaced(env_builder: EnvBuilder, tmp_p
         assert result.summary["counts"] == {"ok": 2, "timeout": 1, "policy_error": 1}
     ray_records = {r["input_id"]: r for r in read_jsonl(on_ray.run_dir / "results.jsonl")}
     local_records = {r["input_id"]: r for r in read_jsonl(local.run_dir / "results.jsonl")}
-    for word in ("a", "deaf", "b"):
+    for word in words:
         assert ray_records[word]["digest"] == local_records[word]["digest"], word
+        assert ray_records[word]["error"] == local_records[word]["error"], word
     assert ray_records["deaf"]["error"] == "rollout exceeded limits.timeout_s (1 s)"
     assert ray_records["a"]["passed"] is ray_records["b"]["passed"] is True
-    assert ray_records["dies"]["error"] == "the worker process died in the rollout"
-    assert local_records["dies"]["error"] == "the worker process died in the policy (exit code 0)"
+    assert ray_records["dies"]["error"] == "the worker process died in the policy (exit code 0)"
+
+
+def test_a_dead_actor_is_replaced_on_its_node(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    """An actor that dies (its node, the OOM killer; env code cannot reach it) costs the
+    call's rollout its error status; a fresh actor takes over on the same node and work root,
+    and the next rollout runs there."""
+    spec = env_builder.write("def policy(messages, tools, ctx):\n    return 'a'\n", rollouts=1)
+    (tmp_path / "work").mkdir()
+    config = WorkerConfig(
+        spec_path=str(spec),
+        work_root=str(tmp_path / "work"),
+        model_uri=f"python:{env_builder.module}:policy",
+    )
+    executor = RayExecutor(config, 1, None)
+
+    async def two_rollouts() -> tuple[WorkerLost, RolloutRecord]:
+        with pytest.raises(WorkerLost) as lost:
+            await executor.run_rollout(RolloutTask(0, 0), 5.0)
+        return lost.value, await executor.run_rollout(RolloutTask(0, 0), 5.0)
+
+    try:
+        before = executor.states[0]
+        ray.kill(executor.actors[0], no_restart=True)
+        lost, record = asyncio.run(two_rollouts())
+        after = executor.states[0]
+    finally:
+        executor.close()
+    assert (lost.status, lost.error) == ("policy_error", "the worker process died in the rollout")
+    assert record["status"] == "ok" and record["passed"] is True
+    assert after["node_id"] == before["node_id"] and after["work_root"] == before["work_root"]
+    assert not any((tmp_path / "work").iterdir()), "the replacement removed the work root"

@@ -1,9 +1,11 @@
-"""The Ray executor checks what an actor sends back as the local executor checks a worker's
-reply (`rlenv.executors.replies`): in-world code in the actor can change the reply of its own
-rollout (a record of another rollout, a record nested too deep, an exception the call never
-raises). Before the check, a forged record of another rollout was written as that rollout's
-line and a raised RecursionError ended the whole run; now each is the attacked rollout's
-`policy_error`, the others pass, and the run ends normally.
+"""What in-world code on Ray does to its own rollout's reply changes nothing: the policy runs
+in a child of the worker an actor hosts (`rlenv.executors.ray`), so patching how the worker
+seals records patches only the child. Before actors hosted a local worker, the policy ran in
+the actor itself: a forged record of another rollout was written as that rollout's line and a
+raised RecursionError ended the whole run; the driver then checked what an actor sent
+(`rlenv.executors.replies`, still done) and made each the attacked rollout's `policy_error`.
+Now the attacked rollout's record is its honest one ("x", not the gold), the others pass, and
+the run ends normally.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ def policy(messages, tools, ctx):
     return "x"
 """
 
-ATTACKS = {"other": "another rollout", "deep": "nested more than", "raise": "RecursionError"}
+ATTACKS = ("deep", "other", "raise")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,7 +78,7 @@ def ray_cluster() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("kind", sorted(ATTACKS))
-def test_a_forged_actor_reply_is_the_rollouts_error_on_ray(
+def test_a_forged_reply_changes_nothing_on_ray(
     env_builder: EnvBuilder, tmp_path: Path, kind: str
 ) -> None:
     inputs = [
@@ -90,5 +92,5 @@ def test_a_forged_actor_reply_is_the_rollouts_error_on_ray(
     assert sorted(records) == ["bad", "ok0", "ok1"]
     assert records["ok0"]["passed"] and records["ok1"]["passed"]
     bad = records["bad"]
-    assert bad["status"] == "policy_error", (bad["status"], bad["error"])
-    assert "not a reply" in bad["error"] and ATTACKS[kind] in bad["error"], bad["error"]
+    assert (bad["status"], bad["answer"], bad["passed"]) == ("ok", "x", False), bad
+    assert bad["input_index"] == 1 and bad.get("error") is None, bad

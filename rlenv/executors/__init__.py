@@ -60,7 +60,8 @@ def world_modes(executor: str = "local") -> dict[str, str]:
 
     return {
         "sandbox": probe_mechanism(),
-        # a Ray actor must reach its raylet: no network namespace, the in-process guard only
+        # Ray: the floor on any node (an actor's worker gets a network namespace where its
+        # node can make one; the driver cannot know that of every node)
         "network_guard": "python" if executor == "ray" else network_guard_mode(False),
         "subprocess_clock": "libfaketime" if faketime_library() else "real",
         "python_clock": "freezegun",

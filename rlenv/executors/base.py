@@ -47,6 +47,15 @@ def backstop(timeout_s: float) -> float:
     return timeout_s + 1.0 + 0.1 * timeout_s
 
 
+def host_backstop(timeout_s: float) -> float:
+    """How long a driver waits for a host of workers (a Ray actor running a local executor)
+    before it kills the host: past the worker's own `backstop`, plus the time the host's
+    executor may take to start the worker's replacement (`START_TIMEOUT_S`), so the host
+    always acts first and a lost call arrives as its `WorkerLost`. Only a host that itself
+    stops answering (no env code runs in it) meets this limit."""
+    return backstop(timeout_s) + START_TIMEOUT_S
+
+
 class Executor(Protocol):
     """Every call that runs env code is limited: past `backstop(timeout)` the worker is killed
     (with everything it started) and replaced, and the call raises `rlenv.errors.WorkerLost`

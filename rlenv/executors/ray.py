@@ -1,47 +1,50 @@
-"""Where rollouts execute, beyond one machine: Ray actors, one frozen world per actor process.
+"""Where rollouts execute, beyond one machine: Ray actors, each the host of one isolated
+local worker.
 
 `RayExecutor` implements `rlenv.executors.base.Executor`, as `LocalExecutor` does; the runner
 awaits each call's ObjectRef in its own event loop, so finished rollouts stream back in
 completion order and the digest is the local executor's (every call is a pure function of the
 task and the spec's files).
 
-Each actor builds a `rlenv.worker.runtime.WorldRuntime` in its own Ray worker process, started
-with the frozen environment variables (hash seed, TZ, locale) through the actor's `runtime_env`,
-so the interpreter starts with them as a spawned local worker does. A rollout's calls (prepare,
-every tool call, finish) go to the actor that prepared it, because its snapshot copy lives on that
-actor's disk. Limits compared with the local executor:
+An actor (`WorldActor`) runs no env code. It unpacks the env the driver packed on its node
+and starts a `rlenv.executors.local.LocalExecutor` with one worker over its own work root;
+every call (a whole rollout, prepare, a tool call, a user turn, finish, grade) is forwarded
+to that executor. So the world in an actor is a local worker's, made the same way: exec'd
+through `env -i` with the world's variables only, in fresh network, pid, IPC and mount
+namespaces where the node can make them, its own /tmp, /var/tmp, $HOME and /dev/shm, every
+other mount read-only, the work root shown as the call's workdir only, libfaketime below
+Python, and one capability-less fork per rollout (or tool call), so nothing a rollout leaves
+in the worker's process state, files or the kernel reaches the next rollout the actor serves
+(`tests/test_ray_channels.py` runs the channel catalog on Ray). A rollout's calls go to the
+actor that prepared it, because its snapshot copy lives on that actor's disk.
 
-- no fresh network or pid namespace: the actor must talk to its raylet, so outbound TCP is
-  refused only by the in-process guard (`rlenv.world.netguard`; Ray's own sockets are C++,
-  unguarded, and code that calls `_socket` or libc directly gets through), and other
-  processes of the same user stay visible in /proc. The kernel socket filter
-  (`rlenv.world.sockets`) still refuses AF_UNIX, UDP and raw sockets, on the thread that runs
-  the actor's calls (Ray's own threads need theirs). The actor's environment is reset to the
-  world's (`rlenv.world.environment`), and a Ray instance rlenv starts itself is started
-  without the driver's secrets; the driver's own /proc/PID/environ (and that of the shell
-  that started it) stays readable by same-user processes;
+Limits (`limits.timeout_s`) are the local executor's, applied in the actor: the worker's
+alarm first, then past `base.backstop(timeout)` the actor's executor kills the worker (with
+everything under it) and starts another, and the call arrives at the driver as the same
+`WorkerLost` a local run raises (`_Lost` carries it through Ray); a worker's own exceptions
+(FixtureMiss, RunFailed...) arrive as they are (`RayTaskError.cause`). The driver waits
+longer (`base.host_backstop`: the inner backstop plus a replacement's start), so it acts only
+on an actor that itself stops answering: it kills it (`ray.kill`; `ray.cancel(force=True)` is
+refused for actor tasks) and starts a fresh one on the same node over the same work root, so
+the other rollouts prepared there keep their snapshot copies. An actor that dies (its node,
+the OOM killer) is replaced the same way; its rollout gets the call's error status (its
+phase and exit code are not known to the driver). The actor's workers die with it.
+
+Still different from the local executor:
+
+- `summary.json`'s ``network_guard`` says ``python``, the floor on any node: the driver cannot
+  know whether every node can make a network namespace (an actor's worker gets one where its
+  node can, as a local worker does where this machine can);
 - files: no filesystem is shared. The driver packs the spec and every file its world reads
   (inputs, snapshot, cassettes, reward model, the env's python paths: `rlenv.executors.bundle`)
-  into one tar in Ray's object store; each actor unpacks it into its own work root on its node
-  and builds its world from there. Only rlenv itself must be installed in the nodes' Python, at
-  the driver's version (checked at start); a path the spec gives as absolute must exist on every
-  node. The grader cache of expensive verifiers is kept at the driver's cache path on each
-  node (one cache per node unless that path is shared).
-
-Limits (`limits.timeout_s`) are kept as locally: the in-actor alarm first, and past
-`base.backstop(timeout)` the driver kills the actor (`ray.kill`; `ray.cancel(force=True)` is
-refused for actor tasks, and `force=False` only raises KeyboardInterrupt, which env code can
-swallow) and starts a fresh one on the same node with the same work root, so the other rollouts
-prepared on it keep their snapshot copies; the call raises `WorkerLost` (`timeout`, or the error
-status of the call for an actor that died). Unlike a local worker, an actor is not a subreaper:
-processes that env code detached inside a killed actor are not hunted down.
-
-The frozen clock does not reach Ray's machinery: the actor is synchronous (no event loop in its
-process; calls run on its main thread, where the SIGALRM rollout timer works), and Ray's control
-plane (heartbeats, gRPC, object transfer) is C++ and reads the real clock. Ray modules are
-deliberately NOT put on freezegun's ignore list: freezegun decides by inspecting the five
-callers' frames, and a tool called straight from an actor method has Ray's method executor as
-its fifth caller, so the tool would read the real clock.
+  into one tar in Ray's object store; each actor unpacks it beside its work root on its node
+  and its worker builds the world from there. Only rlenv itself must be installed in the
+  nodes' Python, at the driver's version (checked at start); a path the spec gives as
+  absolute must exist on every node, and PATH, HOME and cache paths are the node's
+  (`NODE_VARIABLES`). The grader cache of expensive verifiers is kept at the driver's cache
+  path on each node (one cache per node unless that path is shared);
+- the actor process holds its raylet's environment (a Ray instance rlenv starts itself is
+  started without the driver's secrets); its worker gets only the world's variables.
 """
 
 from __future__ import annotations
@@ -61,20 +64,16 @@ from typing import Any
 from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError, WorkerLost
 from rlenv.executors import bundle, replies
-from rlenv.executors.base import CALLS, backstop, death_error, one_by_one
+from rlenv.executors.base import CALLS, death_error, host_backstop, one_by_one
 from rlenv.results import RolloutRecord
 from rlenv.version import __version__
-from rlenv.worker import protocol
 from rlenv.worker.config import RolloutTask, WorkerConfig
-from rlenv.worker.runtime import WorldChecksFailed
 from rlenv.worker.timers import timeout_message
-from rlenv.world.environment import (
-    PLACE_VARIABLES,
-    scrub_process_environment,
-    world_environment,
-)
+from rlenv.world.environment import PLACE_VARIABLES, world_environment
 
 INSTALL_HINT = "the ray executor needs Ray: pip install 'rlenv[ray]'"
+STARTING = "frozen-world worker failed to start: "
+"""How a local executor's start error begins (an actor's is told with its node)."""
 
 
 def import_ray() -> Any:
@@ -98,7 +97,8 @@ def forwarded_environment() -> dict[str, str]:
     frozen ones, the driver's RLENV_* switches such as RLENV_PERTURB_LISTING under
     `verify --perturb`, thread counts, secret-looking names as placeholders; never a secret),
     except the paths of `NODE_VARIABLES`, which are the node's. An actor inherits its raylet's
-    environment too; it drops the rest when it starts (`WorldActor`)."""
+    environment too; its worker is exec'd with the world's variables of the actor's
+    environment only (`rlenv.executors.local`), so the rest never reaches env code."""
     return {k: v for k, v in world_environment().items() if k not in NODE_VARIABLES}
 
 
@@ -137,84 +137,118 @@ def check_reachable(address: str) -> None:
         raise UserError(f"--address {address}: no Ray cluster answers there ({exc})") from None
 
 
+@dataclasses.dataclass(frozen=True)
+class _Lost:
+    """What an actor returns for a call its local executor lost (`WorkerLost`: the worker
+    overran and was killed, or died): the driver raises it as the local executor would.
+    A value, not the exception, because WorkerLost does not survive Ray's pickling."""
+
+    status: str
+    error: str
+
+
 class WorldActor:
-    """The body of one Ray actor: a frozen world, entered once, serving calls one at a time."""
+    """The body of one Ray actor: a host, on its node, for a local executor
+    (`rlenv.executors.local.LocalExecutor`) with one isolated worker over the actor's work
+    root. No env code runs in the actor; each call is forwarded to that executor, whose
+    coroutines run on an event loop the actor owns (one call at a time: the driver holds a
+    lock per actor)."""
 
     def __init__(
-        self, config: WorkerConfig, env: bytes, spec: str, work_root: str | None = None
+        self, config: WorkerConfig, env: bytes, spec: str, root: str | None = None
     ) -> None:
         self.error: str | None = None
-        self.problems: list[dict[str, Any]] | None = None
-        self.work_root: Path | None = None
+        self.user_error: str | None = None
+        self.root: Path | None = None
         self.spec_path: str | None = None
+        self.executor: Any = None
+        self.loop = asyncio.new_event_loop()
         try:
-            self._start(config, env, spec, work_root)
+            self._start(config, env, spec, root)
+        except UserError as exc:  # the env's checks failed in the worker: the user's to fix
+            self.user_error = str(exc)
         except Exception as exc:  # reported by ready() as one line, not a remote traceback
-            self.error = f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, WorldChecksFailed):
-                self.problems = exc.problems
+            message = str(exc).removeprefix(STARTING)
+            self.error = message if isinstance(exc, RunFailed) else f"{type(exc).__name__}: {exc}"
 
-    def _start(self, config: WorkerConfig, env: bytes, spec: str, work_root: str | None) -> None:
-        if work_root is not None:  # a replacement takes over a killed actor's snapshot copies
-            self.work_root = Path(work_root)
-            self.work_root.mkdir(parents=True, exist_ok=True)
+    def _start(self, config: WorkerConfig, env: bytes, spec: str, root: str | None) -> None:
+        from rlenv.executors.local import LocalExecutor
+
+        if root is not None:  # a replacement takes over a killed actor's snapshot copies
+            self.root = Path(root)
+            self.root.mkdir(parents=True, exist_ok=True)
         else:
-            # A private work root per actor: the driver's work root exists only on its machine.
+            # A private root per actor: the driver's work root exists only on its machine.
             shared = Path(config.work_root)
             parent = shared if shared.is_dir() else Path(tempfile.gettempdir())
-            self.work_root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
-        # the env as the driver packed it, never the driver's paths (which may not exist here);
-        # beside the rollouts' workdirs (named INPUT-ROLLOUT), removed with them
-        self.spec_path = str(bundle.unpack(env, spec, self.work_root / "env"))
-        scrub_process_environment(world_environment())
-        config = dataclasses.replace(
-            config, spec_path=self.spec_path, work_root=str(self.work_root), thread_filter=True
-        )
-        protocol.init_worker(config, whole_process=False)
+            self.root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
+        # the env as the driver packed it, never the driver's paths (which may not exist
+        # here); beside the work root, not in it: a worker sees in its work root only the
+        # workdir of its call (`rlenv.worker.isolate.PrivatePlaces.show`)
+        self.spec_path = str(bundle.unpack(env, spec, self.root / "env"))
+        work_root = self.root / "work"
+        work_root.mkdir(exist_ok=True)
+        config = dataclasses.replace(config, spec_path=self.spec_path, work_root=str(work_root))
+        self.executor = LocalExecutor(config, 1)
 
     def ready(self) -> dict[str, Any]:
         """What the driver checks before dispatching: a start error, rlenv and Python versions,
-        and where a replacement must start (node id, work root)."""
+        and where a replacement must start (node id, root)."""
         import ray
 
         return {
             "error": self.error,
-            "problems": self.problems,
+            "user_error": self.user_error,
             "node": socket.gethostname(),
             "node_id": ray.get_runtime_context().get_node_id(),
-            "work_root": str(self.work_root) if self.work_root else None,
+            "work_root": str(self.root) if self.root else None,
             "spec": self.spec_path,
             "rlenv": __version__,
             "python": list(sys.version_info[:2]),
         }
 
-    def run_rollout(self, task: RolloutTask) -> RolloutRecord:
-        return protocol.handle("run_rollout", task)
+    def _forward(self, method: str, *args: Any) -> Any:
+        """The local executor's `method`, run to its end on the actor's loop; a lost call as
+        `_Lost`. What the worker raised (FixtureMiss, RunFailed...) is raised to the driver."""
+        try:
+            return self.loop.run_until_complete(getattr(self.executor, method)(*args))
+        except WorkerLost as lost:
+            return _Lost(lost.status, lost.error)
 
-    def prepare(self, task: RolloutTask) -> None:
-        protocol.handle("prepare", task)
+    def run_rollout(self, task: RolloutTask, timeout: float) -> RolloutRecord | _Lost:
+        return self._forward("run_rollout", task, timeout)  # type: ignore[no-any-return]
+
+    def prepare(self, task: RolloutTask) -> _Lost | None:
+        return self._forward("prepare", task)  # type: ignore[no-any-return]
 
     def tool(
         self, task: RolloutTask, call: dict[str, Any], turn: int, number: int, timeout: float
-    ) -> ToolOutcome:
-        return protocol.handle("tool", task, call, turn, number, timeout)
+    ) -> ToolOutcome | _Lost:
+        return self._forward("tool", task, call, turn, number, timeout)  # type: ignore[no-any-return]
 
     def user(
         self, task: RolloutTask, messages: list[dict[str, Any]], user_turn: int, timeout: float
-    ) -> str | None:
-        return protocol.handle("user", task, messages, user_turn, timeout)  # type: ignore[no-any-return]
+    ) -> str | None | _Lost:
+        return self._forward("user", task, messages, user_turn, timeout)  # type: ignore[no-any-return]
 
     def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
-    ) -> RolloutRecord:
-        return protocol.handle("finish", task, trajectory, model, timeout)
+    ) -> RolloutRecord | _Lost:
+        return self._forward("finish", task, trajectory, model, timeout)  # type: ignore[no-any-return]
 
-    def grade(self, record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
-        return protocol.handle("grade", record, timeout)
+    def grade(
+        self, record: RolloutRecord, timeout: float
+    ) -> tuple[RolloutRecord, int, int] | _Lost:
+        return self._forward("grade", record, timeout)  # type: ignore[no-any-return]
 
     def shutdown(self) -> None:
-        if self.work_root is not None:
-            shutil.rmtree(self.work_root, ignore_errors=True)
+        """Stop the worker (and everything under it), remove the root."""
+        if self.executor is not None:
+            self.executor.close()
+            self.executor = None
+        self.loop.close()
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 class RayExecutor:
@@ -272,18 +306,20 @@ class RayExecutor:
         try:
             states = ray.get([actor.ready.remote() for actor in self.actors])
         except ray.exceptions.RayError as exc:
-            raise RunFailed(f"frozen-world worker failed to start: {exc}") from None
+            raise RunFailed(f"{STARTING}{exc}") from None
         self.states = states
         self._check_states(states)
 
     def _check_states(self, states: list[dict[str, Any]]) -> None:
         for state in states:
-            if state.get("problems") and self.config.world_checks:
-                raise self._problems(state)
-            if state["error"]:
-                raise RunFailed(
-                    f"frozen-world worker failed to start on {state['node']}: {state['error']}"
+            if state.get("user_error"):  # what the env's checks found, at the driver's path
+                unpacked = state.get("spec") or ""
+                message = state["user_error"]
+                raise UserError(
+                    message.replace(unpacked, self.config.spec_path) if unpacked else message
                 )
+            if state["error"]:
+                raise RunFailed(f"{STARTING.rstrip(': ')} on {state['node']}: {state['error']}")
             if state["rlenv"] != __version__ or state["python"] != list(sys.version_info[:2]):
                 raise RunFailed(
                     f"Ray node {state['node']} runs rlenv {state['rlenv']} on Python"
@@ -291,20 +327,6 @@ class RayExecutor:
                     f" on Python {sys.version_info[0]}.{sys.version_info[1]}: install the same"
                     " on every node"
                 )
-
-    def _problems(self, state: dict[str, Any]) -> UserError:
-        """What the env's checks found in an actor, its places named by the driver's spec
-        path (the actor's is its unpacked copy's)."""
-        from rlenv.env import reported_problems
-
-        unpacked, ours = state.get("spec") or "", self.config.spec_path
-        problems = [
-            {**item, "where": item["where"].replace(unpacked, ours, 1)}
-            if isinstance(item, dict) and isinstance(item.get("where"), str) and unpacked
-            else item
-            for item in state["problems"]
-        ]
-        return reported_problems(problems, (self.config.world_checks or {})["purpose"])
 
     @property
     def workers(self) -> int:
@@ -348,18 +370,17 @@ class RayExecutor:
                     if timeout is None:
                         message: tuple[str, Any] = ("ok", await reply)
                     else:
-                        message = ("ok", await asyncio.wait_for(reply, backstop(timeout)))
-                except TimeoutError:
+                        message = ("ok", await asyncio.wait_for(reply, host_backstop(timeout)))
+                except TimeoutError:  # the actor itself does not answer: its executor neither
                     await self._replace(index)
-                    error = timeout_message(timeout or 0)
-                    raise WorkerLost("timeout", error) from None
+                    raise WorkerLost("timeout", timeout_message(timeout or 0)) from None
                 except ray.exceptions.RayActorError:
                     await self._replace(index)
                     # a dead actor's phase and exit code are not known here: the call's
                     status, where = CALLS[method]
                     raise WorkerLost(status, death_error(where)) from None
                 except ray.exceptions.RayTaskError as exc:
-                    # the worker's own exception (FixtureMiss, RolloutTimeout...), as a local
+                    # the worker's own exception (FixtureMiss, RunFailed...), as a local
                     # worker raises it, without Ray's remote traceback in its message
                     cause = exc.cause
                     if not isinstance(cause, Exception) or isinstance(
@@ -367,8 +388,12 @@ class RayExecutor:
                     ):
                         raise RunFailed(f"a frozen-world worker failed: {exc}") from None
                     message = ("raise", cause)
-                # in-world code in the actor can change its own reply: what is not the call's
-                # reply (bounded data of the right shape) is the rollout's error, as locally
+                if message[0] == "ok" and type(message[1]) is _Lost:
+                    # the actor's executor killed or lost its worker and started another:
+                    # the rollout's record says so, as locally
+                    raise WorkerLost(message[1].status, message[1].error)
+                # the local executor in the actor checked the worker's reply; this checks
+                # what the actor sent (its own process, no env code in it)
                 problem = replies.reply_problem(method, message, task)
                 if problem is not None:
                     await self._replace(index)
@@ -385,7 +410,7 @@ class RayExecutor:
         index = self._pick()
         self.busy[index] += 1
         try:
-            return await self._call(index, "run_rollout", task, timeout=timeout)
+            return await self._call(index, "run_rollout", task, timeout, timeout=timeout)
         finally:
             self.busy[index] -= 1
 

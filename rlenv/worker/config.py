@@ -25,7 +25,6 @@ class WorkerConfig:
     parent_pid: int | None = None  # the orchestrator: a worker dies with it
     split: str = "heldout"  # "train": tasks index the spec's train_inputs (rlenv.trl)
     allow_weak_sandbox: bool = False  # code verifiers may run with rlimits only
-    thread_filter: bool = False  # Ray: the socket filter goes on each calling thread
     # no snapshot: a rollout's workdir starts empty, so the worker makes it at the rollout's
     # first call and a local executor need not send `prepare` (one round trip fewer)
     empty_workdir: bool = False

@@ -1,5 +1,6 @@
 """The worker process's protocol: entering the frozen world (`init_worker`), then answering
-calls (`serve` for a local worker, the Ray actor's methods) through one table of entry points.
+calls (`serve`; a Ray actor hosts a local executor whose worker serves the same way) through
+one table of entry points.
 """
 
 from __future__ import annotations
@@ -94,11 +95,10 @@ def _empty_private_scratch() -> None:
                     entry.unlink()
 
 
-def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
+def init_worker(config: WorkerConfig) -> None:
     """Enter the frozen world. Before any env code is imported: stray output goes to stderr,
-    never stdout, and (outside recording) the kernel socket filter is installed, on every
-    thread (``whole_process``) or, in a Ray actor whose own threads need other sockets, on
-    the calling thread only. A world that cannot start raises, and is told once, in one line
+    never stdout, and (outside recording) the kernel socket filter is installed on every
+    thread. A world that cannot start raises, and is told once, in one line
     (`worker_ready`)."""
     global _runtime, _start_error
     os.dup2(2, 1)
@@ -108,7 +108,7 @@ def init_worker(config: WorkerConfig, *, whole_process: bool = True) -> None:
 
         leave_out_httpx_cli()  # not httpx itself: a world without tools need not import it
 
-        sockets.install(whole_process=whole_process)
+        sockets.install(whole_process=True)
     if config.parent_pid is not None:
         from rlenv.world.reaper import bind_to_parent
 
@@ -144,10 +144,6 @@ def _in_world() -> Iterator[_Printed]:
     from rlenv.world.reaper import no_leftovers
 
     runtime = _get()
-    if not runtime.config.live_tools and runtime.config.thread_filter:
-        from rlenv.world import sockets
-
-        sockets.install(whole_process=False)
     printed = _Printed()
     if _in_child:  # the worker around this child captures what it prints, and kills what it left
         yield printed

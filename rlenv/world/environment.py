@@ -3,15 +3,12 @@
 A frozen-world worker (where python policies, tools, verifiers and the python reward model
 run) starts from `world_environment`, not from the orchestrator's environment, so
 OPENAI_API_KEY and the like are not in its `os.environ`, its `/proc/self/environ` or what its
-subprocesses inherit. A local worker is exec'd with exactly these variables (`env -i`); a Ray
-actor clears the rest from its environment and wipes them from its initial environment block
-(`scrub_process_environment`). README "What in-world code can reach" lists them.
+subprocesses inherit. A worker is exec'd with exactly these variables (`env -i`), also the one
+a Ray actor hosts. README "What in-world code can reach" lists them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 from collections.abc import Mapping
 
@@ -88,28 +85,3 @@ def world_environment(environ: Mapping[str, str] | None = None) -> dict[str, str
         elif name in WORLD_VARIABLES or name.startswith("RLENV_"):
             passed[name] = value
     return {**passed, **FROZEN_ENV}
-
-
-def scrub_process_environment(keep: Mapping[str, str]) -> None:
-    """Make this running process's environment ``keep``: `os.environ` (and the C environment)
-    reset, and every other entry of the initial environment block, which
-    `/proc/self/environ` shows, overwritten with NUL bytes. For a process that cannot be
-    started with the right environment (a Ray worker)."""
-    kept = dict(keep)
-    os.environ.clear()
-    os.environ.update(kept)
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/self/stat", "rb") as handle:
-            fields = handle.read().rsplit(b")", 1)[1].split()
-        # fields after the command name start at field 3 (state); env_start/end are 50/51
-        start, end = int(fields[50 - 3]), int(fields[51 - 3])
-        if not 0 < start < end:
-            return
-        block = (ctypes.c_char * (end - start)).from_address(start)
-        data = bytes(block)
-        offset = 0
-        for entry in data.split(b"\0"):
-            name = entry.partition(b"=")[0].decode("utf-8", "replace")
-            if entry and kept.get(name) is None:
-                ctypes.memset(start + offset, 0, len(entry))
-            offset += len(entry) + 1
