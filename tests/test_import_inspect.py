@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,13 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, cli, read_jsonl, require
+from tests.warm_python import warm_python
 
 DATA = ROOT / "tests" / "data" / "importers"
 TASKS = DATA / "inspect"
 INSPECT_PYTHON = ROOT / ".venv-inspect" / "bin" / "python"
+# what the loader and the task files import: preloaded once in the warm python
+INSPECT_MODULES = ["inspect_ai", "inspect_ai.dataset", "inspect_ai.scorer", "inspect_ai.tool"]
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +32,23 @@ def _inspect_venv() -> None:
     require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
 
 
-def _import(target: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return cli("import", "inspect", str(TASKS / target), "--out", str(out), *extra)
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """.venv-inspect's python with inspect_ai imported once for the module (a fork per load:
+    tests/warm_python.py), given to rlenv as `--python`. test_import_is_deterministic loads
+    through the real interpreter, found as rlenv finds it, and compares the two."""
+    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
+    with warm_python(INSPECT_PYTHON, INSPECT_MODULES, tmp_path_factory.mktemp("warm")) as shim:
+        yield shim
+
+
+def _import(
+    target: str, out: Path, *extra: str, python: Path | None
+) -> subprocess.CompletedProcess[str]:
+    """`rlenv import inspect` through the entry point; `python`: given as --python (None: the
+    one rlenv finds, as a user runs it)."""
+    given = ("--python", str(python)) if python is not None else ()
+    return cli("import", "inspect", str(TASKS / target), "--out", str(out), *given, *extra)
 
 
 def _rlenv_rates(
@@ -61,14 +80,13 @@ IMPORTED = (*COMPARED, "capitals.py@capitals_graded")
 
 
 @pytest.fixture(scope="module")
-def envs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def envs(tmp_path_factory: pytest.TempPathFactory, warm: Path) -> dict[str, Path]:
     """Each test task imported once for the module: target -> output directory."""
-    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
     root = tmp_path_factory.mktemp("imported")
     found = {}
     for target in IMPORTED:
         out = root / target.replace(".py@", "-")
-        done = _import(target, out)
+        done = _import(target, out, python=warm)
         assert done.returncode == 0, done.stderr
         found[target] = out
     return found
@@ -194,7 +212,9 @@ def test_spec_carries_prompt_system_message_decoding_and_lists_tools(
 
 
 def test_import_is_deterministic(tmp_path: Path, envs: dict[str, Path]) -> None:
-    assert _import("capitals.py@capitals", tmp_path / "again").returncode == 0
+    """Imported again by the python rlenv finds itself (a fresh interpreter, its own hash
+    seed): the same bytes as the warm fork's import."""
+    assert _import("capitals.py@capitals", tmp_path / "again", python=None).returncode == 0
     first = envs["capitals.py@capitals"]
     assert sorted(p.name for p in first.iterdir()) == sorted(
         p.name for p in (tmp_path / "again").iterdir()
@@ -229,19 +249,19 @@ def test_model_graded_fact_becomes_a_judge(envs: dict[str, Path]) -> None:
     ],
 )
 def test_bad_input_is_one_line_exit_2(
-    tmp_path: Path, target: str, extra: tuple[str, ...], message: str
+    tmp_path: Path, warm: Path, target: str, extra: tuple[str, ...], message: str
 ) -> None:
     out = tmp_path / "env"
-    done = _import(target, out, *extra)
+    done = _import(target, out, *extra, python=None if "--python" in extra else warm)
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()
 
 
-def test_judge_model_given_on_the_command_line(tmp_path: Path) -> None:
+def test_judge_model_given_on_the_command_line(tmp_path: Path, warm: Path) -> None:
     out = tmp_path / "env"
-    done = _import("own_task.py@graded", out, "--judge-model", "openai:grader-1")
+    done = _import("own_task.py@graded", out, "--judge-model", "openai:grader-1", python=warm)
     assert done.returncode == 0, done.stderr
     (verifier,) = yaml.safe_load((out / "graded.yaml").read_text())["verifiers"]
     assert verifier["judge"]["model"] == "openai:grader-1"
@@ -267,10 +287,10 @@ def test_no_inspect_python_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     assert find_python(None, roots=(tmp_path, ROOT)) == str(INSPECT_PYTHON)
 
 
-def test_out_dir_that_is_not_empty_is_refused(tmp_path: Path) -> None:
+def test_out_dir_that_is_not_empty_is_refused(tmp_path: Path, warm: Path) -> None:
     out = tmp_path / "env"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    done = _import("capitals.py@capitals", out)
+    done = _import("capitals.py@capitals", out, python=warm)
     assert done.returncode == 2 and "is not an empty directory" in done.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
