@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import ROOT, cli, read_jsonl, require
+from tests.conftest import ROOT, cli, in_process, read_jsonl, require
 from tests.warm_python import warm_python
 
 DATA = ROOT / "tests" / "data" / "importers"
@@ -93,15 +93,16 @@ def envs(tmp_path_factory: pytest.TempPathFactory, warm: Path) -> dict[str, Path
 
 
 @pytest.fixture(scope="module")
-def inspect_scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+def inspect_scores(
+    tmp_path_factory: pytest.TempPathFactory, warm: Path
+) -> dict[str, dict[str, float]]:
     """Inspect's own accuracy per scorer for each compared task and its answers (mockllm
-    model), all in one Inspect process."""
-    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
+    model), all in one Inspect process (a fork of the warm python)."""
     root = tmp_path_factory.mktemp("inspect")
     runs = root / "runs.json"
     runs.write_text(json.dumps({str(TASKS / t): ANSWERS[t] for t in COMPARED}))
     done = subprocess.run(
-        [str(INSPECT_PYTHON), str(DATA / "inspect_score.py"), str(runs)],
+        [str(warm), str(DATA / "inspect_score.py"), str(runs)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -252,8 +253,10 @@ def test_bad_input_is_one_line_exit_2(
     tmp_path: Path, warm: Path, target: str, extra: tuple[str, ...], message: str
 ) -> None:
     out = tmp_path / "env"
-    done = _import(target, out, *extra, python=None if "--python" in extra else warm)
-    assert done.returncode == 2, done.stderr
+    given = () if "--python" in extra else ("--python", str(warm))
+    # called in this process: a refusal's one line and exit code (the entry point: above)
+    done = in_process("import", "inspect", str(TASKS / target), "--out", str(out), *given, *extra)
+    assert done.exit_code == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()
@@ -287,10 +290,10 @@ def test_no_inspect_python_is_one_line(tmp_path: Path, monkeypatch: pytest.Monke
     assert find_python(None, roots=(tmp_path, ROOT)) == str(INSPECT_PYTHON)
 
 
-def test_out_dir_that_is_not_empty_is_refused(tmp_path: Path, warm: Path) -> None:
+def test_out_dir_that_is_not_empty_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "env"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    done = _import("capitals.py@capitals", out, python=warm)
-    assert done.returncode == 2 and "is not an empty directory" in done.stderr
+    done = in_process("import", "inspect", str(TASKS / "capitals.py@capitals"), "--out", str(out))
+    assert done.exit_code == 2 and "is not an empty directory" in done.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
