@@ -264,8 +264,11 @@ def test_bad_input_is_one_line_exit_2(
 
 def test_judge_model_given_on_the_command_line(tmp_path: Path, warm: Path) -> None:
     out = tmp_path / "env"
-    done = _import("own_task.py@graded", out, "--judge-model", "openai:grader-1", python=warm)
-    assert done.returncode == 0, done.stderr
+    done = in_process(  # the option's effect (the entry point: the module's imports)
+        "import", "inspect", str(TASKS / "own_task.py@graded"), "--out", str(out),
+        "--judge-model", "openai:grader-1", "--python", str(warm),
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
     (verifier,) = yaml.safe_load((out / "graded.yaml").read_text())["verifiers"]
     assert verifier["judge"]["model"] == "openai:grader-1"
     assert "0.5 for a partially correct one" in verifier["judge"]["rubric"]  # partial_credit

@@ -22,6 +22,7 @@ import importlib
 import json
 import os
 import runpy
+import select
 import socket
 import struct
 import subprocess
@@ -104,6 +105,11 @@ def serve(path: str, modules: list[str]) -> None:
     listener.listen(8)
     print("ready", flush=True)
     while True:  # one request at a time: each is a whole `python SCRIPT` run
+        readable, _, _ = select.select([listener, sys.stdin], [], [])
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
+            return  # the test process is gone (its end of our stdin closed): so are we
+        if listener not in readable:
+            continue
         connection, _ = listener.accept()
         with connection:
             request, fds = _receive(connection)
@@ -129,7 +135,7 @@ def warm_python(python: Path, modules: list[str], directory: Path) -> Iterator[P
         [str(python), __file__, "serve", str(path), *modules],
         stdout=subprocess.PIPE,
         text=True,
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.PIPE,  # closed when this process ends, however it ends
     )
     try:
         assert server.stdout is not None
@@ -141,6 +147,9 @@ def warm_python(python: Path, modules: list[str], directory: Path) -> Iterator[P
     finally:
         server.kill()
         server.wait()
+        for pipe in (server.stdin, server.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 if __name__ == "__main__":
