@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT, cli, read_jsonl, require
+from tests.conftest import ROOT, cli, in_process, read_jsonl, require
+from tests.warm_python import warm_python
 
 DATA = ROOT / "tests" / "data" / "importers"
 TASKS = DATA / "inspect"
 INSPECT_PYTHON = ROOT / ".venv-inspect" / "bin" / "python"
+# what the loader and the task files import: preloaded once in the warm python
+INSPECT_MODULES = ["inspect_ai", "inspect_ai.dataset", "inspect_ai.scorer", "inspect_ai.tool"]
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +32,23 @@ def _inspect_venv() -> None:
     require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
 
 
-def _import(target: str, out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    return cli("import", "inspect", str(TASKS / target), "--out", str(out), *extra)
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """.venv-inspect's python with inspect_ai imported once for the module (a fork per load:
+    tests/warm_python.py), given to rlenv as `--python`. test_import_is_deterministic loads
+    through the real interpreter, found as rlenv finds it, and compares the two."""
+    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
+    with warm_python(INSPECT_PYTHON, INSPECT_MODULES, tmp_path_factory.mktemp("warm")) as shim:
+        yield shim
+
+
+def _import(
+    target: str, out: Path, *extra: str, python: Path | None
+) -> subprocess.CompletedProcess[str]:
+    """`rlenv import inspect` through the entry point; `python`: given as --python (None: the
+    one rlenv finds, as a user runs it)."""
+    given = ("--python", str(python)) if python is not None else ()
+    return cli("import", "inspect", str(TASKS / target), "--out", str(out), *given, *extra)
 
 
 def _rlenv_rates(
@@ -61,29 +80,29 @@ IMPORTED = (*COMPARED, "capitals.py@capitals_graded")
 
 
 @pytest.fixture(scope="module")
-def envs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def envs(tmp_path_factory: pytest.TempPathFactory, warm: Path) -> dict[str, Path]:
     """Each test task imported once for the module: target -> output directory."""
-    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
     root = tmp_path_factory.mktemp("imported")
     found = {}
     for target in IMPORTED:
         out = root / target.replace(".py@", "-")
-        done = _import(target, out)
+        done = _import(target, out, python=warm)
         assert done.returncode == 0, done.stderr
         found[target] = out
     return found
 
 
 @pytest.fixture(scope="module")
-def inspect_scores(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+def inspect_scores(
+    tmp_path_factory: pytest.TempPathFactory, warm: Path
+) -> dict[str, dict[str, float]]:
     """Inspect's own accuracy per scorer for each compared task and its answers (mockllm
-    model), all in one Inspect process."""
-    require(INSPECT_PYTHON.is_file(), ".venv-inspect (`make inspect-venv`)")
+    model), all in one Inspect process (a fork of the warm python)."""
     root = tmp_path_factory.mktemp("inspect")
     runs = root / "runs.json"
     runs.write_text(json.dumps({str(TASKS / t): ANSWERS[t] for t in COMPARED}))
     done = subprocess.run(
-        [str(INSPECT_PYTHON), str(DATA / "inspect_score.py"), str(runs)],
+        [str(warm), str(DATA / "inspect_score.py"), str(runs)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -194,7 +213,9 @@ def test_spec_carries_prompt_system_message_decoding_and_lists_tools(
 
 
 def test_import_is_deterministic(tmp_path: Path, envs: dict[str, Path]) -> None:
-    assert _import("capitals.py@capitals", tmp_path / "again").returncode == 0
+    """Imported again by the python rlenv finds itself (a fresh interpreter, its own hash
+    seed): the same bytes as the warm fork's import."""
+    assert _import("capitals.py@capitals", tmp_path / "again", python=None).returncode == 0
     first = envs["capitals.py@capitals"]
     assert sorted(p.name for p in first.iterdir()) == sorted(
         p.name for p in (tmp_path / "again").iterdir()
@@ -229,20 +250,25 @@ def test_model_graded_fact_becomes_a_judge(envs: dict[str, Path]) -> None:
     ],
 )
 def test_bad_input_is_one_line_exit_2(
-    tmp_path: Path, target: str, extra: tuple[str, ...], message: str
+    tmp_path: Path, warm: Path, target: str, extra: tuple[str, ...], message: str
 ) -> None:
     out = tmp_path / "env"
-    done = _import(target, out, *extra)
-    assert done.returncode == 2, done.stderr
+    given = () if "--python" in extra else ("--python", str(warm))
+    # called in this process: a refusal's one line and exit code (the entry point: above)
+    done = in_process("import", "inspect", str(TASKS / target), "--out", str(out), *given, *extra)
+    assert done.exit_code == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not out.exists()
 
 
-def test_judge_model_given_on_the_command_line(tmp_path: Path) -> None:
+def test_judge_model_given_on_the_command_line(tmp_path: Path, warm: Path) -> None:
     out = tmp_path / "env"
-    done = _import("own_task.py@graded", out, "--judge-model", "openai:grader-1")
-    assert done.returncode == 0, done.stderr
+    done = in_process(  # the option's effect (the entry point: the module's imports)
+        "import", "inspect", str(TASKS / "own_task.py@graded"), "--out", str(out),
+        "--judge-model", "openai:grader-1", "--python", str(warm),
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
     (verifier,) = yaml.safe_load((out / "graded.yaml").read_text())["verifiers"]
     assert verifier["judge"]["model"] == "openai:grader-1"
     assert "0.5 for a partially correct one" in verifier["judge"]["rubric"]  # partial_credit
@@ -271,6 +297,6 @@ def test_out_dir_that_is_not_empty_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "env"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
-    done = _import("capitals.py@capitals", out)
-    assert done.returncode == 2 and "is not an empty directory" in done.stderr
+    done = in_process("import", "inspect", str(TASKS / "capitals.py@capitals"), "--out", str(out))
+    assert done.exit_code == 2 and "is not an empty directory" in done.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT, cli, read_jsonl, require
+from tests.conftest import ROOT, cli, in_process, read_jsonl, require
 
 LOCAL = "dataset_path: json\ndataset_kwargs: {data_files: {test: trivia_sample.jsonl}}\n"
 DATA = ROOT / "tests" / "data" / "importers"
@@ -29,19 +29,55 @@ GSM8K_ANSWERS = [
 TRIVIA_ANSWERS = ["canberra.", "Carbon Dioxide", "Washington", " 4", "William Shakespeare!"]
 
 
+ANSWER_LINE = [
+    "Sydney? No.\nAnswer:  Canberra ",  # spaces around: the filter strips them
+    "Answer: carbon dioxide\nAnswer: oxygen",  # the last Answer: counts
+    "George Washington",  # no Answer: line: the fallback, wrong
+    "Answer:4",
+    "Answer: Shakespeare, William",
+]
+ANSWERS = {
+    "gsm8k_local.yaml": GSM8K_ANSWERS,
+    "trivia_local.yaml": TRIVIA_ANSWERS,
+    "trivia_answer_line.yaml": ANSWER_LINE,
+}
+
+
+@pytest.fixture(scope="module")
+def lm_evals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, float]]:
+    """lm-eval's own score of each compared task for its answers, all in one lm-eval process."""
+    require(LMEVAL_PYTHON.is_file(), ".venv-lmeval (`make lmeval-venv`)")
+    root = tmp_path_factory.mktemp("lm-eval")
+    runs = root / "runs.json"
+    runs.write_text(json.dumps({str(TASKS / task): answers for task, answers in ANSWERS.items()}))
+    theirs = subprocess.run(
+        [str(LMEVAL_PYTHON), str(DATA / "lm_eval_score.py"), str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
+    assert theirs.returncode == 0, theirs.stderr[-2000:]
+    scores = json.loads(theirs.stdout.strip().splitlines()[-1])
+    return {task: scores[str(TASKS / task)] for task in ANSWERS}
+
+
 def _rates(
-    task: str, answers: list[str], tmp_path: Path
+    task: str, lm_evals: dict[str, dict[str, float]], tmp_path: Path
 ) -> tuple[dict[str, float], dict[str, float]]:
+    """(rlenv's per-verifier pass rate, lm-eval's score) of `task` for its answers: imported
+    (in this process; the entry point is in the determinism test), then `rlenv run` with a
+    replay policy."""
     out = tmp_path / "env"
-    done = cli("import", "lm-eval", str(TASKS / task), "--out", str(out))
-    assert done.returncode == 0, done.stderr
+    done = in_process("import", "lm-eval", str(TASKS / task), "--out", str(out))
+    assert done.exit_code == 0, done.stderr
     spec = next(out.glob("*.yaml"))
     records = read_jsonl(out / "inputs.jsonl")
     replay = tmp_path / "replay.jsonl"
     replay.write_text(
         "".join(
             json.dumps({"input_id": record["id"], "answer": answer}) + "\n"
-            for record, answer in zip(records, answers, strict=True)
+            for record, answer in zip(records, ANSWERS[task], strict=True)
         )
     )
     done = cli(
@@ -54,28 +90,21 @@ def _rates(
         for verdict in result["verifiers"]:
             counts.setdefault(verdict["name"], []).append(verdict["passed"])
     ours = {name: sum(values) / len(values) for name, values in counts.items()}
-    require(LMEVAL_PYTHON.is_file(), ".venv-lmeval (`make lmeval-venv`)")
-    answers_path = tmp_path / "answers.json"
-    answers_path.write_text(json.dumps(answers))
-    theirs = subprocess.run(
-        [str(LMEVAL_PYTHON), str(DATA / "lm_eval_score.py"), str(TASKS / task), str(answers_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert theirs.returncode == 0, theirs.stderr[-2000:]
-    return ours, json.loads(theirs.stdout.strip().splitlines()[-1])
+    return ours, lm_evals[task]
 
 
-def test_gsm8k_filters_and_regexes_to_ignore_equal_lm_evals(tmp_path: Path) -> None:
-    ours, theirs = _rates("gsm8k_local.yaml", GSM8K_ANSWERS, tmp_path)
+def test_gsm8k_filters_and_regexes_to_ignore_equal_lm_evals(
+    tmp_path: Path, lm_evals: dict[str, dict[str, float]]
+) -> None:
+    ours, theirs = _rates("gsm8k_local.yaml", lm_evals, tmp_path)
     assert ours == pytest.approx(theirs)
     assert ours["exact_match,strict-match"] != ours["exact_match,flexible-extract"]
 
 
-def test_trivia_builtin_exact_match_equals_lm_evals(tmp_path: Path) -> None:
-    ours, theirs = _rates("trivia_local.yaml", TRIVIA_ANSWERS, tmp_path)
+def test_trivia_builtin_exact_match_equals_lm_evals(
+    tmp_path: Path, lm_evals: dict[str, dict[str, float]]
+) -> None:
+    ours, theirs = _rates("trivia_local.yaml", lm_evals, tmp_path)
     assert ours == pytest.approx(theirs)
     spec = yaml.safe_load(next((tmp_path / "env").glob("*.yaml")).read_text())
     assert spec["verifiers"][0]["type"] == "exact_match"  # no filter: the built-in verifier
@@ -83,17 +112,10 @@ def test_trivia_builtin_exact_match_equals_lm_evals(tmp_path: Path) -> None:
     assert spec["prompt"]["template"].startswith("Answer the question with a short phrase.")
 
 
-ANSWER_LINE = [
-    "Sydney? No.\nAnswer:  Canberra ",  # spaces around: the filter strips them
-    "Answer: carbon dioxide\nAnswer: oxygen",  # the last Answer: counts
-    "George Washington",  # no Answer: line: the fallback, wrong
-    "Answer:4",
-    "Answer: Shakespeare, William",
-]
-
-
-def test_regex_filter_with_strip_and_last_match_equals_lm_evals(tmp_path: Path) -> None:
-    ours, theirs = _rates("trivia_answer_line.yaml", ANSWER_LINE, tmp_path)
+def test_regex_filter_with_strip_and_last_match_equals_lm_evals(
+    tmp_path: Path, lm_evals: dict[str, dict[str, float]]
+) -> None:
+    ours, theirs = _rates("trivia_answer_line.yaml", lm_evals, tmp_path)
     assert ours == pytest.approx(theirs)
     assert ours == {"exact_match,answer-line": 0.4}
 
@@ -132,8 +154,9 @@ def test_bad_tasks_are_one_line_exit_2(tmp_path: Path, content: str, message: st
     task = tmp_path / "task.yaml"
     task.write_text(content)
     (tmp_path / "trivia_sample.jsonl").write_bytes((TASKS / "trivia_sample.jsonl").read_bytes())
-    done = cli("import", "lm-eval", str(task), "--out", str(tmp_path / "out"))
-    assert done.returncode == 2, done.stderr
+    # called in this process: a refusal's one line and exit code (the entry point: below)
+    done = in_process("import", "lm-eval", str(task), "--out", str(tmp_path / "out"))
+    assert done.exit_code == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], done.stderr
     assert not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ episode, and the reward the one the server graded."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,21 @@ pytest.importorskip("openenv", reason="the serve extra (openenv-core)")
 pytest.importorskip("trl", reason="the trl extra")
 
 
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread while the tiny model trains: its ops are too small to share, and on
+    a busy machine the second thread's spin-waiting was half the training's CPU. Restored."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_grpo_trains_on_the_served_env(tmp_path: Path) -> None:
     from datasets import Dataset
     from trl import GRPOTrainer
