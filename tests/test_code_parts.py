@@ -167,6 +167,8 @@ class _Int(int):
         (_nested(50), True),  # the innermost value at depth 50: still read
         (_nested(51), False),  # deeper than 50: refused, never a RecursionError
         ({"k": _nested(50)}, False),
+        ({"k": _nested(49)}, True),  # a dict's value is one level down, as a list's item
+        ([_nested(49)], True),
     ],
 )
 def test_plain_value(value: Any, plain: bool) -> None:
@@ -362,12 +364,15 @@ def test_channel_a_line_after_the_reply_is_kept_for_the_next_request() -> None:
             channel.request({"op": "call"})
 
 
+@pytest.mark.timeout(30)  # a channel that ignores its deadline would wait forever
 def test_channel_a_silent_peer_fails_at_the_deadline() -> None:
     with peer(lambda request: None) as far:
         channel = far.channel(0.05)
         with pytest.raises(SolutionError, match=f"^{STOPPED}$"):
             channel.request({"op": "load"})
         assert channel.broken == STOPPED
+    with peer(echo) as far:  # under a second left: still read
+        assert far.channel(0.8).request({"op": "call", "args": [5]})["value"] == [5]
     with peer(echo) as far:  # a deadline already passed: no waiting at all
         channel = far.channel(-1.0)
         with pytest.raises(SolutionError, match=f"^{STOPPED}$"):
@@ -401,11 +406,12 @@ def scripted(replies: dict[str, dict[str, Any]]) -> Callable[[dict[str, Any]], b
 
 
 NAMES = {
+    "broken": 5,  # first: an entry that is not a dict is skipped, the rest still read
     "add": {"kind": "function"},
     "LIMIT": {"kind": "value", "value": 10},
     "NOTHING": {"kind": "value", "value": None},
     "other": {"kind": "class"},
-    "broken": 5,
+    "DEEP": {"kind": "value", "value": _nested(60)},  # JSON, but deeper than plain_value reads
 }
 
 
@@ -415,7 +421,8 @@ def test_proxy_module_forwards_calls_and_sets_plain_values() -> None:
         module = code._proxy_module(far.channel(), NAMES)
         assert module.__name__ == "solution"
         assert module.LIMIT == 10 and module.NOTHING is None
-        assert not hasattr(module, "other") and not hasattr(module, "broken")
+        for missing in ("other", "broken", "DEEP"):
+            assert not hasattr(module, missing)
         assert module.add.__name__ == "add" and module.add.__qualname__ == "add"
         assert module.add(1, b=(2, [3])) == 3
         request = far.requests[0]
@@ -461,9 +468,16 @@ def test_proxy_module_refuses_what_is_not_plain_json(
 
 
 def test_proxy_module_values_read_back_are_plain_or_refused() -> None:
+    """The harness checks what it returns, but it runs beside the model's code, which can
+    patch it: the parent checks again (here a value nested deeper than plain_value reads)."""
     with peer(scripted({"add": {"ok": True, "value": {"a": [1, 2.5, None, "x"]}}})) as far:
         module = code._proxy_module(far.channel(), NAMES)
         assert module.add() == {"a": [1, 2.5, None, "x"]}
+    with peer(scripted({"add": {"ok": True, "value": _nested(60)}})) as far:
+        module = code._proxy_module(far.channel(), NAMES)
+        with pytest.raises(SolutionError) as raised:
+            module.add()
+        assert str(raised.value) == "add() returned a value that is not plain JSON"
 
 
 # --------------------------------------------------------------------------- the tests' runner
@@ -643,6 +657,26 @@ def test_run_tests_here_leaves_the_process_as_it_was(capfd: pytest.CaptureFixtur
     assert "from the tests" not in out and "written" not in out
 
 
+def test_run_tests_here_survives_tests_that_tidy_sys_modules() -> None:
+    """Tests that remove `solution` / `test_solution` from sys.modules themselves still get a
+    verdict (the runner's clean-up does not raise on the missing name)."""
+    saved = sys.modules.get("solution"), sys.modules.get("test_solution")
+    sys.modules.pop("solution", None)
+    sys.modules.pop("test_solution", None)
+    try:
+        tally = _run(
+            "import sys\nfrom solution import add\n"
+            "def test_it():\n    assert add(1, 2) == 3\n"
+            "    del sys.modules['solution'], sys.modules['test_solution']\n"
+        )
+        assert (tally.passed, tally.failed) == (1, 0), tally.failures
+        assert "solution" not in sys.modules and "test_solution" not in sys.modules
+    finally:
+        for name, value in zip(("solution", "test_solution"), saved, strict=True):
+            if value is not None:
+                sys.modules[name] = value
+
+
 # --------------------------------------------------------------------------- in the sandbox
 
 FUNCTIONS = (
@@ -726,7 +760,41 @@ def test_python_tests_verdicts(
     solution: str, tests: str, verdict: tuple[bool, float, str], tmp_path: Path
 ) -> None:
     got = run_python_tests(solution, tests, tmp_path, LIMITS, mechanism=MECHANISM)
-    assert (got["passed"], got["score"], got["detail"]) == verdict
+    assert (got["passed"], got["score"], got["detail"], got["mechanism"]) == (*verdict, MECHANISM)
+
+
+# The model's code runs in the harness's process and can patch it: here json.dumps, so the
+# load reply the parent reads is forged.
+FORGE_LOAD = """
+import json
+_dumps = json.dumps
+def dumps(obj, *args, **kwargs):
+    if isinstance(obj, dict) and "names" in obj:
+        obj = {**obj, **FORGED}
+    return _dumps(obj, *args, **kwargs)
+json.dumps = dumps
+def add(a, b):
+    return a + b
+"""
+
+
+@needs_isolation
+@pytest.mark.parametrize(
+    ("forged", "detail"),
+    [
+        ({"names": ["add"]}, "failed: the solution did not load: None"),
+        ({"ok": 1}, "failed: the solution did not load: None"),
+        ({"ok": False, "error": "e" * 400}, "failed: the solution did not load: " + "e" * 300),
+    ],
+)
+def test_python_tests_a_forged_load_reply_fails_the_load(
+    forged: dict[str, Any], detail: str, tmp_path: Path
+) -> None:
+    """Only `ok: true` with a dict of names loads; anything else fails the verdict (never
+    raises), its error cut to 300 characters."""
+    solution = f"FORGED = {forged!r}\n" + FORGE_LOAD
+    got = run_python_tests(solution, FUNCTIONS, tmp_path, LIMITS)
+    assert (got["passed"], got["score"], got["detail"]) == (False, 0.0, detail)
 
 
 @needs_isolation
@@ -859,11 +927,26 @@ def test_program_cases_defaults_and_long_answers(tmp_path: Path) -> None:
     """A case without stdin reads nothing; one without expected_stdout expects nothing; an
     expected answer longer than the usual output cap (and not ASCII) is read whole."""
     long = "é" * (OUTPUT_LIMIT // 2 + 100)  # more bytes than OUTPUT_LIMIT in UTF-8
-    program = "import sys\ndata = sys.stdin.read()\nprint(repr(data) if data != 'long' else 'é' * "
-    program += f"{len(long)})\n"
-    cases = [{}, {"stdin": "long", "expected_stdout": long}, {"expected_stdout": "''"}]
+    program = textwrap.dedent(
+        f"""
+        import sys
+        data = sys.stdin.read()
+        times = {{"long": 1, "huge": 3}}.get(data)
+        print(repr(data) if times is None else "é" * {len(long)} * times)
+        """
+    )
+    cases = [
+        {},
+        {"stdin": "long", "expected_stdout": long},
+        {"expected_stdout": "''"},
+        {"stdin": "huge", "expected_stdout": long},  # over the cap: twice the answer + 1 KiB
+    ]
     verdict = run_program_cases(program, cases, tmp_path, LIMITS)
-    assert verdict["detail"] == ("2/3 cases passed; case 0: wrong answer: expected '', got \"''\"")
+    cap = 2 * len(long.encode("utf-8")) + 1024
+    assert verdict["detail"] == (
+        "2/4 cases passed; case 0: wrong answer: expected '', got \"''\"; "
+        f"case 3: output longer than {cap} bytes, cut there"
+    )
     silent = run_program_cases("pass\n", [{"stdin": "x"}], tmp_path, LIMITS)
     assert (silent["passed"], silent["detail"]) == (True, "1/1 cases passed")
 
@@ -1035,3 +1118,29 @@ def test_grader_program_cases_read_the_frozen_clock_and_the_limits(tmp_path: Pat
         "0/1 cases passed; case 0: hit the file_size limit"
     )
     assert grade(_context(tmp_path, writer, [{"expected_stdout": "done"}]))[0] is True
+
+
+@needs_isolation
+def test_program_cases_an_output_cut_at_the_cap_is_not_judged_on_its_start(
+    tmp_path: Path,
+) -> None:
+    """Found by mutation testing: stdout past the cap was cut and the kept start compared,
+    so the right answer followed by a cap's worth of spaces and then anything (another
+    answer, a traceback) passed. A cut output fails its case, naming the cap."""
+    program = "print(3)\nprint(' ' * 70000)\nprint('and 10 and 42')\n"
+    verdict = run_program_cases(program, [{"stdin": "", "expected_stdout": "3"}], tmp_path, LIMITS)
+    assert verdict["passed"] is False, verdict
+    assert verdict["detail"] == (
+        f"0/1 cases passed; case 0: output longer than {OUTPUT_LIMIT} bytes, cut there"
+    )
+    spaces = "print(3)\nprint(' ' * 1000)\n"  # trailing space within the cap: still ignored
+    assert run_program_cases(spaces, [{"expected_stdout": "3"}], tmp_path, LIMITS)["passed"]
+
+
+@needs_isolation
+def test_program_cases_output_that_is_not_utf8_is_a_wrong_answer(tmp_path: Path) -> None:
+    program = "import sys\nsys.stdout.buffer.write(b'3\\xff\\n')\n"
+    verdict = run_program_cases(program, [{"expected_stdout": "3"}], tmp_path, LIMITS)
+    assert (
+        verdict["detail"] == "0/1 cases passed; case 0: wrong answer: expected '3', got '3\ufffd'"
+    )
