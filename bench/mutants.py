@@ -235,7 +235,8 @@ EQUIVALENT: dict[str, str] = {
             "rlenv.verifiers.code.x_run_python_tests__mutmut_19",
         ]
         + [f"rlenv.verifiers.code.x__prepare__mutmut_{n}" for n in (8, 10, 13)]
-        + ["rlenv.verifiers.code.x_run_python_tests__mutmut_17"],
+        + ["rlenv.verifiers.code.x_run_python_tests__mutmut_17"]
+        + [f"rlenv.verifiers.code.x__run_case__mutmut_{n}" for n in (44, 51)],
         "encoding=None is the locale's: UTF-8 here; codec names are case-blind",
     ),
     "rlenv.verifiers.code.xǁ_Channelǁ_line__mutmut_5": (
