@@ -159,13 +159,13 @@ EQUIVALENT: dict[str, str] = {
     "rlenv.verifiers.judge.x__regraded__mutmut_31": (
         "a record carries a rewards dict exactly when the spec has a reward"
     ),
-    "rlenv.verifiers.judge.x_build__mutmut_29": "nothing reads LiveJudgment's argument",
+    "rlenv.verifiers.judge.x_build__mutmut_30": "nothing reads LiveJudgment's argument",
     "rlenv.verifiers.judge.x__regraded__mutmut_59": "a graded verifier always has a score",
     **dict.fromkeys(
-        [f"rlenv.verifiers.judge.x__live_reply__mutmut_{n}" for n in (22, 23)],
+        [f"rlenv.verifiers.judge.x__live_reply__mutmut_{n}" for n in (21, 22)],
         "HTTP header names are case-blind",
     ),
-    "rlenv.verifiers.judge.x__live_reply__mutmut_35": "a 61 s timeout for a 60 s one",
+    "rlenv.verifiers.judge.x__live_reply__mutmut_34": "a 61 s timeout for a 60 s one",
     "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_5": (
         "record_missing needs a cassette (spec): path is None only when the mode is not it"
     ),
@@ -174,7 +174,7 @@ EQUIVALENT: dict[str, str] = {
         "the staged lines are json.dumps output: ASCII in any encoding",
     ),
     **dict.fromkeys(
-        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (28, 29)],
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (27, 28, 29)],
         "every writer of a cassette takes the lock of the same (other) name: still exclusive",
     ),
     "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_35": "keep=True is merge_recording's default",
