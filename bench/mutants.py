@@ -69,7 +69,9 @@ TARGETS: dict[str, list[str]] = {
     "rlenv/verifiers/maths.py": VERIFIER_TESTS,
     "rlenv/verifiers/json_answers.py": ["tests/test_mutants_builtin.py", *VERIFIER_TESTS],
     "rlenv/verifiers/judge.py": ["tests/test_judge_parts.py", "tests/test_mutants_judge.py"],
-    "rlenv/verifiers/code.py": ["tests/test_code_attacks.py"],
+    # the parts one at a time (a real sandbox only where the model's code must run: ~0.2 s
+    # each); the attack catalog (tests/test_code_attacks.py) takes minutes per mutant
+    "rlenv/verifiers/code.py": ["tests/test_code_parts.py"],
     "rlenv/verifiers/state.py": ["tests/test_state_diff.py"],
     "rlenv/results.py": [
         *COMPACT_TESTS[:1],
@@ -157,13 +159,13 @@ EQUIVALENT: dict[str, str] = {
     "rlenv.verifiers.judge.x__regraded__mutmut_31": (
         "a record carries a rewards dict exactly when the spec has a reward"
     ),
-    "rlenv.verifiers.judge.x_build__mutmut_29": "nothing reads LiveJudgment's argument",
+    "rlenv.verifiers.judge.x_build__mutmut_30": "nothing reads LiveJudgment's argument",
     "rlenv.verifiers.judge.x__regraded__mutmut_59": "a graded verifier always has a score",
     **dict.fromkeys(
-        [f"rlenv.verifiers.judge.x__live_reply__mutmut_{n}" for n in (22, 23)],
+        [f"rlenv.verifiers.judge.x__live_reply__mutmut_{n}" for n in (21, 22)],
         "HTTP header names are case-blind",
     ),
-    "rlenv.verifiers.judge.x__live_reply__mutmut_35": "a 61 s timeout for a 60 s one",
+    "rlenv.verifiers.judge.x__live_reply__mutmut_34": "a 61 s timeout for a 60 s one",
     "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_5": (
         "record_missing needs a cassette (spec): path is None only when the mode is not it"
     ),
@@ -172,7 +174,7 @@ EQUIVALENT: dict[str, str] = {
         "the staged lines are json.dumps output: ASCII in any encoding",
     ),
     **dict.fromkeys(
-        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (28, 29)],
+        [f"rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_{n}" for n in (27, 28, 29)],
         "every writer of a cassette takes the lock of the same (other) name: still exclusive",
     ),
     "rlenv.verifiers.judge.xǁJudgesǁclose__mutmut_35": "keep=True is merge_recording's default",
@@ -215,6 +217,52 @@ EQUIVALENT: dict[str, str] = {
         " list's str() holds the same words",
     ),
     "rlenv.audit_records.x_numbered_records__mutmut_41": "typing.cast returns its value as is",
+    # verifiers/code.py
+    "rlenv.verifiers.code.x_extract_code__mutmut_4": (
+        "'' and 'XXXX' hold no fenced block: the whole answer ('' for none) either way"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.code.x_sandboxed_grader__mutmut_{n}" for n in (34, 35, 36, 40, 41)],
+        "the scratch copy's name: a fresh random temporary directory either way, read by nothing",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.code.x_sandboxed_grader__mutmut_{n}" for n in (58, 63, 70, 75)],
+        "not given a mechanism, run_* probe again: the same one (the probe runs once a process)",
+    ),
+    **dict.fromkeys(
+        [
+            "rlenv.verifiers.code.x__tail__mutmut_8",
+            "rlenv.verifiers.code.x_run_python_tests__mutmut_19",
+        ]
+        + [f"rlenv.verifiers.code.x__prepare__mutmut_{n}" for n in (8, 10, 13)]
+        + ["rlenv.verifiers.code.x_run_python_tests__mutmut_17"]
+        + [f"rlenv.verifiers.code.x__run_case__mutmut_{n}" for n in (44, 51)],
+        "encoding=None is the locale's: UTF-8 here; codec names are case-blind",
+    ),
+    "rlenv.verifiers.code.xǁ_Channelǁ_line__mutmut_5": (
+        "a difference of two monotonic float readings is never exactly 0.0 (and select with 0"
+        " polls once)"
+    ),
+    "rlenv.verifiers.code.xǁ_Channelǁ_line__mutmut_24": "the read size only: a line is read whole",
+    "rlenv.verifiers.code.xǁ_Channelǁ_line__mutmut_29": (
+        "which read brings a line's newline decides whether exactly 8 MiB passes: that byte is"
+        " not deterministic under either comparison"
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.code.x__short__mutmut_{n}" for n in (1, 3, 5)],
+        "format_exception_only takes the type from the value (Python >= 3.10)",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.code.x__run_tests_here__mutmut_{n}" for n in (28, 29)],
+        "the tests' file name shows only in tracebacks; a failure keeps the exception's last line",
+    ),
+    **dict.fromkeys(
+        [f"rlenv.verifiers.code.x_run_python_tests__mutmut_{n}" for n in (121, 123, 126)],
+        "a run counts at least one test (asserts alone count one, a load error fails one): never 0",
+    ),
+    "rlenv.verifiers.code.x__normalise__mutmut_8": (
+        "rstrip drops the \\r of a \\r\\n line end anyway"
+    ),
     # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
     # fast_json, then the reference (json.dumps): the same line, only slower
     **dict.fromkeys(

@@ -341,3 +341,65 @@ def test_live_judgments_never_grow_a_cassette_and_missing_ones_all_do(
         judges.settle(pending(answer))
     assert judges.close() == {"judged": {"live": 3, "replayed": 0}}
     assert len(load_cassette(tmp_path / "grow" / "judge.jsonl")) == 3
+
+
+def _two_judges(root: Path, first: dict[str, Any], second: dict[str, Any]) -> Any:
+    """A spec with two live judges, `first` and `second` (their judge settings merged in)."""
+    from rlenv.spec import load_spec
+    from tests.conftest import EnvBuilder
+    from tests.test_judge_parts import JUDGE
+
+    spec = EnvBuilder(root).write(
+        "def policy(messages, tools, ctx):\n    return 'x'\n",
+        inputs=[{"id": "a", "prompt": "say apple", "gold": "apple"}],
+        rollouts=1,
+        verifiers=[
+            {"name": name, "type": "judge", "judge": {**JUDGE, **settings}}
+            for name, settings in (("first", first), ("second", second))
+        ],
+    )
+    return load_spec(spec)
+
+
+def _pending_both(answer: str) -> dict[str, Any]:
+    from rlenv.results import seal
+
+    record = pending(answer)
+    record["verifiers"] = [{**record["verifiers"][0], "name": n} for n in ("first", "second")]
+    record.pop("rewards")
+    record.pop("digest")
+    return seal(record)
+
+
+def test_a_failed_judgment_does_not_stop_the_next_one(tmp_path: Path, chat: Any) -> None:
+    """The first judge's server fails: the second judge on the same record still judges."""
+    down, up = chat(default_fault="500"), chat()
+    loaded = _two_judges(
+        tmp_path / "env",
+        {"mode": "live", "cassette": None, "base_url": down.base_url},
+        {"mode": "live", "cassette": None, "base_url": up.base_url},
+    )
+    record = Judges(loaded, {"a": {"gold": "apple"}}, None).settle(_pending_both("apple"))
+    first, second = record["verifiers"]
+    assert first["detail"].startswith("judge first: no live judgment")
+    assert second["passed"] is True and second["score"] is not None, second
+
+
+def test_every_growing_cassette_is_merged_at_close(tmp_path: Path, chat: Any) -> None:
+    """A live judge's exchanges come first in what close() reads: the record_missing judge
+    after it still has its cassette grown."""
+    from rlenv.verifiers.judge import load_cassette
+
+    server = chat()
+    loaded = _two_judges(
+        tmp_path / "env",
+        {"mode": "live", "cassette": None, "base_url": server.base_url},
+        {"mode": "record_missing", "base_url": server.base_url},
+    )
+    judges = Judges(loaded, {"a": {"gold": "apple"}}, None)
+    judges.settle(_pending_both("apple"))
+    assert judges.close() == {
+        "first": {"live": 1, "replayed": 0},
+        "second": {"live": 1, "replayed": 0},
+    }
+    assert len(load_cassette(tmp_path / "env" / "judge.jsonl")) == 1

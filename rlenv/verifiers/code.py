@@ -448,6 +448,7 @@ def _run_case(
 ) -> str | None:
     """Run one case; None when it passed, else what went wrong."""
     expected = case.get("expected_stdout", "")
+    cap = max(OUTPUT_LIMIT, 2 * len(expected.encode("utf-8")) + 1024)
     try:
         result = run_sandboxed(
             [sandbox_python(), *_PYTHON_FLAGS, "solution.py"],
@@ -456,7 +457,7 @@ def _run_case(
             hidden=hidden,
             stdin=case.get("stdin", "").encode("utf-8"),
             mechanism=mechanism,
-            output_limit=max(OUTPUT_LIMIT, 2 * len(expected.encode("utf-8")) + 1024),
+            output_limit=cap,
         )
     except OSError as exc:
         return f"case {index}: sandbox could not start: {exc}"
@@ -467,6 +468,9 @@ def _run_case(
         if stderr:
             problem += f" ({stderr})"
         return problem
+    if len(result.stdout) >= cap:
+        # cut at the cap (the rest read and dropped): the start alone is not the output
+        return f"case {index}: output longer than {cap} bytes, cut there"
     if _normalise(got) != _normalise(expected):
         return f"case {index}: wrong answer: expected {_clip(expected)!r}, got {_clip(got)!r}"
     return None
