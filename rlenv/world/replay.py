@@ -398,9 +398,9 @@ def replay_cassette(
     cassette_class: Any = make_replay_cassette_class()
     cassette_class.indexes = indexes
     cassette_class.events = []
-    skipped = skipped_patchers()
+    skipped = {"skip_patchers": skipped_patchers()} if skipped_patchers() else {}
     with (
-        cassette_class.use(path=str(placeholder), skip_patchers=skipped) as cassette,
+        cassette_class.use(path=str(placeholder), **skipped) as cassette,
         late_patches(cassette),
     ):
         if not light:

@@ -16,7 +16,10 @@ live call, whether the library was loaded before replay began or not.
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 import importlib.util
+import re
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -203,6 +206,19 @@ _lock = threading.RLock()
 _hooked: set[str] = set()
 
 
+@functools.cache
+def _vcr_skips_patchers() -> bool:
+    """Whether the installed vcrpy takes `skip_patchers` (9.4.2 does; 8.x did not): without
+    it every cassette patches every library, so vcrpy is imported with all of them, as before."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        numbers = re.findall(r"\d+", version("vcrpy"))[:3]
+    except PackageNotFoundError:  # pragma: no cover - vcrpy is a dependency
+        return False
+    return tuple(int(number) for number in numbers) >= (9, 4, 2)
+
+
 def import_vcr() -> ModuleType:
     """`vcr.patch`, imported (once per process) without the client libraries not loaded yet,
     and their originals kept for it whenever they are loaded later."""
@@ -211,13 +227,13 @@ def import_vcr() -> ModuleType:
         if patch is None:
             tops = (*GROUPS.values(), *_ALSO_IMPORTED)
             refused = {top for top in tops if top not in sys.modules}
-            finder = _NotYet(refused)
+            finder = _NotYet(refused if _vcr_skips_patchers() else set())
             sys.meta_path.insert(0, finder)
             try:
-                import vcr.patch as patch
+                patch = importlib.import_module("vcr.patch")
             finally:
                 sys.meta_path.remove(finder)
-            _watch_late_imports()
+        _watch_late_imports()
         return patch
 
 
@@ -246,6 +262,8 @@ def _loaded_hook(library: Library) -> Callable[[ModuleType], None]:
 
 def skipped_patchers() -> tuple[str, ...]:
     """vcrpy's patcher groups of the libraries not loaded (patched at their import instead)."""
+    if not _vcr_skips_patchers():
+        return ()
     return tuple(group for group, top in GROUPS.items() if top not in sys.modules)
 
 
@@ -313,7 +331,7 @@ class _RealHttpClient:
         finally:
             self.finding.active = False
         if spec is not None and hasattr(spec.loader, "exec_module"):
-            spec.loader = _RealHttpClientLoader(spec.loader)
+            spec.loader = _RealHttpClientLoader(spec.loader)  # type: ignore[assignment]
         return spec
 
 
