@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import EnvBuilder
+from tests.conftest import EnvBuilder, cli, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 API = "http://api.example.test"
@@ -203,3 +203,68 @@ def test_a_worker_with_an_httpx_tool_loads_no_other_client_library(
     assert {"vcr", "httpx"} <= tops, "the worker did not enter replay"
     for other in ("aiohttp", "httpx2", "tornado", "httplib2", "botocore"):
         assert other not in tops, f"a worker with an httpx tool imported {other}"
+
+
+LATE_TOOL = """
+import json
+
+
+def lookup(args, ctx):
+    import aiohttp  # first imported here, in the worker, after replay began
+    import asyncio
+
+    async def fetch():
+        async with aiohttp.ClientSession() as session:
+            url = "http://api.example.test/v1/" + args["term"]
+            async with session.get(url) as response:
+                return await response.read()
+
+    return json.loads(asyncio.run(fetch()))
+
+
+def policy(messages, tools, ctx):
+    if messages[-1]["role"] == "tool":
+        return messages[-1]["content"]
+    term = messages[-1]["content"]
+    call = {"name": "lookup", "arguments": json.dumps({"term": term})}
+    return {"tool_calls": [{"id": "c0", "function": call}]}
+"""
+
+
+def test_a_run_whose_tool_imports_its_client_late_hits_and_misses(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Through `rlenv run`: the worker's replay began before the tool imported aiohttp."""
+    pytest.importorskip("aiohttp")
+    env_builder.root.mkdir(parents=True, exist_ok=True)
+    cassette = _cassette(env_builder.root / "lookup.yaml")
+    params = {"type": "object", "properties": {"term": {"type": "string"}}, "required": ["term"]}
+    spec = env_builder.write(
+        LATE_TOOL,
+        inputs=[
+            {"id": "recorded", "prompt": "lookup", "answer": "fruit"},
+            {"id": "unrecorded", "prompt": "durian", "answer": "fruit"},
+        ],
+        tools=[
+            {
+                "name": "lookup",
+                "function": "MOD:lookup",
+                "parameters": params,
+                "cassette": {"path": cassette.name},
+            }
+        ],
+        verifiers=[{"type": "contains", "expected_field": "answer"}],
+        rollouts=1,
+    )
+    out = tmp_path / "run"
+    result = cli("run", str(spec), "--out", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    records = {record["input_id"]: record for record in read_jsonl(out / "results.jsonl")}
+    assert records["recorded"]["status"] == "ok" and records["recorded"]["passed"] is True
+    assert records["recorded"]["tool_calls"][0]["fixture"] == "hit"
+    missed = records["unrecorded"]
+    assert missed["status"] == "fixture_miss", missed
+    assert (
+        "unrecorded request for tool 'lookup': GET http://api.example.test/v1/durian"
+        in (missed["error"])
+    )
