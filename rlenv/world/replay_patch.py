@@ -362,21 +362,25 @@ class _RealHttpClientLoader:
 def late_patches(cassette: Any) -> Iterator[None]:
     """While open, a client library `cassette` skipped is patched when it is imported (for
     every library loaded since the cassette opened: at once)."""
+    # held here: a worker never closes its cassette, so this runs as the interpreter shuts
+    # down, when sys.meta_path (and maybe this module's globals) are gone
+    lock, opened, system = _lock, _open, sys
     with contextlib.ExitStack() as stack:
         replay = _OpenReplay(cassette, stack)
         finder = _RealHttpClient()
-        with _lock:
-            _open.append(replay)
-            sys.meta_path.insert(0, finder)
+        with lock:
+            opened.append(replay)
+            system.meta_path.insert(0, finder)
             for library in LIBRARIES:  # loaded between the cassette's opening and now
-                if library.module in sys.modules:
+                if library.module in system.modules:
                     replay.patch(library)
         try:
             yield
         finally:
-            with _lock:
-                _open.remove(replay)
-                sys.meta_path.remove(finder)
+            with lock:
+                opened.remove(replay)
+                if isinstance(system.meta_path, list) and finder in system.meta_path:
+                    system.meta_path.remove(finder)
 
 
 __all__ = ["import_vcr", "late_patches", "skipped_patchers"]
