@@ -1,13 +1,13 @@
 """Start-up cost of two rlenv trees, measured alternately so that a busy machine weighs on both.
 
-`rlenv validate` and `rlenv run --limit 1` (whole process tree: wall, and user + system CPU of
-the command and every child it waited for) and a frozen-world worker's start in-process
-(`protocol.init_worker`: imports, env checks, world entered; its own CPU), on a python env
-whose module imports nothing (like most test envs) and on the bench's one-tool env (an httpx
-tool replayed from a cassette). Run from the repository:
+`rlenv --help`, `rlenv validate` and `rlenv run --limit 1` (whole process tree: wall, and
+user + system CPU of the command and every child it waited for) and a frozen-world worker's
+start in-process (`protocol.init_worker`: imports, env checks, world entered; its own CPU), on
+a python env whose module imports nothing (like most test envs) and on the bench's one-tool env
+(an httpx tool replayed from a cassette). Run from the repository:
 
     git worktree add /tmp/rlenv-old OLD_COMMIT
-    .venv/bin/python bench/startup_ab.py /tmp/rlenv-old . [--runs 7]
+    .venv/bin/python bench/startup_ab.py /tmp/rlenv-old . [--runs 7] [--quick]
 
 Each tree is imported through PYTHONPATH (the worker and the checking child get it through the
 world's variables), with a bytecode cache of its own. The first run of each is a warm-up.
@@ -70,6 +70,11 @@ def main() -> None:
     parser.add_argument("old", type=Path, help="the tree measured first (e.g. a worktree)")
     parser.add_argument("new", type=Path, help="the tree measured second")
     parser.add_argument("--runs", type=int, default=7, help="measured runs of each (plus one)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="`rlenv --help` and the worker starts only (no validate or run)",
+    )
     args = parser.parse_args()
     common.header(f"startup A/B: {args.old} against {args.new}, alternated")
     trees = {"old": args.old, "new": args.new}
@@ -82,12 +87,13 @@ def main() -> None:
         probe.write_text(WORKER_PROBE)
         out = root / "out"
         cases = [
+            ("rlenv --help", plain, ["--help"]),
             ("rlenv validate: python env", plain, ["validate", str(plain)]),
             ("rlenv run --limit 1: python env", plain, ["run", str(plain), "--limit", "1"]),
             ("rlenv validate: one-tool env", tool, ["validate", str(tool)]),
             ("rlenv run --limit 1: one-tool env", tool, ["run", str(tool), "--limit", "1"]),
         ]
-        for label, spec, arguments in cases:
+        for label, spec, arguments in cases[:1] if args.quick else cases:
             command = [str(common.RLENV), *arguments]
             if arguments[0] == "run":
                 command += ["--out", str(out)]

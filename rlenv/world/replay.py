@@ -24,6 +24,7 @@ from rlenv.canonical import canonical_bytes, sha256_file, sha256_json
 from rlenv.errors import FixtureMiss, SpecError
 from rlenv.files import atomic_write, default_cache_dir
 from rlenv.spec_user import USER_CASSETTE
+from rlenv.world.replay_patch import import_vcr, late_patches, skipped_patchers
 from rlenv.world.scrub import Scrubber
 
 if TYPE_CHECKING:
@@ -83,6 +84,7 @@ def request_key(method: str, uri: str, body: bytes | str | None) -> str:
 
 
 def _serializer_for(path: Path) -> Any:
+    import_vcr()
     from vcr.serializers import jsonserializer, yamlserializer
 
     return jsonserializer if path.suffix == ".json" else yamlserializer
@@ -90,6 +92,7 @@ def _serializer_for(path: Path) -> Any:
 
 def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
     """Read a vcrpy cassette file as (vcr Request, response dict) pairs."""
+    import_vcr()
     from vcr.persisters.filesystem import FilesystemPersister
 
     with contextlib.suppress(OSError):
@@ -316,6 +319,7 @@ def serve(state: Any, request: Any) -> dict[str, Any]:
 
 def make_replay_cassette_class() -> type:
     """Build the vcrpy Cassette subclass lazily so importing this module does not import vcrpy."""
+    import_vcr()
     from vcr.cassette import Cassette
     from vcr.record_mode import RecordMode
 
@@ -387,11 +391,18 @@ def replay_cassette(
 
     vcrpy's patches answer every client library it knows; with `light`, httpx's transports and
     requests' adapter are then answered straight from the index (`rlenv.world.replay_http`),
-    without vcrpy's per-request stub, through the same lookup, events and misses."""
+    without vcrpy's per-request stub, through the same lookup, events and misses.
+
+    Only the client libraries already loaded are patched on entry; one imported later is
+    patched when its import finishes (`rlenv.world.replay_patch`)."""
     cassette_class: Any = make_replay_cassette_class()
     cassette_class.indexes = indexes
     cassette_class.events = []
-    with cassette_class.use(path=str(placeholder)) as cassette:
+    skipped = {"skip_patchers": skipped_patchers()} if skipped_patchers() else {}
+    with (
+        cassette_class.use(path=str(placeholder), **skipped) as cassette,
+        late_patches(cassette),
+    ):
         if not light:
             yield cassette
             return

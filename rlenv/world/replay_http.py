@@ -18,6 +18,7 @@ exits, so recording (vcrpy alone) is untouched.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -44,24 +45,21 @@ _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 @contextlib.contextmanager
 def light_replay(state: Any, serve: Serve) -> Iterator[None]:
-    """Patch httpx and requests (those importable) to answer from `state`'s indexes through
+    """Patch httpx and requests (those loaded) to answer from `state`'s indexes through
     `serve(state, request)` (`rlenv.world.replay.serve`)."""
 
     def answer(request: PlainRequest) -> dict[str, Any]:
         return serve(state, request)
 
     patches: list[tuple[Any, str, Callable[..., Any]]] = []
-    try:
+    # loaded ones only: one imported later meets vcrpy's patches (`replay_patch.late_patches`)
+    if "httpx" in sys.modules:
         import httpx
-    except ImportError:  # pragma: no cover - httpx is a dependency
-        pass
-    else:
+
         patches += _httpx_patches(answer, httpx)
-    try:
+    if "requests" in sys.modules:
         import requests.adapters
-    except ImportError:  # pragma: no cover - vcrpy imports requests when it is there
-        pass
-    else:
+
         original = requests.adapters.HTTPAdapter.send
         patches.append((requests.adapters.HTTPAdapter, "send", _requests_send(answer, original)))
     saved = [(owner, name, owner.__dict__[name]) for owner, name, _ in patches]
