@@ -247,3 +247,30 @@ def json_endpoint(reply: Callable[[dict[str, Any]], tuple[int, Any]]) -> Iterato
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextlib.contextmanager
+def local_ray(num_cpus: int, store_mb: int) -> Iterator[Any]:
+    """A local Ray instance for a test module (its `ray.init` context), shut down after. Ray
+    gives its raylet 30 s to register, which a loaded machine can miss: tried three times."""
+    import ray
+
+    for attempt in range(3):
+        try:
+            context = ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                object_store_memory=store_mb * 1024 * 1024,
+                log_to_driver=False,
+                logging_level="WARNING",
+            )
+            break
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
+    try:
+        yield context
+    finally:
+        ray.shutdown()

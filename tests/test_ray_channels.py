@@ -20,7 +20,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from tests.channels_catalog import CHANNELS, Crossing, world_crossings  # noqa: E402
-from tests.conftest import RLENV, ROOT  # noqa: E402
+from tests.conftest import RLENV, ROOT, local_ray  # noqa: E402
 
 ORDERS = ("", " (next run)")
 
@@ -28,18 +28,8 @@ ORDERS = ("", " (next run)")
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
     """A local Ray instance for the module (its address for `rlenv run --address`)."""
-    context = ray.init(
-        address="local",
-        num_cpus=1,
-        include_dashboard=False,
-        object_store_memory=128 * 1024 * 1024,
-        log_to_driver=False,
-        logging_level="WARNING",
-    )
-    try:
+    with local_ray(num_cpus=1, store_mb=128) as context:
         yield context.address_info["gcs_address"]
-    finally:
-        ray.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -25,24 +25,14 @@ from rlenv.results import RolloutRecord  # noqa: E402
 from rlenv.runner import RunResult, RunSettings, run  # noqa: E402
 from rlenv.worker.config import RolloutTask, WorkerConfig  # noqa: E402
 from tests.chat_server import ChatServer  # noqa: E402
-from tests.conftest import ROOT, EnvBuilder, cli, read_jsonl  # noqa: E402
+from tests.conftest import ROOT, EnvBuilder, cli, local_ray, read_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster() -> Iterator[None]:
     """A local Ray instance for the module; executors find it running and leave it running."""
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        object_store_memory=256 * 1024 * 1024,
-        log_to_driver=False,
-        logging_level="WARNING",
-    )
-    try:
+    with local_ray(num_cpus=2, store_mb=256):
         yield
-    finally:
-        ray.shutdown()
 
 
 def both(spec: Path, tmp_path: Path, **options: Any) -> tuple[RunResult, RunResult]:

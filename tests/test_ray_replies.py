@@ -18,7 +18,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from rlenv.runner import RunSettings, run  # noqa: E402
-from tests.conftest import EnvBuilder, read_jsonl  # noqa: E402
+from tests.conftest import EnvBuilder, local_ray, read_jsonl  # noqa: E402
 
 # the policy of input "bad" swaps the worker's record sealer for one call: what the actor
 # returns for this very rollout is then the forged value
@@ -56,25 +56,8 @@ ATTACKS = ("deep", "other", "raise")
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_cluster() -> Iterator[None]:
-    for attempt in range(3):  # Ray gives its raylet 30 s to register: a loaded machine misses
-        try:
-            ray.init(
-                address="local",
-                num_cpus=1,
-                include_dashboard=False,
-                object_store_memory=128 * 1024 * 1024,
-                log_to_driver=False,
-                logging_level="WARNING",
-            )
-            break
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
-    try:
+    with local_ray(num_cpus=1, store_mb=128):
         yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.mark.parametrize("kind", sorted(ATTACKS))
