@@ -56,6 +56,8 @@ def test_a_worker_without_tools_loads_no_schema_validator_nor_httpx_cli(
 
 
 TOOL_POLICY = """
+import httpx  # an HTTP tool's client: replay patches it (and no other client)
+
 def tool(args, ctx):
     return "ok"
 
@@ -78,7 +80,7 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
     assert seen["status"] == "ok"
     assert "jsonschema" in seen["loaded"]
     assert "lark" not in seen["loaded"], "the worker compiled rfc3987_syntax's grammars"
-    assert "httpx" in seen["loaded"]  # replay patches it
+    assert "httpx" in seen["loaded"]  # the tool's own import
     for heavy in ("rich", "pygments", "click"):  # httpx's command-line client
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
 
