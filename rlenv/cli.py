@@ -26,12 +26,12 @@ SETTINGS: dict[str, Any] = {
 }
 
 
-def _command(name: str, module: str, function: str) -> Callable[[], typer.Typer]:
-    """A loader of one command: `function` of rlenv.commands.`module`, named `name`."""
+def _command(name: str) -> Callable[[], typer.Typer]:
+    """A loader of one command: function `name` of rlenv.commands.`name`."""
 
     def load() -> typer.Typer:
         app = typer.Typer(**SETTINGS)
-        app.command(name)(getattr(importlib.import_module(f"rlenv.commands.{module}"), function))
+        app.command(name)(getattr(importlib.import_module(f"rlenv.commands.{name}"), name))
         return app
 
     return load
@@ -59,65 +59,65 @@ IMPORT_HELP = "Write a frozen spec from an Inspect AI task or an lm-eval YAML ta
 COMMANDS: dict[str, tuple[str, Callable[[], typer.Typer]]] = {
     "run": (
         "Score a model in a frozen env: every held-out input x K rollouts.",
-        _command("run", "run", "run"),
+        _command("run"),
     ),
     "verify": (
         "Run the env N times and require byte-identical results (exit 1 on divergence).",
-        _command("verify", "verify", "verify"),
+        _command("verify"),
     ),
     "validate": (
         "Check schema, files, pinned hashes and importable graders; print the fingerprint.",
-        _command("validate", "validate", "validate"),
+        _command("validate"),
     ),
     "record": (
         "Run the policy with tools live and write their HTTP into the spec's cassettes.",
-        _command("record", "record", "record"),
+        _command("record"),
     ),
     "grade": (
         "Run the expensive verifiers a run deferred; rewrite its results and summary.",
-        _command("grade", "grade", "grade"),
+        _command("grade"),
     ),
     "init": (
         "Scaffold a working env: spec, helper package and pinned inputs.",
-        _command("init", "init", "init"),
+        _command("init"),
     ),
     "report": (
         "Write a self-contained HTML report of a run's diagnostics (report.html).",
-        _command("report", "report", "report"),
+        _command("report"),
     ),
     "compare": (
         "Compare runs of one env across checkpoints; flag reward hacking between them.",
-        _command("compare", "compare", "compare"),
+        _command("compare"),
     ),
     "probe": (
         "Score gold answers with and without hacks (padding, flattery, formatting, ...).",
-        _command("probe", "probe", "probe"),
+        _command("probe"),
     ),
     "check": (
         "Verify a run: each record against its digest, no duplicate or missing rollout, "
         "summary.json recomputed from the records, run.json against its seal. Exit 1 on "
         "tampering (or, with --against, on a difference), naming the first problem.",
-        _command("check", "check", "check"),
+        _command("check"),
     ),
     "pin": (
         "Pin the sha256 of the inputs, snapshot, cassettes and reward-model data in the spec, "
         "all at once, editing only the hash values (comments and layout are kept).",
-        _command("pin", "pin", "pin"),
+        _command("pin"),
     ),
     "schema": (
         "Print the JSON Schema of an env spec (for YAML editors: `# yaml-language-server: "
         "$schema=FILE`).",
-        _command("schema", "schema", "schema"),
+        _command("schema"),
     ),
     "watch": (
         "Evaluate every checkpoint-N in OUTPUT_DIR with the held-out env as it appears (TRL, "
         "verl, OpenRLHF): one run directory per step, rlenv/... scalars in TensorBoard.",
-        _command("watch", "watch", "watch"),
+        _command("watch"),
     ),
     "serve": (
         "Serve the env over the OpenEnv protocol (/reset /step /state /ws) until interrupted; "
         "every finished episode is a results line of the run directory (--out).",
-        _command("serve", "serve", "serve"),
+        _command("serve"),
     ),
     "rm": (
         RM_HELP,
