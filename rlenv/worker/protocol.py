@@ -332,6 +332,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         return
     _orchestrator_fds[:] = [connection.fileno()]
     _make_private_places()
+    # what the world holds once started is kept for the worker's life: out of the collector's
+    # sight, where no call's child (forked from here) touches, and so copies, its pages
+    gc.freeze()
     connection.send(("ready", os.getpid()))
     while True:
         try:
