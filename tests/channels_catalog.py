@@ -61,6 +61,11 @@ FOLDERS = {"dev_shm": "/dev/shm", "tmp": "/tmp", "var_tmp": "/var/tmp", "home": 
            "etc": "/etc"}  # root-owned: a channel when the world runs as root
 
 
+# what a call can set on the directory that holds its workdir (the work root, or the view a
+# worker shows it in) instead of writing a file there: an attribute, its times, its mode
+BESIDE = ("work_root_xattr", "work_root_times", "work_root_mode")
+
+
 def _key(name):
     return 0x5EED0000 | (sum(name.encode()) & 0xFFFF)
 
@@ -134,6 +139,17 @@ def write(channel, name, token):
                 os.write(connection, data)
                 os.close(connection)
             os._exit(0)
+        return "wrote"
+    if channel in BESIDE:  # on the directory that holds the rollout's workdir itself
+        try:
+            if channel == "work_root_xattr":
+                os.setxattr("..", "user." + name, data)
+            elif channel == "work_root_times":
+                os.utime("..", (int(token), int(token)))
+            else:
+                os.chmod("..", int(token.removeprefix("mode-"), 8))
+        except OSError as exc:
+            return f"{channel} {exc}"
         return "wrote"
     if channel in FOLDERS:
         path = os.path.join(os.path.expanduser(FOLDERS[channel]), name)
@@ -239,6 +255,16 @@ def read(channel, name):
             return "read " + client.recv(256).decode(errors="replace")
         except OSError as exc:
             return f"socket {exc}"
+    if channel in BESIDE:
+        try:
+            if channel == "work_root_xattr":
+                return "read " + os.getxattr("..", "user." + name).decode(errors="replace")
+            status = os.stat("..")
+            if channel == "work_root_times":
+                return f"read {int(status.st_mtime)}"
+            return f"read mode-{status.st_mode & 0o777:o}"
+        except OSError as exc:
+            return f"{channel} {exc}"
     if channel in FOLDERS:
         try:
             with open(os.path.join(os.path.expanduser(FOLDERS[channel]), name)) as handle:
@@ -338,6 +364,9 @@ PYTHON_CHANNELS = (
     "kept_semaphore",
     "kept_semaphore_map",
     "work_root",
+    "work_root_xattr",
+    "work_root_times",
+    "work_root_mode",
     "env_dir",
 )
 """Channels through the worker process's own state (a module's globals, its environment, a
@@ -384,6 +413,10 @@ def new_names(channels: tuple[str, ...] = CHANNELS) -> dict[str, tuple[str, str]
     names = {c: (f"rlenv-chan-{c}-{tag}", f"TOKEN-{c}-{tag}") for c in channels}
     if "faketime_map" in names:  # 8 bytes of libfaketime's memory: the token fits there
         names["faketime_map"] = (names["faketime_map"][0], f"T{tag[:7]}")
+    if "work_root_times" in names:  # a time in seconds: the token is a number
+        names["work_root_times"] = (names["work_root_times"][0], str(10**9 + int(tag, 16) % 10**8))
+    if "work_root_mode" in names:  # a mode the view never has
+        names["work_root_mode"] = (names["work_root_mode"][0], "mode-703")
     if "kept_semaphore_map" in names:  # 8 bytes of a semaphore's memory, likewise
         names["kept_semaphore_map"] = (names["kept_semaphore_map"][0], f"S{tag[:7]}")
     return names

@@ -74,6 +74,10 @@ def load_replay(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
 class ReplayPolicy:
     """Worker-side: looks the rollout up and hands back its answer or whole trajectory."""
 
+    env_code = False
+    """rlenv's own code reading data: a rollout it answers runs no env code unless the env has
+    tools or a simulated user (`rlenv.worker.protocol`: no child of its own then)."""
+
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.table = load_replay(Path(uri[len("replay:") :]))

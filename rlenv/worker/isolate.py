@@ -87,8 +87,19 @@ class ChildDied(Exception):
     """The child ended without an answer (killed, or env code ended its process): how."""
 
 
+_LIBC: Any = None
+
+
 def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True)
+    """The C library, loaded once (a child inherits it: nothing to load after the fork)."""
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+        _LIBC.mmap.restype = ctypes.c_void_p
+        _LIBC.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
+        _LIBC.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
+        _LIBC.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return _LIBC
 
 
 def _text(value: str | None) -> bytes | None:
@@ -132,6 +143,7 @@ class PrivatePlaces:
     real: int | None = None  # O_PATH descriptor of the host's work root (the worker's own)
     shown: str | None = None  # the workdir (a name in the work root) the view holds
     view_on: bool = False  # the view's tmpfs is mounted over the work root
+    view_locked: bool = False  # its root is nobody's: no call can change it (`_cover`)
 
     @classmethod
     def make(cls, keep: list[str], view: str | None = None) -> PrivatePlaces | None:
@@ -187,8 +199,17 @@ class PrivatePlaces:
             os.close(self.real)
         self.real = os.open(view, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         self.shown = None
-        flags = _MS_NOSUID | _MS_NODEV
+        flags = _MS_NOSUID | _MS_NODEV | _MS_NOATIME
         self.view_on = _mount(_libc(), "rlenv-work-view", view, "tmpfs", flags, _VIEW_OPTIONS)
+        self.view_locked = False
+        if self.view_on:
+            # owned by nobody: a call's child (uid 0 without capabilities) can neither write
+            # beside its workdir nor chmod, touch or set an attribute on the view's root, so
+            # the view need not be made anew after each call (`renew`); the worker, which
+            # keeps its capabilities, still makes and removes the workdirs' mount points
+            with contextlib.suppress(OSError):
+                os.chown(view, _NOBODY, _NOBODY)
+                self.view_locked = True
         return self.view_on
 
     def show(self, name: str) -> None:
@@ -199,7 +220,10 @@ class PrivatePlaces:
         if not self.view_on and not self._cover(self.view):
             raise OSError("the work root's view could not be mounted")
         if self.shown is not None:
-            libc.umount2(os.path.join(self.view, self.shown).encode(), _MNT_DETACH)
+            # at once (the call's processes are gone): a lazy detach waits as long, and longer
+            shown = os.path.join(self.view, self.shown).encode()
+            if libc.umount2(shown, 0) != 0:
+                libc.umount2(shown, _MNT_DETACH)
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.view, self.shown))
             self.shown = None
@@ -303,7 +327,8 @@ class PrivatePlaces:
                 self.view_on = False  # detached with the layer it was on
         if renewed:
             self._bind_kept()
-        self._reset_view()
+        if renewed or not self.view_on or not self.view_locked:
+            self._reset_view()
 
 
 def _remount(libc: Any, point: str, *, read_only: bool) -> bool:
@@ -375,13 +400,13 @@ def private_copies(names: tuple[str, ...]) -> int:
     """Each shared mapping of this process whose file's name holds one of `names` replaced by a
     private copy at the same address (what the code that uses it sees is unchanged; what this
     process writes there stays here): how many."""
+    return _copy_privately(_shared_regions(names))
+
+
+def _copy_privately(regions: list[tuple[int, int, str]]) -> int:
     libc = _libc()
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int]
-    libc.mmap.argtypes += [ctypes.c_int, ctypes.c_long]
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     copied = 0
-    for start, end, perms in _shared_regions(names):
+    for start, end, perms in regions:
         size = end - start
         saved = ctypes.string_at(start, size)
         fixed = _MAP_PRIVATE | _MAP_ANONYMOUS | _MAP_FIXED
@@ -392,6 +417,22 @@ def private_copies(names: tuple[str, ...]) -> int:
         libc.mprotect(start, size, protection)
         copied += 1
     return copied
+
+
+_regions: dict[tuple[str, ...], list[tuple[int, int, str]]] = {}
+
+
+def shared_with_children() -> list[tuple[int, int, str]]:
+    """The worker's shared mappings a child must copy (`SHARED_WITH_CHILDREN` and `kept`), read
+    from /proc/self/maps once per set of names, before a fork: read in every child it cost a
+    rollout more than the rollout's own work (the child's copy-on-write faults on a long file).
+    They are mapped as the worker starts (libfaketime's at load, `kept` before any call), and a
+    worker never unmaps them."""
+    names = SHARED_WITH_CHILDREN + kept
+    found = _regions.get(names)
+    if found is None:
+        found = _regions[names] = _shared_regions(names)
+    return found
 
 
 def _shared_regions(names: tuple[str, ...]) -> list[tuple[int, int, str]]:
@@ -410,11 +451,23 @@ def _shared_regions(names: tuple[str, ...]) -> list[tuple[int, int, str]]:
 # -- in the child ----------------------------------------------------------------------------
 
 
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as handle:
+            return int(handle.read())
+    except (OSError, ValueError):
+        return 63
+
+
+_LAST_CAPABILITY: int | None = None
+
+
 def drop_capabilities() -> bool:
     """No capability left, none to regain through exec (the bounding set emptied, no new
     privileges): the child cannot remount, ptrace its parent or take its file descriptors."""
     libc = _libc()
-    for capability in range(64):
+    last = _LAST_CAPABILITY if _LAST_CAPABILITY is not None else _last_capability()
+    for capability in range(last + 1):
         dropped = libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0) == 0
         if not dropped and ctypes.get_errno() == 22:  # EINVAL: past the last capability
             break
@@ -444,14 +497,19 @@ def _encode(reply: tuple[str, Any]) -> bytes:
     return json.dumps({"ok": value}).encode()
 
 
-def _child(body: Callable[[], Any], write_fd: int, closing: list[int]) -> None:
+def _child(
+    body: Callable[[], Any],
+    write_fd: int,
+    closing: list[int],
+    regions: list[tuple[int, int, str]],
+) -> None:
     """The forked child's life; never returns."""
     code = 0
     try:
         for fd in closing:
             with contextlib.suppress(OSError):
                 os.close(fd)
-        private_copies(SHARED_WITH_CHILDREN + kept)
+        _copy_privately(regions)
         if not drop_capabilities():
             raise PermissionError("could not drop capabilities")
         try:
@@ -483,12 +541,17 @@ def in_child(
     ("raise", exception); `ChildDied` when it ended without one. The child is not waited for
     here (`settle` reaps it, after the reply is sent). `took` (if given) gets the seconds from
     the fork to its answer being read: the call's own time."""
+    global _LAST_CAPABILITY
+    if _LAST_CAPABILITY is None:
+        _LAST_CAPABILITY = _last_capability()
+    _libc()
+    regions = shared_with_children()
     read_fd, write_fd = os.pipe()
     started = time.clock_gettime(time.CLOCK_MONOTONIC)  # freezegun leaves this clock alone
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
         os.close(read_fd)
-        _child(body, write_fd, closing)
+        _child(body, write_fd, closing, regions)
     os.close(write_fd)
     _pending.append(pid)
     try:
@@ -622,6 +685,14 @@ def _other_exception(name: str, args: list[Any]) -> Exception:
         with contextlib.suppress(Exception):
             return found(text)  # type: ignore[no-any-return]
     return RuntimeError(f"{name}: {text}" if text else name)
+
+
+def as_answer(value: Any) -> dict[str, Any]:
+    """`value` as a child would have answered it (encoded, then decoded as data): a call the
+    worker runs itself gives its caller exactly what a child's would."""
+    kind, answer = _decode(json.loads(_encode(("ok", value))))
+    assert kind == "ok"
+    return answer  # type: ignore[no-any-return]
 
 
 def as_outcome(value: dict[str, Any]) -> ToolOutcome:

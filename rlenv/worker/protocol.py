@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -331,6 +332,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         return
     _orchestrator_fds[:] = [connection.fileno()]
     _make_private_places()
+    # what the world holds once started is kept for the worker's life: out of the collector's
+    # sight, where no call's child (forked from here) touches, and so copies, its pages
+    gc.freeze()
     connection.send(("ready", os.getpid()))
     while True:
         try:
@@ -475,7 +479,12 @@ def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
     timeout_s = runtime.loaded.spec.limits.timeout_s
     took: list[float] = []  # the conversation's time
     runtime.prepare(task)  # here: the child cannot reach the host's work root
-    answer = _child_answer(_converse, task, took=took)
+    if _runs_env_code(runtime):
+        answer = _child_answer(_converse, task, took=took)
+    else:  # rlenv's own code only: nothing to keep from the next rollout, no child needed
+        started = time.clock_gettime(time.CLOCK_MONOTONIC)
+        answer = isolate.as_answer(_converse(task))  # the same data a child would send
+        took.append(time.clock_gettime(time.CLOCK_MONOTONIC) - started)
     try:
         trajectory = isolate.as_trajectory(answer)
     except TypeError as exc:
@@ -488,6 +497,14 @@ def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
     except RolloutTimeout:  # the timer fired after grading, while the record was being made
         runtime.release(task)
         return _timeout_record(task, model)
+
+
+def _runs_env_code(runtime: WorldRuntime) -> bool:
+    """Whether a rollout's conversation runs env code: a policy of the env's (``python:``), a
+    tool or a simulated user. A replayed policy (``replay:``, rlenv's own code reading data)
+    in an env with neither runs none, and the rollout needs no child of its own."""
+    policy_of_env = getattr(runtime.policy, "env_code", True) is not False
+    return policy_of_env or bool(runtime.tools.functions) or runtime.user is not None
 
 
 def _converse(task: RolloutTask) -> Any:

@@ -1,0 +1,68 @@
+"""A rollout whose conversation runs no env code (a ``replay:`` policy, no tool, no simulated
+user) is answered by the worker itself, without a child process of its own (issue 30: a fork
+per rollout was most of a plain rollout's cost). Any env code in the conversation still gets a
+child per rollout: the attack below is a simulated user (env code) beside a replayed policy,
+keeping a count in its module across rollouts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import EnvBuilder, cli, read_jsonl
+
+USER = """
+SEEN = []
+
+def user(messages, input, ctx):
+    SEEN.append(input["id"])
+    if sum(1 for m in messages if m["role"] == "user") > 1:
+        return None
+    return "rollouts this process saw: " + ",".join(SEEN)
+"""
+
+INPUTS = [{"id": f"i{n}", "prompt": f"say {n}", "answer": str(n)} for n in range(4)]
+
+
+def _replay_file(path: Path) -> Path:
+    lines = [{"input_id": f"i{n}", "rollout": 0, "answer": str(n)} for n in range(4)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _run(spec: Path, replay: Path, out: Path) -> list[dict]:
+    done = cli(
+        "run",
+        str(spec),
+        "--model",
+        f"replay:{replay}",
+        "--out",
+        str(out),
+        "--json",
+        "--concurrency",
+        "1",
+        "--workers",
+        "1",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return sorted(read_jsonl(out / "results.jsonl"), key=lambda r: r["input_id"])
+
+
+def test_a_replayed_policy_is_graded_as_before(env_builder: EnvBuilder, tmp_path: Path) -> None:
+    spec = env_builder.write("", inputs=INPUTS, rollouts=1)
+    records = _run(spec, _replay_file(tmp_path / "replay.jsonl"), tmp_path / "run")
+    assert [r["answer"] for r in records] == ["0", "1", "2", "3"]
+    assert all(r["status"] == "ok" and r["passed"] for r in records)
+    assert [m["role"] for m in records[0]["messages"]] == ["user", "assistant"]
+
+
+def test_a_simulated_user_beside_a_replayed_policy_starts_fresh_each_rollout(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write(
+        USER, inputs=INPUTS, rollouts=1, user={"function": f"{env_builder.module}:user"}
+    )
+    records = _run(spec, _replay_file(tmp_path / "replay.jsonl"), tmp_path / "run")
+    said = {r["input_id"]: r["messages"][2]["content"] for r in records}
+    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
+    assert said == {f"i{n}": f"rollouts this process saw: i{n}" for n in range(4)}, said
