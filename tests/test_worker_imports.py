@@ -110,3 +110,63 @@ def test_the_iri_format_is_still_checked_when_first_asked(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout)
     assert seen == {"before": False, "answers": [True, False, True], "after": True}
+
+
+SENT_PROBE = """
+import json, pickle, sys
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask
+
+protocol.init_worker(pickle.loads(open(sys.argv[1], "rb").read()))
+record = protocol.handle("run_rollout", RolloutTask(0, 0))
+import pydantic
+
+def subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
+
+built = sorted({c.__qualname__ for c in subclasses(pydantic.BaseModel) if c.__pydantic_complete__})
+scanned = "pydantic.plugin._loader" in sys.modules
+print(json.dumps({"status": record["status"], "built": built, "scanned": scanned}), file=sys.stderr)
+"""
+
+
+def test_a_worker_sent_its_spec_builds_no_spec_validator(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The local executor loads the spec once and sends it to each worker as data
+    (`WorkerConfig.loaded_spec`), pickled as multiprocessing sends it: the worker builds no
+    pydantic validator or serializer (the spec's took a third of its start) and never scans
+    the installed distributions for pydantic plugins, through a whole rollout with a tool."""
+    import pickle
+
+    from rlenv.spec import load_spec
+    from rlenv.worker.config import WorkerConfig
+
+    spec = env_builder.write(
+        TOOL_POLICY,
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
+        decoding={"temperature": 0.5, "stop": ["x"]},
+    )
+    config = WorkerConfig(
+        spec_path=str(spec),
+        work_root=str(tmp_path / "work"),
+        model_uri=f"python:{env_builder.module}:policy",
+        loaded_spec=load_spec(spec),
+    )
+    (tmp_path / "work").mkdir()
+    sent = tmp_path / "config.pickle"
+    sent.write_bytes(pickle.dumps(config))
+    probe = tmp_path / "probe.py"
+    probe.write_text(SENT_PROBE)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(sent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"status": "ok", "built": [], "scanned": False}

@@ -79,7 +79,7 @@ class WorldRuntime:
             from rlenv.sandbox.mechanism import WEAK_SANDBOX_VARIABLE  # not verifiers.code: 0.1 s
 
             os.environ[WEAK_SANDBOX_VARIABLE] = "1"  # read by the code verifiers, in this worker
-        self.loaded = load_spec(config.spec_path)
+        self.loaded = config.loaded_spec or load_spec(config.spec_path)
         spec = self.loaded.spec
         # tools see each service at its logical URL, whatever the host's environment says
         os.environ.update(service_variables(spec.services))
@@ -123,7 +123,9 @@ class WorldRuntime:
         self.reward_components = build_components(spec.reward)
         self.snapshot_path = self.loaded.snapshot_path
         self._frozen_time = spec.time.isoformat()
-        self._decoding = spec.decoding.model_dump()  # copied per rollout: env code may change it
+        # copied per rollout (env code may change it); not `model_dump`, whose serializer the
+        # worker would build (the spec is sent built: `WorkerConfig.loaded_spec`)
+        self._decoding = dict(spec.decoding)
         self.snapshot_manifest = (
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
         )
