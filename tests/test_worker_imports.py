@@ -80,6 +80,8 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
     assert seen["status"] == "ok"
     assert "jsonschema" in seen["loaded"]
     assert "lark" not in seen["loaded"], "the worker compiled rfc3987_syntax's grammars"
+    for deferred in ("rfc3986_validator", "isoduration", "arrow"):  # uri, duration formats
+        assert deferred not in seen["loaded"], f"the worker imported {deferred}"
     assert "httpx" in seen["loaded"]  # the tool's own import
     for heavy in ("rich", "pygments", "click"):  # httpx's command-line client
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
@@ -170,3 +172,111 @@ def test_a_worker_sent_its_spec_builds_no_spec_validator(
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stderr.strip().splitlines()[-1])
     assert seen == {"status": "ok", "built": [], "scanned": False}
+
+
+FORMATS_PROBE = """
+import json, sys
+from rlenv.json_schema import load_jsonschema
+
+jsonschema = load_jsonschema()
+deferred = ("rfc3986_validator", "isoduration", "arrow", "rfc3987_syntax", "lark")
+before = [name for name in deferred if name in sys.modules]
+checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+registered = sorted(set(checker.checkers) & {"duration", "uri", "uri-reference", "iri"})
+cases = {
+    "duration": ["P1D", "P1", "1D", "PT1H", "P", 7],
+    "uri": ["https://x.org/a b", "https://x.org/a", "not a uri", 7],
+    "uri-reference": ["/a/b", "http://[x", 7],
+}
+answers = {name: [checker.conforms(v, name) for v in values] for name, values in cases.items()}
+import isoduration, rfc3986_validator
+real = [hasattr(isoduration, "format_duration"), hasattr(rfc3986_validator, "URI_RE")]
+print(json.dumps({"before": before, "registered": registered, "answers": answers, "real": real}))
+"""
+
+
+def test_the_uri_and_duration_formats_are_checked_as_before_when_first_asked() -> None:
+    """rfc3986_validator (uri) and isoduration (duration, which imports arrow) are stand-ins
+    while jsonschema imports: nothing of them is loaded until the first check, the checkers
+    are registered, the answers are jsonschema's own (pinned from a plain `import jsonschema`),
+    and code importing either library afterwards gets the real one."""
+    result = subprocess.run(
+        [sys.executable, "-c", FORMATS_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout)
+    assert seen == {
+        "before": [],
+        "registered": ["duration", "iri", "uri", "uri-reference"],
+        "answers": {
+            "duration": [True, False, False, True, False, True],
+            "uri": [False, True, False, True],
+            "uri-reference": [True, False, True],
+        },
+        "real": [True, True],
+    }
+
+
+STAND_IN_PROBE = """
+import json, sys
+from rlenv.json_schema import load_jsonschema
+
+load_jsonschema()
+left = "rfc3987_syntax" in sys.modules  # importing the real one compiles its grammars: 4 s
+import isoduration, rfc3986_validator  # env code of its own, before any check
+real = [hasattr(isoduration, "format_duration"), hasattr(rfc3986_validator, "URI_RE")]
+print(json.dumps([left, *real]))
+"""
+
+
+def test_code_importing_a_deferred_library_gets_the_real_one() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", STAND_IN_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == [False, True, True]
+
+
+DURATION_VERIFIER = {
+    "name": "shape",
+    "type": "json_schema",
+    "schema": {"type": "object", "properties": {"took": {"type": "string", "format": "duration"}}},
+}
+
+
+def test_a_worker_imports_the_format_libraries_its_graders_need_at_its_start(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Each rollout is graded in a fresh child of the worker: a library the grader's format
+    needs is imported once, as the worker starts, not at every rollout's first check."""
+    spec = env_builder.write(
+        'def policy(messages, tools, ctx):\n    return \'{"took": "P1D"}\'\n',
+        verifiers=[DURATION_VERIFIER],
+    )
+    probe = tmp_path / "probe.py"
+    probe.write_text(START_PROBE)
+    model = f"python:{env_builder.module}:policy"
+    result = subprocess.run(
+        [sys.executable, str(probe), str(spec), model],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"at_start": True, "status": "ok", "passed": True}
+
+
+START_PROBE = """
+import json, sys, tempfile
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask, WorkerConfig
+
+config = WorkerConfig(spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2])
+protocol.init_worker(config)
+at_start = hasattr(sys.modules.get("isoduration"), "format_duration")
+record = protocol.handle("run_rollout", RolloutTask(0, 0))
+print(json.dumps({"at_start": at_start, "status": record["status"], "passed": record["passed"]}),
+      file=sys.stderr)
+"""

@@ -108,6 +108,11 @@ class Verifiers:
         self.loaded = loaded
         self.config = config
         self.functions = build_verifiers(list(loaded.spec.verifiers))
+        schemas = [v.schema_ for v in loaded.spec.verifiers if v.type == "json_schema"]
+        if schemas:  # each rollout is graded in a fresh child: import its format libraries once
+            from rlenv.json_schema import load_formats, schema_formats
+
+            load_formats(name for schema in schemas for name in schema_formats(schema))
         self.cache: GraderCache | None = None
         self.identities: dict[str, Any] = {}
         if config.cache_dir:
