@@ -12,7 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlenv.canonical import SAFE_INTEGER
@@ -28,17 +27,10 @@ from rlenv.spec_base import (  # noqa: F401  (re-exported: rlenv.spec is where t
     Strict,
     signature,
 )
-from rlenv.spec_compose import EXTENDS, compose
 from rlenv.spec_user import SimulatedUser
-from rlenv.user_yaml import (
-    describe_error,
-    error_location,
-    format_loc,
-    hash_hint,
-    line_at,
-    read_user_text,
-    read_yaml,
-)
+
+# YAML (`rlenv.user_yaml`, `rlenv.spec_compose`) is imported where a spec file is read: a
+# frozen-world worker is sent its spec as data (`WorkerConfig.loaded_spec`) and reads none
 
 Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
 DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
@@ -555,6 +547,10 @@ class LoadedSpec:
 
 def line_of(loaded: LoadedSpec, loc: tuple[Any, ...]) -> int | None:
     """The 1-based line of a field path (``("tools", 0, "function")``) in a loaded spec file."""
+    import yaml
+
+    from rlenv.user_yaml import line_at
+
     try:
         node = yaml.compose(loaded.path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -573,6 +569,17 @@ def json_schema() -> dict[str, Any]:
 
 def load_spec(path: str | Path) -> LoadedSpec:
     """Load and validate an env spec; raise SpecError with file:line: field: problem."""
+    from rlenv.spec_compose import EXTENDS, compose
+    from rlenv.user_yaml import (
+        describe_error,
+        error_location,
+        format_loc,
+        hash_hint,
+        line_at,
+        read_user_text,
+        read_yaml,
+    )
+
     spec_path = Path(path)
     text = read_user_text(spec_path, "spec file")
     node, raw = read_yaml(spec_path, text)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import EnvBuilder
 
 PROBE = """
@@ -21,7 +23,8 @@ protocol.init_worker(config)
 record = protocol.handle("run_rollout", RolloutTask(0, 0))
 loaded = sorted({name.split(".")[0] for name in sys.modules})
 import httpx._main  # env code that wants httpx's command-line client still gets it
-print(json.dumps({"status": record["status"], "loaded": loaded}), file=sys.stderr)
+worlds = sorted(name for name in sys.modules if name.startswith("rlenv.world."))
+print(json.dumps({"status": record["status"], "loaded": loaded, "worlds": worlds}), file=sys.stderr)
 """
 
 POLICY = """
@@ -53,6 +56,8 @@ def test_a_worker_without_tools_loads_no_schema_validator_nor_httpx_cli(
     # nothing to replay: no vcrpy, nor the HTTP clients it patches (a third of a second each)
     for heavy in ("jsonschema", "rich", "pygments", "click", "httpx", "vcr", "aiohttp", "numpy"):
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
+    for part in ("replay", "replay_patch", "scrub", "secrets", "mcp", "mcp_client"):
+        assert f"rlenv.world.{part}" not in seen["worlds"], f"the worker imported {part}"
 
 
 TOOL_POLICY = """
@@ -102,8 +107,6 @@ print(json.dumps({"before": before, "answers": answers, "after": "lark" in sys.m
 def test_the_iri_format_is_still_checked_when_first_asked(tmp_path: Path) -> None:
     import importlib.util
 
-    import pytest
-
     if importlib.util.find_spec("rfc3987_syntax") is None:
         pytest.skip("rfc3987_syntax not installed: jsonschema checks no iri here")
     result = subprocess.run(
@@ -130,25 +133,31 @@ def subclasses(cls):
 
 built = sorted({c.__qualname__ for c in subclasses(pydantic.BaseModel) if c.__pydantic_complete__})
 scanned = "pydantic.plugin._loader" in sys.modules
-print(json.dumps({"status": record["status"], "built": built, "scanned": scanned}), file=sys.stderr)
+yaml = "yaml" in sys.modules
+print(json.dumps({"status": record["status"], "built": built, "scanned": scanned, "yaml": yaml}),
+      file=sys.stderr)
 """
 
 
+@pytest.mark.parametrize("tools", [True, False], ids=["one-tool", "no-tools"])
 def test_a_worker_sent_its_spec_builds_no_spec_validator(
-    env_builder: EnvBuilder, tmp_path: Path
+    env_builder: EnvBuilder, tmp_path: Path, tools: bool
 ) -> None:
     """The local executor loads the spec once and sends it to each worker as data
     (`WorkerConfig.loaded_spec`), pickled as multiprocessing sends it: the worker builds no
     pydantic validator or serializer (the spec's took a third of its start) and never scans
-    the installed distributions for pydantic plugins, through a whole rollout with a tool."""
+    the installed distributions for pydantic plugins, through a whole rollout; without tools
+    it imports no YAML at all (vcrpy, replaying a tool's HTTP, does)."""
     import pickle
 
     from rlenv.spec import load_spec
     from rlenv.worker.config import WorkerConfig
 
     spec = env_builder.write(
-        TOOL_POLICY,
-        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
+        TOOL_POLICY if tools else POLICY,
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}]
+        if tools
+        else [],
         decoding={"temperature": 0.5, "stop": ["x"]},
     )
     config = WorkerConfig(
@@ -156,6 +165,8 @@ def test_a_worker_sent_its_spec_builds_no_spec_validator(
         work_root=str(tmp_path / "work"),
         model_uri=f"python:{env_builder.module}:policy",
         loaded_spec=load_spec(spec),
+        world_checks={"purpose": "run", "model": None, "defer_expensive": False},  # as `run`
+        cache_dir=str(tmp_path / "grader-cache"),  # `run` keeps one (for expensive verifiers)
     )
     (tmp_path / "work").mkdir()
     sent = tmp_path / "config.pickle"
@@ -171,7 +182,7 @@ def test_a_worker_sent_its_spec_builds_no_spec_validator(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stderr.strip().splitlines()[-1])
-    assert seen == {"status": "ok", "built": [], "scanned": False}
+    assert seen == {"status": "ok", "built": [], "scanned": False, "yaml": tools}
 
 
 FORMATS_PROBE = """
@@ -280,3 +291,30 @@ record = protocol.handle("run_rollout", RolloutTask(0, 0))
 print(json.dumps({"at_start": at_start, "status": record["status"], "passed": record["passed"]}),
       file=sys.stderr)
 """
+
+
+CHECKED_MODULE = """
+import sys
+from rlenv.spec import EnvSpec
+
+print("spec built:", EnvSpec.__pydantic_complete__, file=sys.stderr)
+
+def policy(messages, tools, ctx):
+    return "a"
+"""
+
+
+def test_the_checking_child_of_validate_is_sent_the_spec(env_builder: EnvBuilder) -> None:
+    """`rlenv validate` imports the env's modules in a checking child; the child is sent the
+    spec the orchestrator loaded (as a worker is), so it does not build the spec's validator
+    again (a third of the child's start)."""
+    spec = env_builder.write(CHECKED_MODULE)
+    result = subprocess.run(
+        [sys.executable, "-m", "rlenv", "validate", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "spec built: False" in result.stderr, result.stderr[-3000:]

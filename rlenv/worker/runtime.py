@@ -62,8 +62,6 @@ from rlenv.worker.timers import install_alarm, rollout_timer, set_phase, timed_o
 from rlenv.worker.tools import ToolContext, WorldTools, describe
 from rlenv.world import netguard, snapshot
 from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
-from rlenv.world.replay import replay_cassette, spec_indexes
-from rlenv.world.scrub import spec_scrubber
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
 
 
@@ -138,6 +136,9 @@ class WorldRuntime:
         # no tool, no judge: no recorded HTTP to serve, and nothing to import vcrpy for (a
         # third of a worker's start); HTTP from a policy or verifier meets the network guard
         if not config.live_tools and (spec.tools or judged or (spec.user and spec.user.model)):
+            from rlenv.world.replay import replay_cassette, spec_indexes
+            from rlenv.world.scrub import spec_scrubber
+
             self.tools.cassette = self._entered.enter_context(
                 replay_cassette(
                     spec_indexes(self.loaded, spec_scrubber(self.loaded)),
