@@ -139,6 +139,9 @@ print(json.dumps({"status": record["status"], "built": built, "scanned": scanned
 """
 
 
+MISSED = {"status": 404, "body": {"error": "not recorded"}}  # a declared fallback
+
+
 @pytest.mark.parametrize("tools", [True, False], ids=["one-tool", "no-tools"])
 def test_a_worker_sent_its_spec_builds_no_spec_validator(
     env_builder: EnvBuilder, tmp_path: Path, tools: bool
@@ -155,7 +158,7 @@ def test_a_worker_sent_its_spec_builds_no_spec_validator(
 
     spec = env_builder.write(
         TOOL_POLICY if tools else POLICY,
-        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}]
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": {}, "on_miss": MISSED}]
         if tools
         else [],
         decoding={"temperature": 0.5, "stop": ["x"]},
