@@ -321,3 +321,59 @@ def test_the_checking_child_of_validate_is_sent_the_spec(env_builder: EnvBuilder
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "spec built: False" in result.stderr, result.stderr[-3000:]
+
+
+HELD_PROBE = """
+import gc, json, pickle, sys
+from rlenv.inputs import EnvInput
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask
+
+protocol.init_worker(pickle.loads(open(sys.argv[1], "rb").read()))
+held = sum(isinstance(thing, EnvInput) for thing in gc.get_objects())
+records = [protocol.handle("run_rollout", RolloutTask(index, 0)) for index in (0, 149, 7)]
+ids = [(record["input_id"], record["input_index"], record["answer"]) for record in records]
+print(json.dumps({"held": held, "ids": ids}), file=sys.stderr)
+"""
+
+
+def test_a_worker_parses_an_input_when_a_rollout_asks_for_it(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The orchestrator has checked the inputs file: a worker keeps its lines and parses the
+    record a call asks for, so it holds no parsed record at its start (each held ~0.8 kB of
+    every rollout's fork of it) and still hands each rollout its own input."""
+    import pickle
+
+    from rlenv.spec import load_spec
+    from rlenv.worker.config import WorkerConfig
+
+    inputs = [{"id": f"q{n}", "prompt": f"say {n}", "answer": str(n)} for n in range(150)]
+    inputs.insert(3, {"id": 1000, "prompt": "say 1000", "answer": "1000"})  # an integer id
+    spec = env_builder.write(
+        "def policy(messages, tools, ctx):\n    return messages[-1]['content'].split()[-1]\n",
+        inputs=inputs,
+    )
+    with (spec.parent / "inputs.jsonl").open("a") as handle:
+        handle.write("\n   \n")  # blank lines at the end are not records
+    config = WorkerConfig(
+        spec_path=str(spec),
+        work_root=str(tmp_path / "work"),
+        model_uri=f"python:{env_builder.module}:policy",
+        loaded_spec=load_spec(spec),
+    )
+    (tmp_path / "work").mkdir()
+    sent = tmp_path / "config.pickle"
+    sent.write_bytes(pickle.dumps(config))
+    probe = tmp_path / "probe.py"
+    probe.write_text(HELD_PROBE)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(sent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"held": 0, "ids": [["q0", 0, "0"], ["q148", 149, "148"], ["q6", 7, "6"]]}
