@@ -59,6 +59,7 @@ def _unfrozen(variables: dict[str, str], config: object) -> dict[str, str]:
 
 
 cpu_times: list[float] = []  # CPU seconds of each started worker's process tree, at ready
+rss_sizes: list[float] = []  # RSS (MB) of each started worker's python, at ready
 
 
 def _tree_cpu(pid: int) -> float:
@@ -75,6 +76,16 @@ def _tree_cpu(pid: int) -> float:
     return total / ticks
 
 
+def _worker_rss_mb(pid: int) -> float:
+    """The RSS of the worker's interpreter (the largest process of the tree its start command
+    made: `unshare --fork` leaves a small parent): what each rollout's fork of it copies."""
+    largest = 0
+    for member in common._tree(pid):
+        kib = common._status_kib(member)
+        largest = max(largest, kib[1] if kib else 0)
+    return largest / 1024
+
+
 def worker_start_seconds(
     runs: int, policy: str = "one_tool", fakes: tuple[bool, ...] = (False, True)
 ) -> tuple[list[float], list[float]]:
@@ -89,18 +100,27 @@ def worker_start_seconds(
     times: tuple[list[float], list[float]] = ([], [])
     with common.temp_dir("bench-worker-start-") as root:
         spec = common.build_env(root / "env", 1000, policy=policy, tool=policy == "one_tool")
+        if policy == "instant":  # the env's own module imports nothing (the bench's imports httpx)
+            (spec.parent / "benchenv.py").write_text(PLAIN_MODULE)
         checks = {"purpose": "run", "model": None, "defer_expensive": False}
         for number in range(runs):
             for faked in fakes:
                 local._with_frozen_clock = real if faked else _unfrozen  # type: ignore[assignment]
                 work = root / f"work-{number}-{faked}"
                 work.mkdir()
-                config = WorkerConfig(spec_path=str(spec), work_root=str(work), world_checks=checks)
+                config = WorkerConfig(
+                    spec_path=str(spec),
+                    work_root=str(work),
+                    world_checks=checks,
+                    model_uri=f"python:benchenv:{policy}",  # imported at start, as in a run
+                )
                 try:
                     started = time.perf_counter()
                     executor = local.LocalExecutor(config, 1)
                     times[faked].append(time.perf_counter() - started)
-                    cpu_times.append(_tree_cpu(executor.all[0].process.pid))  # type: ignore[attr-defined]
+                    pid = executor.all[0].process.pid  # type: ignore[attr-defined]
+                    cpu_times.append(_tree_cpu(pid))
+                    rss_sizes.append(_worker_rss_mb(pid))
                     executor.close()
                 finally:
                     local._with_frozen_clock = real
@@ -108,26 +128,48 @@ def worker_start_seconds(
 
 
 WORKER_PROBE = """
-import sys, tempfile
+import pickle, sys
 from rlenv.worker import protocol
-from rlenv.worker.config import WorkerConfig
-protocol.init_worker(WorkerConfig(spec_path=sys.argv[1], work_root=tempfile.mkdtemp()))
+protocol.init_worker(pickle.loads(open(sys.argv[1], "rb").read()))
 """
+
+PLAIN_MODULE = '''
+def instant(messages, tools, ctx):
+    """Answer at once with the last word of the prompt (imports nothing, as most envs)."""
+    return str(messages[-1]["content"]).split()[-1]
+'''
 
 
 def worker_imports(top: int) -> list[list[str]]:
     """The slowest imports (cumulative) of a worker entering the one-tool bench env's world,
-    in-process (`protocol.init_worker`), warm bytecode cache; and how many modules it holds."""
+    in-process (`protocol.init_worker`, sent its spec and checks as the local executor sends
+    them), warm bytecode cache; and how many modules it holds."""
+    import pickle
+
+    from rlenv.spec import load_spec
+    from rlenv.worker.config import WorkerConfig
+
     with common.temp_dir("bench-worker-imports-") as root:
         spec = common.build_env(root / "env", 4, policy="one_tool", tool=True)
-        result = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", WORKER_PROBE, str(spec)],
-            capture_output=True,
-            text=True,
-            env=common.bench_env(),
-            cwd=spec.parent,
-            check=True,
+        (root / "work").mkdir()
+        config = WorkerConfig(
+            spec_path=str(spec),
+            work_root=str(root / "work"),
+            model_uri="python:benchenv:one_tool",
+            world_checks={"purpose": "run", "model": None, "defer_expensive": False},
+            loaded_spec=load_spec(spec),
         )
+        sent = root / "config.pickle"
+        sent.write_bytes(pickle.dumps(config))
+        for _ in range(2):  # the first builds the cassette's index cache, as a run's checks do
+            result = subprocess.run(
+                [sys.executable, "-X", "importtime", "-c", WORKER_PROBE, str(sent)],
+                capture_output=True,
+                text=True,
+                env=common.bench_env(),
+                cwd=spec.parent,
+                check=True,
+            )
     rows = _import_rows(result.stderr)
     top_rows = [
         [name, f"{cum / 1000:.1f}", f"{own / 1000:.1f}"]
@@ -269,18 +311,21 @@ def worker_times(quick: bool) -> list[str]:
     worker_runs = 5 if quick else 11
     worker_start_seconds(1)  # warm
     cpu_times.clear()
+    rss_sizes.clear()
     plain, faked = worker_start_seconds(worker_runs)
-    tool_cpu = cpu_times[1::2]  # with libfaketime, as a run starts them
+    tool_cpu, tool_rss = cpu_times[1::2], rss_sizes[1::2]  # with libfaketime, as a run starts them
     cpu_times.clear()
+    rss_sizes.clear()
     _, no_tools = worker_start_seconds(worker_runs, "instant", (True,))
-    plain_cpu = list(cpu_times)
+    plain_cpu, plain_rss = list(cpu_times), list(rss_sizes)
     print(
-        f"frozen-world worker start, spawn to ready (env checks included, 1000 inputs), median"
-        f" of {worker_runs}"
+        f"frozen-world worker start, spawn to ready (env checks and the policy module included,"
+        f" 1000 inputs), median of {worker_runs}; RSS: the worker's once ready (each rollout"
+        " forks it)"
     )
     print(
         common.table(
-            ["worker", "median s", "min s", "max s", "median CPU s"],
+            ["worker", "median s", "min s", "max s", "median CPU s", "RSS MB"],
             [
                 [
                     label,
@@ -288,15 +333,17 @@ def worker_times(quick: bool) -> list[str]:
                     f"{min(t):.3f}",
                     f"{max(t):.3f}",
                     f"{statistics.median(cpu):.3f}" if cpu else "",
+                    f"{statistics.median(rss):.1f}" if rss else "",
                 ]
-                for label, t, cpu in (
-                    ("one tool, without libfaketime", plain, []),
+                for label, t, cpu, rss in (
+                    ("one tool, without libfaketime", plain, [], []),
                     (
                         "one tool, with libfaketime (LD_PRELOAD, sitecustomize shim)",
                         faked,
                         tool_cpu,
+                        tool_rss,
                     ),
-                    ("no tools, with libfaketime", no_tools, plain_cpu),
+                    ("no tools, with libfaketime", no_tools, plain_cpu, plain_rss),
                 )
             ],
         )

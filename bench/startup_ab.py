@@ -2,9 +2,11 @@
 
 `rlenv --help`, `rlenv validate` and `rlenv run --limit 1` (whole process tree: wall, and
 user + system CPU of the command and every child it waited for) and a frozen-world worker's
-start in-process (`protocol.init_worker`: imports, env checks, world entered; its own CPU), on
-a python env whose module imports nothing (like most test envs) and on the bench's one-tool env
-(an httpx tool replayed from a cassette). Run from the repository:
+start as `rlenv run` makes it (`LocalExecutor` with one worker, the env's checks in it: spawn
+to ready, wall; the worker's own CPU and RSS once ready: every rollout forks it, and a fork
+costs in proportion to its RSS), on a python env whose module imports nothing (like most test
+envs) and on the bench's one-tool env (an httpx tool replayed from a cassette). Run from the
+repository:
 
     git worktree add /tmp/rlenv-old OLD_COMMIT
     .venv/bin/python bench/startup_ab.py /tmp/rlenv-old . [--runs 7] [--quick]
@@ -37,12 +39,28 @@ def instant(messages, tools, ctx):
 '''
 
 WORKER_PROBE = """
-import os, sys, tempfile
-from rlenv.worker import protocol
+import os, sys, tempfile, time
+from pathlib import Path
+from rlenv.executors.local import LocalExecutor
 from rlenv.worker.config import WorkerConfig
-protocol.init_worker(WorkerConfig(spec_path=sys.argv[1], work_root=tempfile.mkdtemp()))
-used = os.times()
-print(f"cpu {used.user + used.system:.3f} modules {len(sys.modules)}", file=sys.stderr)
+checks = {"purpose": "run", "model": None, "defer_expensive": False}  # as `rlenv run` starts one
+config = WorkerConfig(spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2],
+                      world_checks=checks)
+started = time.perf_counter()
+executor = LocalExecutor(config, 1)
+wall = time.perf_counter() - started
+stack, cpu, rss = [executor.all[0].process.pid], 0, 0
+while stack:  # the worker and what its start command left around it (unshare --fork)
+    pid = stack.pop()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu += sum(int(value) for value in fields[11:15])
+    status = Path(f"/proc/{pid}/status").read_text().split("VmRSS:")
+    rss = max(rss, int(status[1].split()[0]) if len(status) > 1 else 0)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        stack += [int(child) for child in (task / "children").read_text().split()]
+executor.close()
+print(f"wall {wall:.3f} cpu {cpu / os.sysconf('SC_CLK_TCK'):.3f} rss {rss / 1024:.1f}",
+      file=sys.stderr)
 """
 
 
@@ -106,48 +124,64 @@ def main() -> None:
                         found[name][0].append(wall)
                         found[name][1].append(cpu)
             rows.extend(_rows(label, found))
-        for label, spec in (("worker start: python env", plain), ("worker start: one tool", tool)):
+        workers = (
+            ("worker start: python env", plain, "python:benchenv:instant"),
+            ("worker start: one tool", tool, "python:benchenv:one_tool"),
+        )
+        for label, spec, model in workers:
             seen: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in trees}
+            sizes: dict[str, list[float]] = {k: [] for k in trees}
             for number in range(args.runs + 1):
                 for name, tree in trees.items():
                     env = _environment(tree, name)
                     result = subprocess.run(
-                        [sys.executable, str(probe), str(spec)],
+                        [sys.executable, str(probe), str(spec), model],
                         cwd=spec.parent,
                         env=env,
                         capture_output=True,
                         text=True,
                     )
-                    match = re.search(r"cpu ([0-9.]+) modules (\d+)", result.stderr)
+                    match = re.search(r"wall ([0-9.]+) cpu ([0-9.]+) rss ([0-9.]+)", result.stderr)
                     if match is None:
                         raise RuntimeError(f"worker probe failed:\n{result.stderr[-3000:]}")
                     if number:
-                        seen[name][1].append(float(match.group(1)))
-                        seen[name][0].append(float(match.group(2)))  # modules, not wall
-            rows.extend(_rows(label + " (own CPU; modules)", seen, modules=True))
+                        seen[name][0].append(float(match.group(1)))
+                        seen[name][1].append(float(match.group(2)))
+                        sizes[name].append(float(match.group(3)))
+            rows.extend(_rows(label + " (spawn to ready; the worker's CPU)", seen, sizes))
     print(f"median of {args.runs} alternated runs each")
     print(
         common.table(
-            ["what", "tree", "median wall s / modules", "min wall s", "median CPU s", "min CPU s"],
+            [
+                "what",
+                "tree",
+                "median wall s",
+                "min wall s",
+                "median CPU s",
+                "min CPU s",
+                "worker RSS MB",
+            ],
             rows,
         )
     )
 
 
 def _rows(
-    label: str, found: dict[str, tuple[list[float], list[float]]], modules: bool = False
+    label: str,
+    found: dict[str, tuple[list[float], list[float]]],
+    sizes: dict[str, list[float]] | None = None,
 ) -> list[list[str]]:
     rows = []
     for name, (walls, cpus) in found.items():
-        first = f"{walls[0]:.0f}" if modules else f"{statistics.median(walls):.3f}"
         rows.append(
             [
                 label,
                 name,
-                first,
-                "" if modules else f"{min(walls):.3f}",
+                f"{statistics.median(walls):.3f}",
+                f"{min(walls):.3f}",
                 f"{statistics.median(cpus):.3f}",
                 f"{min(cpus):.3f}",
+                f"{statistics.median(sizes[name]):.1f}" if sizes else "",
             ]
         )
     return rows

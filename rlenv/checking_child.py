@@ -6,8 +6,10 @@ module-level env code never runs in the orchestrator, which holds the API keys a
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.errors import Problems, SpecError, UserError
-from rlenv.spec import LoadedSpec, load_spec
+from rlenv.spec import LoadedSpec
 
 ResultsOf = Callable[[LoadedSpec, Any, "str | None", bool], "dict[str, list[UserError] | None]"]
 """`rlenv.env`'s in-world checks of a purpose, run here: each check's problems (None: skipped)."""
@@ -51,12 +53,17 @@ class CheckingChild:
     installs the world's socket filter before it imports any env module. Its answer comes back
     as JSON on a pipe of its own; what env code prints goes to stderr."""
 
-    def __init__(self, spec: Path, purpose: str, model: str | None, defer_expensive: bool) -> None:
+    def __init__(
+        self, loaded: LoadedSpec, purpose: str, model: str | None, defer_expensive: bool
+    ) -> None:
         from rlenv.world.environment import world_environment
 
+        spec = loaded.path
         self.read, write = os.pipe()
         request = {
-            "spec": str(spec),
+            # the spec as loaded here, sent as data: the child neither reads nor validates it
+            # again (building the spec's validators was a third of `rlenv validate`)
+            "loaded": base64.b64encode(pickle.dumps(loaded)).decode("ascii"),
             "purpose": purpose,
             "model": model,
             "defer_expensive": defer_expensive,
@@ -133,7 +140,7 @@ def answer_checks(results_of: ResultsOf) -> None:
     error = None
     try:
         results = results_of(
-            load_spec(request["spec"]),
+            pickle.loads(base64.b64decode(request["loaded"])),
             request["purpose"],
             request["model"],
             request["defer_expensive"],

@@ -128,22 +128,27 @@ def check_policy_importable(env: Environment) -> None:
     if not uri:
         return
     from_spec = not env.model
-    where = env.where("model") if from_spec else "--model"
+
+    def where() -> str:  # read from the spec file only for a problem (a worker reads no YAML)
+        return env.where("model") if from_spec else "--model"
+
     try:
         scheme, ref = scheme_of(uri)
     except UserError as exc:
-        raise UserError(exc.message, where=where) from None
+        raise UserError(exc.message, where=where()) from None
     if scheme.name != "python":
         return
     if ":" not in ref:
-        raise UserError(f"bad model URI {uri!r}: expected python:pkg.module:function", where=where)
+        raise UserError(
+            f"bad model URI {uri!r}: expected python:pkg.module:function", where=where()
+        )
     with sys_path(env.loaded.python_paths()):
         try:
             policy = import_ref(ref, what=f"model {uri}")
         except UserError as exc:
-            raise UserError(exc.message, where=where) from None
+            raise UserError(exc.message, where=where()) from None
     if not callable(policy):
-        raise UserError(f"model {uri}: {ref} is not callable", where=where)
+        raise UserError(f"model {uri}: {ref} is not callable", where=where())
 
 
 # How rlenv calls each python callable of a spec (worker.py, verifiers/builtin.py, rewards.py,
@@ -438,7 +443,7 @@ def load_environment(
     checks = checks_for(purpose)
     child: CheckingChild | None = None
     if world_checks == "child" and any(check.in_world for check in checks):
-        child = CheckingChild(loaded.path, purpose, model, defer_expensive)  # beside the others
+        child = CheckingChild(loaded, purpose, model, defer_expensive)  # beside the others
     try:
         problems = _flat(_run_checks(env, checks, world_checks, child))
     finally:

@@ -12,7 +12,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rlenv.canonical import SAFE_INTEGER
@@ -28,17 +27,10 @@ from rlenv.spec_base import (  # noqa: F401  (re-exported: rlenv.spec is where t
     Strict,
     signature,
 )
-from rlenv.spec_compose import EXTENDS, compose
 from rlenv.spec_user import SimulatedUser
-from rlenv.user_yaml import (
-    describe_error,
-    error_location,
-    format_loc,
-    hash_hint,
-    line_at,
-    read_user_text,
-    read_yaml,
-)
+
+# YAML (`rlenv.user_yaml`, `rlenv.spec_compose`) is imported where a spec file is read: a
+# frozen-world worker is sent its spec as data (`WorkerConfig.loaded_spec`) and reads none
 
 Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
 DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
@@ -555,6 +547,10 @@ class LoadedSpec:
 
 def line_of(loaded: LoadedSpec, loc: tuple[Any, ...]) -> int | None:
     """The 1-based line of a field path (``("tools", 0, "function")``) in a loaded spec file."""
+    import yaml
+
+    from rlenv.user_yaml import line_at
+
     try:
         node = yaml.compose(loaded.path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
@@ -573,9 +569,12 @@ def json_schema() -> dict[str, Any]:
 
 def load_spec(path: str | Path) -> LoadedSpec:
     """Load and validate an env spec; raise SpecError with file:line: field: problem."""
+    from rlenv import user_yaml as user
+    from rlenv.spec_compose import EXTENDS, compose
+
     spec_path = Path(path)
-    text = read_user_text(spec_path, "spec file")
-    node, raw = read_yaml(spec_path, text)
+    text = user.read_user_text(spec_path, "spec file")
+    node, raw = user.read_yaml(spec_path, text)
     if raw is None:
         raise SpecError("spec is empty, expected a mapping of fields", where=str(spec_path))
     if not isinstance(raw, dict):
@@ -590,10 +589,10 @@ def load_spec(path: str | Path) -> LoadedSpec:
     except ValidationError as exc:
         problems: list[UserError] = []
         for error in exc.errors():
-            loc = error_location(tuple(error["loc"]))
-            line = line_at(node, loc)
+            loc = user.error_location(tuple(error["loc"]))
+            line = user.line_at(node, loc)
             where = f"{spec_path}:{line}" if line else str(spec_path)
-            described = describe_error(error) + hash_hint(spec_path, raw, loc, error)
-            problems.append(SpecError(f"{format_loc(loc)}: {described}", where=where))
+            described = user.describe_error(error) + user.hash_hint(spec_path, raw, loc, error)
+            problems.append(SpecError(f"{user.format_loc(loc)}: {described}", where=where))
         raise (problems[0] if len(problems) == 1 else Problems(problems)) from None
     return LoadedSpec(spec, spec_path.resolve(), raw)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import EnvBuilder
 
 PROBE = """
@@ -21,7 +23,8 @@ protocol.init_worker(config)
 record = protocol.handle("run_rollout", RolloutTask(0, 0))
 loaded = sorted({name.split(".")[0] for name in sys.modules})
 import httpx._main  # env code that wants httpx's command-line client still gets it
-print(json.dumps({"status": record["status"], "loaded": loaded}), file=sys.stderr)
+worlds = sorted(name for name in sys.modules if name.startswith("rlenv.world."))
+print(json.dumps({"status": record["status"], "loaded": loaded, "worlds": worlds}), file=sys.stderr)
 """
 
 POLICY = """
@@ -53,6 +56,8 @@ def test_a_worker_without_tools_loads_no_schema_validator_nor_httpx_cli(
     # nothing to replay: no vcrpy, nor the HTTP clients it patches (a third of a second each)
     for heavy in ("jsonschema", "rich", "pygments", "click", "httpx", "vcr", "aiohttp", "numpy"):
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
+    for part in ("replay", "replay_patch", "scrub", "secrets", "mcp", "mcp_client"):
+        assert f"rlenv.world.{part}" not in seen["worlds"], f"the worker imported {part}"
 
 
 TOOL_POLICY = """
@@ -80,6 +85,8 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
     assert seen["status"] == "ok"
     assert "jsonschema" in seen["loaded"]
     assert "lark" not in seen["loaded"], "the worker compiled rfc3987_syntax's grammars"
+    for deferred in ("rfc3986_validator", "isoduration", "arrow"):  # uri, duration formats
+        assert deferred not in seen["loaded"], f"the worker imported {deferred}"
     assert "httpx" in seen["loaded"]  # the tool's own import
     for heavy in ("rich", "pygments", "click"):  # httpx's command-line client
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
@@ -100,8 +107,6 @@ print(json.dumps({"before": before, "answers": answers, "after": "lark" in sys.m
 def test_the_iri_format_is_still_checked_when_first_asked(tmp_path: Path) -> None:
     import importlib.util
 
-    import pytest
-
     if importlib.util.find_spec("rfc3987_syntax") is None:
         pytest.skip("rfc3987_syntax not installed: jsonschema checks no iri here")
     result = subprocess.run(
@@ -110,3 +115,265 @@ def test_the_iri_format_is_still_checked_when_first_asked(tmp_path: Path) -> Non
     assert result.returncode == 0, result.stderr[-3000:]
     seen = json.loads(result.stdout)
     assert seen == {"before": False, "answers": [True, False, True], "after": True}
+
+
+SENT_PROBE = """
+import json, pickle, sys
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask
+
+protocol.init_worker(pickle.loads(open(sys.argv[1], "rb").read()))
+record = protocol.handle("run_rollout", RolloutTask(0, 0))
+import pydantic
+
+def subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from subclasses(sub)
+
+built = sorted({c.__qualname__ for c in subclasses(pydantic.BaseModel) if c.__pydantic_complete__})
+scanned = "pydantic.plugin._loader" in sys.modules
+yaml = "yaml" in sys.modules
+print(json.dumps({"status": record["status"], "built": built, "scanned": scanned, "yaml": yaml}),
+      file=sys.stderr)
+"""
+
+
+MISSED = {"status": 404, "body": {"error": "not recorded"}}  # a declared fallback
+
+
+@pytest.mark.parametrize("tools", [True, False], ids=["one-tool", "no-tools"])
+def test_a_worker_sent_its_spec_builds_no_spec_validator(
+    env_builder: EnvBuilder, tmp_path: Path, tools: bool
+) -> None:
+    """The local executor loads the spec once and sends it to each worker as data
+    (`WorkerConfig.loaded_spec`), pickled as multiprocessing sends it: the worker builds no
+    pydantic validator or serializer (the spec's took a third of its start) and never scans
+    the installed distributions for pydantic plugins, through a whole rollout; without tools
+    it imports no YAML at all (vcrpy, replaying a tool's HTTP, does)."""
+    import pickle
+
+    from rlenv.spec import load_spec
+    from rlenv.worker.config import WorkerConfig
+
+    spec = env_builder.write(
+        TOOL_POLICY if tools else POLICY,
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": {}, "on_miss": MISSED}]
+        if tools
+        else [],
+        decoding={"temperature": 0.5, "stop": ["x"]},
+    )
+    config = WorkerConfig(
+        spec_path=str(spec),
+        work_root=str(tmp_path / "work"),
+        model_uri=f"python:{env_builder.module}:policy",
+        loaded_spec=load_spec(spec),
+        world_checks={"purpose": "run", "model": None, "defer_expensive": False},  # as `run`
+        cache_dir=str(tmp_path / "grader-cache"),  # `run` keeps one (for expensive verifiers)
+    )
+    (tmp_path / "work").mkdir()
+    sent = tmp_path / "config.pickle"
+    sent.write_bytes(pickle.dumps(config))
+    probe = tmp_path / "probe.py"
+    probe.write_text(SENT_PROBE)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(sent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"status": "ok", "built": [], "scanned": False, "yaml": tools}
+
+
+FORMATS_PROBE = """
+import json, sys
+from rlenv.json_schema import load_jsonschema
+
+jsonschema = load_jsonschema()
+deferred = ("rfc3986_validator", "isoduration", "arrow", "rfc3987_syntax", "lark")
+before = [name for name in deferred if name in sys.modules]
+checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+registered = sorted(set(checker.checkers) & {"duration", "uri", "uri-reference", "iri"})
+cases = {
+    "duration": ["P1D", "P1", "1D", "PT1H", "P", 7],
+    "uri": ["https://x.org/a b", "https://x.org/a", "not a uri", 7],
+    "uri-reference": ["/a/b", "http://[x", 7],
+}
+answers = {name: [checker.conforms(v, name) for v in values] for name, values in cases.items()}
+import isoduration, rfc3986_validator
+real = [hasattr(isoduration, "format_duration"), hasattr(rfc3986_validator, "URI_RE")]
+print(json.dumps({"before": before, "registered": registered, "answers": answers, "real": real}))
+"""
+
+
+def test_the_uri_and_duration_formats_are_checked_as_before_when_first_asked() -> None:
+    """rfc3986_validator (uri) and isoduration (duration, which imports arrow) are stand-ins
+    while jsonschema imports: nothing of them is loaded until the first check, the checkers
+    are registered, the answers are jsonschema's own (pinned from a plain `import jsonschema`),
+    and code importing either library afterwards gets the real one."""
+    result = subprocess.run(
+        [sys.executable, "-c", FORMATS_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stdout)
+    assert seen == {
+        "before": [],
+        "registered": ["duration", "iri", "uri", "uri-reference"],
+        "answers": {
+            "duration": [True, False, False, True, False, True],
+            "uri": [False, True, False, True],
+            "uri-reference": [True, False, True],
+        },
+        "real": [True, True],
+    }
+
+
+STAND_IN_PROBE = """
+import json, sys
+from rlenv.json_schema import load_jsonschema
+
+load_jsonschema()
+left = "rfc3987_syntax" in sys.modules  # importing the real one compiles its grammars: 4 s
+import isoduration, rfc3986_validator  # env code of its own, before any check
+real = [hasattr(isoduration, "format_duration"), hasattr(rfc3986_validator, "URI_RE")]
+print(json.dumps([left, *real]))
+"""
+
+
+def test_code_importing_a_deferred_library_gets_the_real_one() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", STAND_IN_PROBE], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == [False, True, True]
+
+
+DURATION_VERIFIER = {
+    "name": "shape",
+    "type": "json_schema",
+    "schema": {"type": "object", "properties": {"took": {"type": "string", "format": "duration"}}},
+}
+
+
+def test_a_worker_imports_the_format_libraries_its_graders_need_at_its_start(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Each rollout is graded in a fresh child of the worker: a library the grader's format
+    needs is imported once, as the worker starts, not at every rollout's first check."""
+    spec = env_builder.write(
+        'def policy(messages, tools, ctx):\n    return \'{"took": "P1D"}\'\n',
+        verifiers=[DURATION_VERIFIER],
+    )
+    probe = tmp_path / "probe.py"
+    probe.write_text(START_PROBE)
+    model = f"python:{env_builder.module}:policy"
+    result = subprocess.run(
+        [sys.executable, str(probe), str(spec), model],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"at_start": True, "status": "ok", "passed": True}
+
+
+START_PROBE = """
+import json, sys, tempfile
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask, WorkerConfig
+
+config = WorkerConfig(spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2])
+protocol.init_worker(config)
+at_start = hasattr(sys.modules.get("isoduration"), "format_duration")
+record = protocol.handle("run_rollout", RolloutTask(0, 0))
+print(json.dumps({"at_start": at_start, "status": record["status"], "passed": record["passed"]}),
+      file=sys.stderr)
+"""
+
+
+CHECKED_MODULE = """
+import sys
+from rlenv.spec import EnvSpec
+
+print("spec built:", EnvSpec.__pydantic_complete__, file=sys.stderr)
+
+def policy(messages, tools, ctx):
+    return "a"
+"""
+
+
+def test_the_checking_child_of_validate_is_sent_the_spec(env_builder: EnvBuilder) -> None:
+    """`rlenv validate` imports the env's modules in a checking child; the child is sent the
+    spec the orchestrator loaded (as a worker is), so it does not build the spec's validator
+    again (a third of the child's start)."""
+    spec = env_builder.write(CHECKED_MODULE)
+    result = subprocess.run(
+        [sys.executable, "-m", "rlenv", "validate", str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "spec built: False" in result.stderr, result.stderr[-3000:]
+
+
+HELD_PROBE = """
+import gc, json, pickle, sys
+from rlenv.inputs import EnvInput
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask
+
+protocol.init_worker(pickle.loads(open(sys.argv[1], "rb").read()))
+held = sum(isinstance(thing, EnvInput) for thing in gc.get_objects())
+records = [protocol.handle("run_rollout", RolloutTask(index, 0)) for index in (0, 149, 7)]
+ids = [(record["input_id"], record["input_index"], record["answer"]) for record in records]
+print(json.dumps({"held": held, "ids": ids}), file=sys.stderr)
+"""
+
+
+def test_a_worker_parses_an_input_when_a_rollout_asks_for_it(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The orchestrator has checked the inputs file: a worker keeps its lines and parses the
+    record a call asks for, so it holds no parsed record at its start (each held ~0.8 kB of
+    every rollout's fork of it) and still hands each rollout its own input."""
+    import pickle
+
+    from rlenv.spec import load_spec
+    from rlenv.worker.config import WorkerConfig
+
+    inputs = [{"id": f"q{n}", "prompt": f"say {n}", "answer": str(n)} for n in range(150)]
+    inputs.insert(3, {"id": 1000, "prompt": "say 1000", "answer": "1000"})  # an integer id
+    spec = env_builder.write(
+        "def policy(messages, tools, ctx):\n    return messages[-1]['content'].split()[-1]\n",
+        inputs=inputs,
+    )
+    with (spec.parent / "inputs.jsonl").open("a") as handle:
+        handle.write("\n   \n")  # blank lines at the end are not records
+    config = WorkerConfig(
+        spec_path=str(spec),
+        work_root=str(tmp_path / "work"),
+        model_uri=f"python:{env_builder.module}:policy",
+        loaded_spec=load_spec(spec),
+    )
+    (tmp_path / "work").mkdir()
+    sent = tmp_path / "config.pickle"
+    sent.write_bytes(pickle.dumps(config))
+    probe = tmp_path / "probe.py"
+    probe.write_text(HELD_PROBE)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(sent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"held": 0, "ids": [["q0", 0, "0"], ["q148", 149, "148"], ["q6", 7, "6"]]}

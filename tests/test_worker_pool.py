@@ -121,6 +121,7 @@ def test_an_explicit_pool_is_not_capped_at_the_cores(
     executor = make_executor("local", config, wanted, exact=True)
     try:
         assert executor.workers == wanted
+        assert executor.config.loaded_spec.path == spec.resolve()  # type: ignore[attr-defined,union-attr]
         assert len({slot.process.pid for slot in executor.all}) == wanted  # type: ignore[attr-defined]
     finally:
         executor.close()

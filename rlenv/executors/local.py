@@ -87,9 +87,9 @@ def _with_frozen_clock(variables: dict[str, str], config: WorkerConfig) -> dict[
     and pipes keep working. Recording is left on the real clock (its tools reach live APIs,
     whose TLS certificates are checked against it)."""
     from rlenv.sandbox import faketime_env
-    from rlenv.spec import load_spec
 
-    clock = faketime_env(load_spec(config.spec_path).spec.time.isoformat(), "UTC")
+    assert config.loaded_spec is not None  # `LocalExecutor` loads it
+    clock = faketime_env(config.loaded_spec.spec.time.isoformat(), "UTC")
     if clock and variables.get("PYTHONPATH"):
         clock["PYTHONPATH"] += os.pathsep + variables["PYTHONPATH"]
     return {**variables, **clock}
@@ -163,7 +163,12 @@ class LocalExecutor:
 
     def __init__(self, config: WorkerConfig, workers: int) -> None:
         self.workers = max(1, workers)
-        self.config = dataclasses.replace(config, parent_pid=os.getpid())  # workers die with us
+        from rlenv.spec import load_spec
+
+        # workers die with us; the spec is loaded here once and sent to each worker as data
+        self.config = dataclasses.replace(
+            config, parent_pid=os.getpid(), loaded_spec=load_spec(config.spec_path)
+        )
         self.context = multiprocessing.get_context("spawn")
         # The worker interpreter is started through no script (one in a place a rollout may
         # write ran with the orchestrator's keys: issue 26) and, outside recording, with only
@@ -174,7 +179,7 @@ class LocalExecutor:
         command: list[str] = []
         self.environment: dict[str, str] | None = None  # None: the orchestrator's
         if not config.live_tools:
-            world = _with_frozen_clock(world_environment(), config)
+            world = _with_frozen_clock(world_environment(), self.config)
             prefix = netns_prefix()
             scratch = _private_scratch(prefix, config)
             preload = world.pop("LD_PRELOAD", None) if scratch else None

@@ -16,16 +16,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
 from typing import Any
 
 from rlenv.errors import UserError
+from rlenv.json_schema import schema_formats
 from rlenv.spec import Verifier
 from rlenv.verifiers.base import Grader, VerifierContext
 
 _FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(?P<body>.*?)\n?```\s*", re.DOTALL | re.IGNORECASE)
-# keywords whose values are instances, not schemas: a "format" key inside them is data
-_DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples", "example"})
 
 
 class NotStrictJson(ValueError):
@@ -61,19 +59,6 @@ def strict_json(text: str) -> Any:
     )
 
 
-def _formats(schema: Any) -> Iterator[str]:
-    """Every `format` a schema names (not those inside const/enum/default/examples data)."""
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key == "format" and isinstance(value, str):
-                yield value
-            elif key not in _DATA_KEYWORDS:
-                yield from _formats(value)
-    elif isinstance(schema, list):
-        for item in schema:
-            yield from _formats(item)
-
-
 def schema_grader(config: Verifier) -> Grader:
     from rlenv.json_schema import load_jsonschema
 
@@ -86,7 +71,7 @@ def schema_grader(config: Verifier) -> Grader:
     except jsonschema.SchemaError as exc:
         raise UserError(f"verifier {config.label!r}: invalid JSON schema: {exc.message}") from None
     checker = validator_class.FORMAT_CHECKER
-    unchecked = sorted(set(_formats(schema)) - set(checker.checkers))
+    unchecked = sorted(set(schema_formats(schema)) - set(checker.checkers))
     if unchecked:
         raise UserError(
             f"verifier {config.label!r}: format {', '.join(map(repr, unchecked))} cannot be"

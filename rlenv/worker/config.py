@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from rlenv.spec import LoadedSpec
 
 
 @dataclass
@@ -32,6 +35,12 @@ class WorkerConfig:
     # leaves to the world (`rlenv.env.world_problems` keyword arguments: purpose, model,
     # defer_expensive); what they find stops the start and is the user's to fix (exit 2)
     world_checks: dict[str, Any] | None = None
+    # the spec at `spec_path` as the orchestrator loaded and validated it, sent as data: the
+    # worker neither reads nor validates it again (building the spec's validators was a third
+    # of a worker's start). None: the worker loads `spec_path` itself. Set by whoever has just
+    # loaded that very path (the local executor); a config sent elsewhere (a Ray actor, which
+    # unpacks the spec under another path) leaves it None.
+    loaded_spec: LoadedSpec | None = None
 
 
 @dataclass(slots=True)

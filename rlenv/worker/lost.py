@@ -4,6 +4,8 @@ stopped the rollout."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlenv.agent import Trajectory
 from rlenv.grade_cache import PENDING
 from rlenv.inputs import EnvInput
@@ -15,7 +17,7 @@ from rlenv.worker.config import RolloutTask
 
 def lost_record(
     loaded: LoadedSpec,
-    inputs: list[EnvInput],
+    inputs: Sequence[EnvInput],
     task: RolloutTask,
     model: str,
     status: str,

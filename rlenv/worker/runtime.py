@@ -19,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, cast, overload
 
 from rlenv.agent import (
     ModelCall,
@@ -38,6 +38,7 @@ from rlenv.errors import (
     FixtureMiss,
     ModelOutputError,
     PolicyCrash,
+    SpecError,
     VerifierCrash,
     env_frames,
 )
@@ -62,9 +63,64 @@ from rlenv.worker.timers import install_alarm, rollout_timer, set_phase, timed_o
 from rlenv.worker.tools import ToolContext, WorldTools, describe
 from rlenv.world import netguard, snapshot
 from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
-from rlenv.world.replay import replay_cassette, spec_indexes
-from rlenv.world.scrub import spec_scrubber
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
+
+
+class WorldInputs(Sequence[EnvInput]):
+    """The inputs file's records as a worker reads them: a JSONL line is parsed when a call
+    asks for its record (the orchestrator has checked the whole file already). A worker that
+    held every parsed record paid for them at its start (~7 ms per 1,000 small inputs) and in
+    every rollout's fork of it (~0.8 MB per 1,000); the lines kept are the file's size. A CSV
+    file is parsed whole, as before."""
+
+    def __init__(self, path: Path, *, templated: bool) -> None:
+        self._parsed: list[EnvInput] | None = None
+        self._lines: list[str] = []
+        self._last: EnvInput | None = None  # a rollout asks for its record several times
+        if path.suffix.lower() == ".csv":
+            self._parsed = load_inputs(path, templated=templated)
+            return
+        from rlenv.jsonl import json_lines
+
+        try:
+            self._lines = [line for _, line in json_lines(path) if line.strip()]
+        except (OSError, UnicodeDecodeError):  # said in one line, as the checks say it
+            self._parsed = load_inputs(path, templated=templated)
+            return
+        if not self._lines:
+            raise SpecError("inputs file has no records", where=str(path))
+        self._path = path
+
+    def __len__(self) -> int:
+        return len(self._parsed) if self._parsed is not None else len(self._lines)
+
+    @overload
+    def __getitem__(self, index: int) -> EnvInput: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[EnvInput]: ...
+
+    def __getitem__(self, index: int | slice) -> EnvInput | Sequence[EnvInput]:
+        if isinstance(index, slice):
+            return [self[number] for number in range(*index.indices(len(self)))]
+        if self._parsed is not None:
+            return self._parsed[index]
+        if not 0 <= index < len(self._lines):
+            raise IndexError(f"input index {index} out of range")
+        last = self._last
+        if last is not None and last.index == index:
+            return last
+        from rlenv.jsonl import parse_json_line
+
+        try:
+            data = parse_json_line(self._lines[index])
+            record = EnvInput(index=index, id=str(data["id"]), data=data)
+        except (ValueError, TypeError, KeyError):  # the file changed since it was checked
+            raise SpecError(
+                f"input {index} is not the checked record any more", where=str(self._path)
+            ) from None
+        self._last = record
+        return record
 
 
 class WorldRuntime:
@@ -79,7 +135,7 @@ class WorldRuntime:
             from rlenv.sandbox.mechanism import WEAK_SANDBOX_VARIABLE  # not verifiers.code: 0.1 s
 
             os.environ[WEAK_SANDBOX_VARIABLE] = "1"  # read by the code verifiers, in this worker
-        self.loaded = load_spec(config.spec_path)
+        self.loaded = config.loaded_spec or load_spec(config.spec_path)
         spec = self.loaded.spec
         # tools see each service at its logical URL, whatever the host's environment says
         os.environ.update(service_variables(spec.services))
@@ -103,9 +159,7 @@ class WorldRuntime:
         inputs_path = self.loaded.inputs_path
         if config.split == "train" and self.loaded.train_inputs_path is not None:
             inputs_path = self.loaded.train_inputs_path
-        self.inputs: list[EnvInput] = load_inputs(
-            inputs_path, templated=self.loaded.spec.prompt is not None
-        )
+        self.inputs = WorldInputs(inputs_path, templated=self.loaded.spec.prompt is not None)
         self.tools = WorldTools(self.loaded, config, self.sanitise)
         self.user = WorldUser(self.loaded, config, self.tools) if spec.user else None
         judged = any(verifier.type == "judge" for verifier in spec.verifiers)
@@ -123,7 +177,9 @@ class WorldRuntime:
         self.reward_components = build_components(spec.reward)
         self.snapshot_path = self.loaded.snapshot_path
         self._frozen_time = spec.time.isoformat()
-        self._decoding = spec.decoding.model_dump()  # copied per rollout: env code may change it
+        # copied per rollout (env code may change it); not `model_dump`, whose serializer the
+        # worker would build (the spec is sent built: `WorkerConfig.loaded_spec`)
+        self._decoding = dict(spec.decoding)
         self.snapshot_manifest = (
             directory_manifest(self.snapshot_path) if self.snapshot_path else []
         )
@@ -136,6 +192,9 @@ class WorldRuntime:
         # no tool, no judge: no recorded HTTP to serve, and nothing to import vcrpy for (a
         # third of a worker's start); HTTP from a policy or verifier meets the network guard
         if not config.live_tools and (spec.tools or judged or (spec.user and spec.user.model)):
+            from rlenv.world.replay import replay_cassette, spec_indexes
+            from rlenv.world.scrub import spec_scrubber
+
             self.tools.cassette = self._entered.enter_context(
                 replay_cassette(
                     spec_indexes(self.loaded, spec_scrubber(self.loaded)),

@@ -108,18 +108,28 @@ class Verifiers:
         self.loaded = loaded
         self.config = config
         self.functions = build_verifiers(list(loaded.spec.verifiers))
+        schemas = [v.schema_ for v in loaded.spec.verifiers if v.type == "json_schema"]
+        if schemas:  # each rollout is graded in a fresh child: import its format libraries once
+            from rlenv.json_schema import load_formats, schema_formats
+
+            load_formats(name for schema in schemas for name in schema_formats(schema))
         self.cache: GraderCache | None = None
         self.identities: dict[str, Any] = {}
         if config.cache_dir:
             self._open_cache(Path(config.cache_dir))
 
     def _open_cache(self, root: Path) -> None:
-        """The grader cache, and each verifier's identity (config and source hash) in its keys."""
+        """The grader cache, and each expensive verifier's identity (config and source hash)
+        in its keys: only those are cached, and an identity dumps the verifier's config
+        (which builds pydantic's serializer for it: ~0.1 s of every worker's start)."""
+        self.cache = GraderCache(root)
+        expensive = [v for v in self.loaded.spec.verifiers if v.cost == "expensive"]
+        if not expensive:
+            return
         from rlenv.env import python_sources
 
         sources = python_sources(self.loaded)
-        self.cache = GraderCache(root)
-        for verifier_config in self.loaded.spec.verifiers:
+        for verifier_config in expensive:
             module = (verifier_config.function or "").split(":", 1)[0]
             self.identities[verifier_config.label] = verifier_identity(
                 verifier_config, sources.get(module)

@@ -7,7 +7,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.agent import RolloutTimeout, ToolCrash, ToolOutcome, parse_arguments
 from rlenv.bounds import OutOfBounds, tool_content
@@ -15,9 +15,10 @@ from rlenv.errors import env_frames
 from rlenv.providers.base import import_ref
 from rlenv.spec import LoadedSpec, Tool
 from rlenv.worker.config import WorkerConfig
-from rlenv.world.mcp import McpTool
-from rlenv.world.replay import FixtureEvent, miss_error
-from rlenv.world.scrub import spec_scrubber
+
+if TYPE_CHECKING:  # replay, scrubbing and MCP are imported by a world that has tools (~40 ms)
+    from rlenv.world.mcp import McpTool
+    from rlenv.world.replay import FixtureEvent
 
 
 @dataclass
@@ -89,8 +90,9 @@ def fixture_use(name: str, events: list[FixtureEvent]) -> str:
     if the tool caught the exception."""
     misses = [event for event in events if event.outcome == "miss"]
     if misses:
-        first = misses[0]
-        raise miss_error(name, first)
+        from rlenv.world.replay import miss_error
+
+        raise miss_error(name, misses[0])
     outcomes = {event.outcome for event in events}
     return "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
 
@@ -108,6 +110,7 @@ class WorldTools:
         self.sanitise = sanitise
         self.cassette: Any = None  # the replay cassette, once the world has entered it
         tools = loaded.spec.tools
+        self.mcp_tools = {tool.name for tool in tools if not tool.function}
         self.functions = {
             tool.name: (
                 import_ref(tool.function, what=f"tool {tool.name!r}")
@@ -184,12 +187,15 @@ class WorldTools:
                     type(cassette).current = None
                     events = cassette.events[events_before:]
                     del cassette.events[events_before:]
-                if isinstance(self.functions[name], McpTool):
+                if name in self.mcp_tools:
                     events += self.functions[name].take_events()
         return outcome, events
 
     def _mcp_tool(self, tool: Tool) -> McpTool:
         """An MCP tool: replayed from its cassette, or recorded live into the record dir."""
+        from rlenv.world.mcp import McpTool
+        from rlenv.world.scrub import spec_scrubber
+
         record_dir = self.config.record_dir if self.config.live_tools else None
         return McpTool(
             tool,
@@ -204,6 +210,7 @@ class WorldTools:
         if not self.config.live_tools or not self.config.record_dir:
             return contextlib.nullcontext()
         from rlenv.world.recording import recording_cassette
+        from rlenv.world.scrub import spec_scrubber
 
         return recording_cassette(
             Path(self.config.record_dir) / f"{name}.yaml",

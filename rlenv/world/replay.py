@@ -370,7 +370,8 @@ def spec_indexes(loaded: LoadedSpec, scrubber: Scrubber) -> dict[str, ToolIndex]
     for tool in loaded.spec.tools:
         if tool.mcp is not None:  # its cassette is MCP calls (`rlenv.world.mcp`), not HTTP
             continue
-        fallback = None if tool.on_miss == "error" else tool.on_miss.model_dump()
+        # dict(), not model_dump: a worker builds no pydantic serializer (nor scans for plugins)
+        fallback = None if tool.on_miss == "error" else dict(tool.on_miss)
         indexes[tool.name] = ToolIndex(
             tool.name, loaded.cassette_path(tool), scrubber, fallback
         ).load()
