@@ -129,6 +129,13 @@ def bounds_problem(
 
 _DIGIT_MASK = bytes(0x31 if 0x30 <= byte <= 0x39 else 0x2E for byte in range(256))
 """`bytes.translate` table: each ASCII digit to "1", every other byte to "."."""
+
+
+def has_digit_run(text: bytes, length: int) -> bool:
+    """Whether `text` holds `length` ASCII digits in a row (in C: a regex took 60 us a line)."""
+    return b"1" * length in text.translate(_DIGIT_MASK)
+
+
 _SAFE_DIGITS = len(str(SAFE_INTEGER))  # 16: an integer of fewer digits is always in range
 
 
