@@ -75,6 +75,8 @@ def bounds_problem(
     string, and any type that is not JSON. NaN and infinities are taken (a record writes them
     as null, as its digest sees them) unless `finite`; with `any_leaf`, a value of another
     type is taken as a leaf (whoever serialises it says what is wrong with it)."""
+    if not finite and not any_leaf and _surely_bounded(value, max_depth, max_bytes):
+        return None
     if _bounded(value, max_depth, max_bytes, finite, any_leaf):
         return None
     # the walk below keeps each value's path, to say where the problem is: only when there is one

@@ -324,3 +324,12 @@ def test_the_c_check_takes_a_results_record() -> None:
     }
     assert bounds._surely_bounded(record, 128, 1 << 20)
     assert not bounds._surely_bounded({**record, "seed": 2**53}, 128, 1 << 20)
+    walked: list[Any] = []
+    original = bounds._bounded
+    bounds._bounded = lambda value, *limits: walked.append(value) or original(value, *limits)  # type: ignore[assignment]
+    try:
+        assert bounds.bounds_problem(record, max_depth=128) is None
+        assert walked == [], "bounds_problem walked a record the C check takes"
+        assert bounds.bounds_problem({**record, "seed": 2**53}) is not None
+    finally:
+        bounds._bounded = original
