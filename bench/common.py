@@ -125,16 +125,6 @@ def _cmdline(pid: int) -> str:
     return " ".join([Path(words[0]).name, *words[1:]]).replace("\n", " ")[:90]
 
 
-def _own_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of one process (all its threads, not its children)."""
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _pss_kib(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/smaps_rollup") as handle:
@@ -202,14 +192,8 @@ def measure(
     interval: float = 0.02,
     pss: bool = True,
     timeout: float = 600.0,
-    cpu_series: list[tuple[float, float, float]] | None = None,
 ) -> Measurement:
-    """Run a command to completion; wall time and memory of its whole process tree.
-
-    With `cpu_series`, each sample also appends (time.monotonic(), the command's own CPU
-    seconds, its descendants' own CPU seconds, each process's last reading summed): the CPU
-    of a part of the run (a steady-state window) split between the process and its children.
-    """
+    """Run a command to completion; wall time and memory of its whole process tree."""
     out = tempfile.TemporaryFile()
     err = tempfile.TemporaryFile()
     merged = bench_env(env)
@@ -223,17 +207,11 @@ def measure(
         list(command), cwd=cwd, env=merged, stdout=out, stderr=err, stdin=subprocess.DEVNULL
     )
 
-    own_cpu: dict[int, float] = {}
-
     def sample() -> None:
         nonlocal peak_pss
         while not done.is_set():
             pss_total = 0
             for pid in _tree(process.pid):
-                if cpu_series is not None:
-                    used = _own_cpu_s(pid)
-                    if used is not None:
-                        own_cpu[pid] = used
                 status = _status_kib(pid)
                 if status is None or status[0] == 0:  # zombie, or not yet exec'd
                     continue
@@ -243,9 +221,6 @@ def measure(
                 if pss:
                     pss_total += _pss_kib(pid)
             peak_pss = max(peak_pss, pss_total)
-            if cpu_series is not None:
-                root = own_cpu.get(process.pid, 0.0)
-                cpu_series.append((time.monotonic(), root, sum(own_cpu.values()) - root))
             done.wait(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)

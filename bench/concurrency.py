@@ -18,7 +18,7 @@ server and rlenv share this machine's cores.
 CPU per rollout, in the same steady-state window (from the C-th to the (n-C)-th arrival): the
 orchestrator's own CPU (the `rlenv run` process: event loop, HTTP client, checks of each
 worker reply, results line, metrics tally) and the frozen-world workers' (grading each
-rollout's `finish`), read from /proc every 20 ms (`common.measure(cpu_series=...)`) and
+rollout's `finish`), read from /proc every 20 ms (`CpuSampler`) and
 divided by the rollouts the window counts. Issue 30: halve the orchestrator's.
 Run: `.venv/bin/python bench/concurrency.py [--quick] [--latency-ms MS ...]`.
 """
@@ -30,6 +30,8 @@ import bisect
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -73,8 +75,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
     limit = concurrency / (latency_ms / 1000)
     rollouts = max(2 * concurrency + 10, int(limit * seconds))
     spec = common.build_env(root / f"env-{latency_ms:.0f}-{concurrency}", rollouts)
-    series: list[tuple[float, float, float]] = []
-    with common.chat_server(latency_ms) as server:
+    with common.chat_server(latency_ms) as server, CpuSampler(server.pid) as sampler:
         server_cpu = server.cpu_s()
         measured = common.measure(
             common.rlenv_run(
@@ -87,7 +88,6 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
                 "--concurrency",
                 str(concurrency),
             ),
-            cpu_series=series,
         )
         measured.check()
         server_cpu = server.cpu_s() - server_cpu
@@ -96,7 +96,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
     if summary["counts"] != {"ok": rollouts} or len(times) != rollouts:
         raise RuntimeError(f"unexpected run: {summary['counts']}, {len(times)} requests")
     rate, window = steady_rate(times, concurrency)
-    orchestrator_ms, workers_ms = cpu_per_rollout(series, times, concurrency)
+    orchestrator_ms, workers_ms = cpu_per_rollout(sampler.series, times, concurrency)
     whole = rollouts / measured.wall_s
     print(
         f"  ... {latency_ms:.0f} ms, concurrency {concurrency}: {rate:.1f} req/s steady,"
@@ -120,6 +120,52 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
         f"{server_cpu:.1f}",
         f"{(measured.cpu_s + server_cpu) / measured.wall_s:.2f}",
     ]
+
+
+def _own_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of one process (all its threads, not its children)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """Every 20 ms, the CPU of the process this benchmark started (other than `skip`, the chat
+    server) and of its descendants: `series` gets (time.monotonic(), that process's own CPU
+    seconds, its descendants' own CPU seconds, each process's last reading summed)."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.series: list[tuple[float, float, float]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _sample(self) -> None:
+        seen: dict[int, float] = {}
+        root: int | None = None
+        while not self.done.wait(0.02):
+            if root is None:
+                started = [pid for pid in common._children(os.getpid()) if pid != self.skip]
+                if not started:
+                    continue
+                root = started[0]
+            for pid in common._tree(root):
+                used = _own_cpu_s(pid)
+                if used is not None:
+                    seen[pid] = used
+            own = seen.get(root, 0.0)
+            self.series.append((time.monotonic(), own, sum(seen.values()) - own))
 
 
 def cpu_per_rollout(
