@@ -14,15 +14,24 @@ latency. Beside it, the server's own ceiling: a bare aiohttp client (no rlenv) f
 load at the same server, so a miss can be told apart from the server's (or the machine's) limit;
 and httpx split over 8 pools (what rlenv's provider used before aiohttp) for contrast. The
 server and rlenv share this machine's cores.
+
+CPU per rollout, in the same steady-state window (from the C-th to the (n-C)-th arrival): the
+orchestrator's own CPU (the `rlenv run` process: event loop, HTTP client, checks of each
+worker reply, results line, metrics tally) and the frozen-world workers' (grading each
+rollout's `finish`), read from /proc every 20 ms (`CpuSampler`) and
+divided by the rollouts the window counts. Issue 30: halve the orchestrator's.
 Run: `.venv/bin/python bench/concurrency.py [--quick] [--latency-ms MS ...]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -66,7 +75,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
     limit = concurrency / (latency_ms / 1000)
     rollouts = max(2 * concurrency + 10, int(limit * seconds))
     spec = common.build_env(root / f"env-{latency_ms:.0f}-{concurrency}", rollouts)
-    with common.chat_server(latency_ms) as server:
+    with common.chat_server(latency_ms) as server, CpuSampler(server.pid) as sampler:
         server_cpu = server.cpu_s()
         measured = common.measure(
             common.rlenv_run(
@@ -78,7 +87,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
                 server.base_url,
                 "--concurrency",
                 str(concurrency),
-            )
+            ),
         )
         measured.check()
         server_cpu = server.cpu_s() - server_cpu
@@ -87,6 +96,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
     if summary["counts"] != {"ok": rollouts} or len(times) != rollouts:
         raise RuntimeError(f"unexpected run: {summary['counts']}, {len(times)} requests")
     rate, window = steady_rate(times, concurrency)
+    orchestrator_ms, workers_ms = cpu_per_rollout(sampler.series, times, concurrency)
     whole = rollouts / measured.wall_s
     print(
         f"  ... {latency_ms:.0f} ms, concurrency {concurrency}: {rate:.1f} req/s steady,"
@@ -105,9 +115,83 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
         f"{whole:.1f}",
         f"{measured.sum_peak_mb:.0f}",
         f"{measured.cpu_s:.1f}",
+        f"{orchestrator_ms:.3f}",
+        f"{workers_ms:.3f}",
         f"{server_cpu:.1f}",
         f"{(measured.cpu_s + server_cpu) / measured.wall_s:.2f}",
     ]
+
+
+def _own_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of one process (all its threads, not its children)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuSampler:
+    """Every 20 ms, the CPU of the process this benchmark started (other than `skip`, the chat
+    server) and of its descendants: `series` gets (time.monotonic(), that process's own CPU
+    seconds, its descendants' own CPU seconds, each process's last reading summed)."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.series: list[tuple[float, float, float]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def _sample(self) -> None:
+        seen: dict[int, float] = {}
+        root: int | None = None
+        while not self.done.wait(0.02):
+            if root is None:
+                started = [pid for pid in common._children(os.getpid()) if pid != self.skip]
+                if not started:
+                    continue
+                root = started[0]
+            for pid in common._tree(root):
+                used = _own_cpu_s(pid)
+                if used is not None:
+                    seen[pid] = used
+            own = seen.get(root, 0.0)
+            self.series.append((time.monotonic(), own, sum(seen.values()) - own))
+
+
+def cpu_per_rollout(
+    series: list[tuple[float, float, float]], times: list[float], concurrency: int
+) -> tuple[float, float]:
+    """Milliseconds of CPU per rollout in `steady_rate`'s window: the orchestrator's own, and
+    its workers' (NaN when the run was too short to sample the window)."""
+    times = sorted(times)
+    start, end = (
+        (concurrency, len(times) - concurrency)
+        if len(times) > 4 * concurrency
+        else (0, len(times) - 1)
+    )
+    inside = [sample for sample in series if times[start] <= sample[0] <= times[end]]
+    if end <= start or len(inside) < 2:
+        return float("nan"), float("nan")
+    first, last = inside[0], inside[-1]
+    # the requests that arrived between the first and the last sample (in steady state, as
+    # many rollouts end as begin)
+    rollouts = bisect.bisect_left(times, last[0]) - bisect.bisect_left(times, first[0])
+    if rollouts <= 0:
+        return float("nan"), float("nan")
+    return (
+        (last[1] - first[1]) / rollouts * 1000,
+        (last[2] - first[2]) / rollouts * 1000,
+    )
 
 
 def run_client(kind: str, latency_ms: float, concurrency: int) -> list[str]:
@@ -237,7 +321,9 @@ def main() -> None:
     )
     print(
         "CPU: user+system seconds of the rlenv process tree and of the server during the run;"
-        f" cores busy = both / wall (this machine has {os.cpu_count()})"
+        f" cores busy = both / wall (this machine has {os.cpu_count()}); orch / workers"
+        " ms/rollout: CPU of the orchestrator process / of its frozen-world workers per rollout"
+        " in the steady-state window"
     )
     print(
         common.table(
@@ -253,6 +339,8 @@ def main() -> None:
                 "whole req/s",
                 "sum peak RSS MB",
                 "rlenv CPU s",
+                "orch ms/rollout",
+                "workers ms/rollout",
                 "server CPU s",
                 "cores busy",
             ],

@@ -53,7 +53,7 @@ from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.verifiers.judge import judging_writer
 from rlenv.worker.config import GC_THRESHOLD, PendingTasks, RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
-from rlenv.worker.policy_calls import numbered_tool_calls, request_maker
+from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
 from rlenv.worker.timers import timeout_message
 from rlenv.worker.tools import tool_schemas
 
@@ -397,7 +397,8 @@ def _resolve_policy(
     if reference:
         options = {"reference": reference}
     elif api:
-        options = {"max_connections": max(256, concurrency), "pools": max(1, concurrency // 8)}
+        # one aiohttp session (several were for httpx, whose one pool serialised requests)
+        options = {"max_connections": max(256, concurrency)}
         if retries is not None:
             options["max_retries"] = retries
         if request_timeout is not None:
@@ -457,13 +458,28 @@ def _run_tasks(
                 kind, config, min(pool, len(tasks)), address, exact=workers is not None
             )
             try:
-                asyncio.run(
-                    _execute(prepared, provider, executor, tasks, concurrency, writer, advance)
-                )
+                with asyncio.Runner(loop_factory=_loop_factory(kind)) as runner:
+                    runner.run(
+                        _execute(prepared, provider, executor, tasks, concurrency, writer, advance)
+                    )
             finally:
                 executor.close()
     finally:
         writer.close()
+
+
+def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop for a local run (a dependency on Linux and macOS): at 256 rollouts
+    in flight the orchestrator's event loop and HTTP client are most of its CPU per rollout,
+    and uvloop's loop costs less than asyncio's. None (asyncio's own loop) for Ray, whose
+    client library schedules on the loop itself, and where uvloop is not installed."""
+    if kind != "local":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop  # type: ignore[no-any-return]
 
 
 def _cache_dir(grader_cache: bool | Path) -> str | None:
@@ -492,6 +508,7 @@ async def _execute(
     queue: Iterator[RolloutTask] = iter(tasks)
     finished = 0
     timeout_s = prepared.loaded.spec.limits.timeout_s
+    shared = _RunConstants.of(prepared)
 
     def done(task: RolloutTask, record: RolloutRecord | WorkerLost, started: float) -> None:
         nonlocal finished
@@ -511,7 +528,7 @@ async def _execute(
         for task in queue:
             started = monotonic()
             try:
-                record = await _outside_rollout(prepared, provider, executor, task)
+                record = await _outside_rollout(prepared, provider, executor, task, shared)
             except WorkerLost as lost:
                 done(task, lost, started)
             else:
@@ -555,16 +572,36 @@ async def _execute(
         await provider.aclose()
 
 
+@dataclass(frozen=True)
+class _RunConstants:
+    """What every outside rollout of a run starts from, made once per run (a pydantic dump
+    and the tools' schemas per rollout were a share of the orchestrator's CPU at 256 in
+    flight); each rollout gets its own copies (`json_copy`), as it got fresh ones before."""
+
+    tools: list[dict[str, Any]]
+    decoding: dict[str, Any]
+
+    @classmethod
+    def of(cls, prepared: Environment) -> _RunConstants:
+        spec = prepared.loaded.spec
+        return cls(tool_schemas(prepared.loaded), spec.decoding.model_dump())
+
+
 async def _outside_rollout(
-    prepared: Environment, provider: Provider, executor: Executor, task: RolloutTask
+    prepared: Environment,
+    provider: Provider,
+    executor: Executor,
+    task: RolloutTask,
+    shared: _RunConstants | None = None,
 ) -> RolloutRecord:
     """Model calls here (outside the frozen world); tool calls and grading in a worker."""
     spec = prepared.loaded.spec
+    shared = shared or _RunConstants.of(prepared)
     record = prepared.inputs[task.input_index]
     seed = derive_seed(spec.seed, record.id, task.rollout)
     messages = record.messages(spec.system_prompt, spec.prompt)
     request = request_maker(
-        tool_schemas(prepared.loaded), spec.decoding.model_dump(), seed, record.id, task.rollout
+        json_copy(shared.tools), json_copy(shared.decoding), seed, record.id, task.rollout
     )
 
     def remaining() -> float:
@@ -576,8 +613,9 @@ async def _outside_rollout(
     async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
         made = request(current, turn)
         left = remaining()
-        try:
-            return await asyncio.wait_for(provider.complete(made), left)
+        try:  # (not wait_for: a task of its own per call)
+            async with asyncio.timeout(left):
+                return await provider.complete(made)
         except TimeoutError:
             raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
 

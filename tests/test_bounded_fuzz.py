@@ -9,13 +9,18 @@ characters, lone surrogates, NaN and infinities, integers of any size, keys that
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import enum
 import json
 import math
 import pickle
 import struct
+import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -237,11 +242,94 @@ def test_the_quick_walk_says_what_the_walk_with_paths_says(
     limits = {"max_depth": max_depth, "max_bytes": max_bytes, "finite": finite}
     limits["any_leaf"] = any_leaf
     quick = bounds._bounded(value, max_depth, max_bytes, finite, any_leaf)
-    original = bounds._bounded
-    bounds._bounded = lambda *args: False  # type: ignore[assignment]  # the path walk alone
-    try:
+    originals = bounds._bounded, bounds._surely_bounded
+    bounds._bounded = bounds._surely_bounded = lambda *args: False  # type: ignore[assignment]
+    try:  # the path walk alone
         slow = bounds.bounds_problem(value, **limits)
     finally:
-        bounds._bounded = original
+        bounds._bounded, bounds._surely_bounded = originals
     assert quick == (slow is None), slow
     assert bounds.bounds_problem(value, **limits) == slow
+
+
+class _Text(str):
+    pass
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+class _Level(int, enum.Enum):
+    HIGH = 2
+
+
+_NEAR_LIMITS = [
+    2**53 - 1,
+    2**53,
+    -(2**53 - 1),
+    -(2**53),
+    10**15,
+    10**16,
+    99999999999999999,
+    2**63,
+    2**64 - 1,
+    -(2**63),
+]
+
+
+@example(value=_NEAR_LIMITS, max_depth=3, max_bytes=10_000)
+@example(value={"seed": 2**53}, max_depth=3, max_bytes=10_000)
+@example(value={"seed": 9007199254740991, "n": 9007199254740992}, max_depth=3, max_bytes=10_000)
+@example(value=[[1.5, 2**60]], max_depth=3, max_bytes=10_000)
+@example(value={_Text("key"): 1}, max_depth=3, max_bytes=10_000)
+@example(value=[_Text("value")], max_depth=3, max_bytes=10_000)
+@example(value=[_Colour.RED, _Level.HIGH], max_depth=3, max_bytes=10_000)
+@example(value={"id": uuid.UUID(int=7)}, max_depth=3, max_bytes=10_000)
+@example(value=[orjson.Fragment(b"[1]")], max_depth=3, max_bytes=10_000)
+@example(value=[dataclasses.make_dataclass("Point", ["x"])(1)], max_depth=3, max_bytes=10_000)
+@example(value=[datetime.date(2025, 1, 1)], max_depth=3, max_bytes=10_000)
+@example(value=[{"\ud800": 1}], max_depth=3, max_bytes=10_000)
+@example(value=[[[[]]]], max_depth=3, max_bytes=10_000)
+@example(value=[[[]]], max_depth=3, max_bytes=10_000)
+@example(value=[1, 2, 3, 4, 5], max_depth=3, max_bytes=39)
+@example(value={"a": [True, None]}, max_depth=3, max_bytes=5)
+@example(value=[b"x", {1, 2}, 1j], max_depth=3, max_bytes=10_000)
+@given(value=VALUES, max_depth=st.integers(0, 5), max_bytes=st.integers(0, 200))
+def test_the_c_check_takes_only_what_the_walk_takes(
+    value: Any, max_depth: int, max_bytes: int
+) -> None:
+    """`bounds._surely_bounded` (marshal and orjson, in C) says True only of values the walk
+    takes: integers just past 2**53 (16 digits, like every seed), subclasses of str and int,
+    enums, UUIDs, orjson fragments, dataclasses and dates (orjson writes several of these as
+    JSON), lone surrogates, one level too deep, a byte too big, bytes and sets: all refused
+    by the walk, so never taken by the C check (it may say False of what the walk takes)."""
+    import rlenv.bounds as bounds
+
+    if bounds._surely_bounded(value, max_depth, max_bytes):
+        assert bounds._bounded(value, max_depth, max_bytes, False, False)
+
+
+def test_the_c_check_takes_a_results_record() -> None:
+    """The C check is the one taken for an ordinary record (else it saves nothing): a
+    conversation, verifiers, floats, a 16-digit seed within range."""
+    import rlenv.bounds as bounds
+
+    record = {
+        "input_id": "i0000001",
+        "seed": 9007199254740991,
+        "messages": [{"role": "user", "content": "echo k0000001 ünïcode"}],
+        "timing": {"wall_s": 0.838638, "grader_cache": {"hits": 0, "misses": 0}},
+        "verifiers": [{"name": "exact", "passed": False, "score": 0.0, "detail": None}],
+    }
+    assert bounds._surely_bounded(record, 128, 1 << 20)
+    assert not bounds._surely_bounded({**record, "seed": 2**53}, 128, 1 << 20)
+    walked: list[Any] = []
+    original = bounds._bounded
+    bounds._bounded = lambda value, *limits: walked.append(value) or original(value, *limits)  # type: ignore[assignment]
+    try:
+        assert bounds.bounds_problem(record, max_depth=128) is None
+        assert walked == [], "bounds_problem walked a record the C check takes"
+        assert bounds.bounds_problem({**record, "seed": 2**53}) is not None
+    finally:
+        bounds._bounded = original

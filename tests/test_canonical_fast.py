@@ -213,3 +213,30 @@ def test_input_lines_read_as_the_checked_reader_reads_them(line: str) -> None:
     from rlenv.jsonl import parse_checked_json_line, parse_json_line
 
     assert _parsed(parse_json_line, line) == _parsed(parse_checked_json_line, line)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet='0123456789.eE-+:,[]{}"ax 9dfbe', max_size=60))
+@example('{"a":1e5}')
+@example("[-1.5E-7]")
+@example('{"d":"9dfbed4e5","n":-0.00001}')
+@example("3e5")
+@example('{"a":"x:3e5"}')
+def test_the_quick_scan_misses_no_number_the_regex_would_check(text: str) -> None:
+    """`encode_line` skips `_NOT_REPR` when `_may_not_repr` says a line has no number that
+    orjson may write unlike repr: then the regex finds none either."""
+    from rlenv import results
+
+    line = text.encode()
+    if not results._may_not_repr(line):
+        assert results._NOT_REPR.search(line) is None
+
+
+def test_a_long_digit_run_is_read_by_json_loads() -> None:
+    """decode_line leaves a line with 19 digits in a row to json.loads: an integer past 64 bits
+    stays an integer (orjson would read a float)."""
+    from rlenv import results
+
+    for line in (b'{"n": 18446744073709551616}', b'{"n": -9999999999999999999}'):
+        decoded = results.decode_line(line)
+        assert decoded == json.loads(line) and type(decoded["n"]) is int

@@ -650,3 +650,38 @@ def test_cli_without_base_url_is_a_user_error(
     assert "no base URL: pass --base-url or set OPENAI_BASE_URL" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": 3}}',
+        b'{"usage": {"completion_tokens": 18446744073709551616}}',  # past 64 bits
+        b'{"logprob": -123456789012345678901234567890}',
+        b'{"logprob": NaN, "top": Infinity}',
+        b'{"content": "\\ud800 alone"}',  # a lone surrogate's escape
+        b'{"x": 1e400}',
+        b'\xef\xbb\xbf{"bom": true}',
+        b'{"a": 1, "a": 2}',
+        b'{"seed": 9007199254740993, "f": 0.1, "z": -0.0}',
+    ],
+)
+def test_a_reply_body_is_read_as_json_loads_reads_it(body: bytes) -> None:
+    """The body goes through orjson where it agrees with json.loads, and to json.loads
+    elsewhere: an integer past 64 bits stays an integer (orjson would make it a float), NaN,
+    a lone surrogate and a BOM are read as before (a surrogate is then the model's error, not
+    a broken body retried as the endpoint's)."""
+    from rlenv.providers.openai import _json_body
+
+    assert repr(_json_body(body)) == repr(json.loads(body))
+
+
+@pytest.mark.parametrize("body", [b"not json", b'{"a": 1,}', b"\xff\xfe\x00", b"[" * 100_000])
+def test_a_broken_reply_body_raises_as_json_loads_raises(body: bytes) -> None:
+    from rlenv.providers.openai import _json_body
+
+    with pytest.raises((ValueError, RecursionError)) as ours:
+        _json_body(body)
+    with pytest.raises((ValueError, RecursionError)) as reference:
+        json.loads(body)
+    assert type(ours.value) is type(reference.value)

@@ -20,6 +20,7 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
+import pickle
 import shlex
 import shutil
 import signal
@@ -433,7 +434,9 @@ class LocalExecutor:
         replacement: _Worker | None = None
         try:
             with contextlib.suppress(OSError):  # a dead worker: found below
-                slot.connection.send((name, args))
+                # pickled here, not by `Connection.send`: its ForkingPickler copies a table of
+                # reducers per message (for descriptors and sockets, which a call never holds)
+                slot.connection.send_bytes(pickle.dumps((name, args)))
             limit = backstop(timeout) if timeout is not None else None
             message = _checked(name, await self._answer(slot, limit), task)
             if message is not None and message[0] == "ok":

@@ -24,7 +24,9 @@ import random
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from rlenv.bounds import bounds_problem, nesting_problem
+import orjson
+
+from rlenv.bounds import bounds_problem, has_digit_run, nesting_problem
 from rlenv.errors import InfraError, ModelOutputError, UserError
 from rlenv.providers.base import ModelReply, ModelRequest
 from rlenv.urls import SECRET_QUERY as _SECRET_QUERY
@@ -155,6 +157,7 @@ class OpenAIProvider:
         self.pools = max(1, pools)
         self._clients: list[Any] = []
         self._proxy: tuple[Any, Any] = (None, None)  # from the environment, read once
+        self._url: Any = None  # the endpoint as a yarl.URL, made with the first client
         self._turn = 0
 
     # -- identity ------------------------------------------------------------------------
@@ -202,6 +205,10 @@ class OpenAIProvider:
             if credentials is not None:
                 headers["Authorization"] = _basic(*credentials)
         self._proxy = _env_proxy(self.base_url)
+        if self._url is None:  # parsed once: aiohttp parses a URL given as text per request
+            from yarl import URL
+
+            self._url = URL(f"{self.base_url}/chat/completions")
         per_pool = max(1, -(-self.max_connections // self.pools))
         return aiohttp.ClientSession(
             headers=headers,
@@ -263,12 +270,14 @@ class OpenAIProvider:
     async def _post_with_retries(self, body: dict[str, Any], request: ModelRequest) -> Any:
         from rlenv.seeding import derive_seed
 
-        rng = random.Random(derive_seed(request.seed, "openai-retry", request.turn))
+        rng: random.Random | None = None  # made at the first retry (most requests need none)
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             try:
                 return await self._post_once(body)
             except _Transient as failure:
+                if rng is None:
+                    rng = random.Random(derive_seed(request.seed, "openai-retry", request.turn))
                 if attempt + 1 >= attempts:
                     raise InfraError(
                         self._redact(
@@ -303,7 +312,7 @@ class OpenAIProvider:
             proxy, proxy_credentials = self._proxy
             secure = self.base_url.startswith("https:")
             async with client.post(
-                f"{self.base_url}/chat/completions",
+                self._url,
                 data=payload.encode("utf-8"),
                 proxy=proxy,
                 # a plain-HTTP request carries the proxy's credentials itself; an HTTPS one
@@ -334,7 +343,7 @@ class OpenAIProvider:
                 )
             )
         try:
-            data = json.loads(content)
+            data = _json_body(content)
         except RecursionError:
             raise _Transient("broken JSON body", "body is JSON nested too deeply") from None
         except ValueError:
@@ -446,6 +455,19 @@ class OpenAIProvider:
                 }
             )
         return checked
+
+
+def _json_body(content: bytes) -> Any:
+    """A reply body parsed as `json.loads` parses it, through orjson where the two agree: valid
+    UTF-8 JSON without NaN or a number of 19 digits or more (orjson reads an integer past 64
+    bits as a float). Anything orjson refuses (a lone surrogate's escape, NaN, nesting past
+    its limit) goes to json.loads, which takes it or raises as it always did."""
+    if not has_digit_run(content, 19):
+        try:
+            return orjson.loads(content)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(content)
 
 
 def _env_proxy(base_url: str) -> tuple[Any, dict[str, str] | None]:
