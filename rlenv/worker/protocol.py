@@ -364,7 +364,12 @@ def _make_private_places() -> None:
         Path(config.cache_dir).mkdir(parents=True, exist_ok=True)
     keep = [place for place in (config.work_root, config.cache_dir, config.record_dir) if place]
     keep += [place for place in os.environ.get(SHARED_VARIABLE, "").split(os.pathsep) if place]
-    _places = isolate.PrivatePlaces.make(keep, view=config.work_root)
+    # the view is for calls' children: a world none of whose calls runs env code (a replayed
+    # or outside policy, no tool, no simulated user) forks none, and needs none (its mounts
+    # were most of such a rollout's time); what runs in the worker itself (a verifier) can
+    # reach the host's work root through the worker's descriptor whether there is a view or not
+    view = config.work_root if _runs_env_code(_get()) else None
+    _places = isolate.PrivatePlaces.make(keep, view=view)
     if _places is not None:
         # a working directory under /tmp or $HOME, entered again by path (contextlib.chdir
         # restores by path), would be on a layer `renew` takes away: every later call then
@@ -500,10 +505,12 @@ def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
 
 
 def _runs_env_code(runtime: WorldRuntime) -> bool:
-    """Whether a rollout's conversation runs env code: a policy of the env's (``python:``), a
-    tool or a simulated user. A replayed policy (``replay:``, rlenv's own code reading data)
-    in an env with neither runs none, and the rollout needs no child of its own."""
-    policy_of_env = getattr(runtime.policy, "env_code", True) is not False
+    """Whether a conversation in this world runs env code, and so a child per call: a policy
+    of the env's in the world (``python:``), a tool or a simulated user. A replayed policy
+    (``replay:``, rlenv's own code reading data) or one outside the world (``openai:``), in an
+    env with neither, runs none: its rollouts need no child of their own."""
+    policy = runtime.policy
+    policy_of_env = policy is not None and getattr(policy, "env_code", True) is not False
     return policy_of_env or bool(runtime.tools.functions) or runtime.user is not None
 
 
