@@ -170,3 +170,93 @@ def test_duplicate_keys_are_tallied_as_the_list_did() -> None:
     """compute_all takes any records: a key twice counts twice, as before."""
     records = FAMILIES["varied"] + FAMILIES["varied"][:5]
     assert _canonical(metrics.compute_all(records)) == _canonical(compute_all_before(records))
+
+
+# -- summary.json: the same bytes whether streamed, resumed or read back -------------------
+
+
+def _meta() -> dict[str, Any]:
+    return {
+        "env": {"name": "capitals"},
+        "model": {"uri": "python:x"},
+        "decoding": {"temperature": 1.0},
+        "rollouts_per_input": hacked_runs.ROLLOUTS,
+        "limit": None,
+        "inputs": len(hacked_runs.CAPITALS),
+        "world": {},
+    }
+
+
+def _prepared() -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        inputs=[
+            SimpleNamespace(id=hacked_runs.input_id(i)) for i in range(len(hacked_runs.CAPITALS))
+        ]
+    )
+
+
+def _expected_fields(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What summary.json said of these records before it streamed: the diagnostics of the
+    whole record list, and the digests of the whole list sorted."""
+    from rlenv.results import run_digest, run_outcome_digest
+
+    diagnostics = compute_all_before(
+        [compact_for_metrics(r, {}) for r in records], decoding={"temperature": 1.0}
+    )
+    return {
+        "verdict": diagnostics["verdict"],
+        "inputs": len({r["input_id"] for r in records}),
+        "rollouts": len(records),
+        "counts": diagnostics["counts"]["by_status"],
+        "pass_rate": diagnostics["pass_rate"],
+        "pass_at_k": diagnostics["pass_k"]["pass@k"],
+        "pass_hat_k": diagnostics["pass_k"]["pass^k"],
+        "verifiers": diagnostics["verifiers"],
+        "reward": diagnostics["reward"] if diagnostics["reward"].get("count") else None,
+        "diagnostics": {
+            key: diagnostics[key]
+            for key in (
+                "disagreements",
+                "reward_auc",
+                "length_bias",
+                "diversity",
+                "sample_efficiency",
+                "kl",
+            )
+        },
+        "kl": diagnostics["kl"],
+        "errors": diagnostics["errors"],
+        "flags": diagnostics["flags"],
+        "digest": run_digest(records),
+        "outcome_digest": run_outcome_digest(records),
+    }
+
+
+@pytest.mark.parametrize("family", ["varied", "varied, no rewards", "hacked"])
+@pytest.mark.parametrize("earlier", [None, 0, 10, 47])
+def test_a_streamed_summary_says_what_the_record_list_said(
+    family: str, earlier: int | None
+) -> None:
+    """Read back whole (`earlier` None), or `earlier` lines read back and the rest tallied as
+    written in a shuffled order (a --resume; 0: a fresh run finishing out of order): the
+    summary's every measure and both digests are those of the whole record list."""
+    from rlenv.results import encode_line
+    from rlenv.summary import _Totals, build_summary
+
+    records = [seal(dict(record)) for record in FAMILIES[family]]
+    meta = _meta()
+    written = None
+    before = records
+    if earlier is not None:
+        before, after = records[:earlier], list(records[earlier:])
+        random.Random(earlier).shuffle(after)
+        written = _Totals.for_run(meta)
+        for record in after:
+            written.add_line(encode_line(record))
+    summary = build_summary(_prepared(), meta, before, "python:x", written=written)
+    expected = _expected_fields(records)
+    assert _canonical({key: summary[key] for key in expected}) == _canonical(expected)
+    if "reward_components" in summary:
+        assert family == "varied"
