@@ -14,8 +14,6 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
 from rlenv.metrics._records import Record, _group, _mean, _ngrams, _reward, _words
 
 Bigrams = frozenset[tuple[str, ...]]
@@ -25,6 +23,15 @@ BOILERPLATE_SHARE = 0.5
 BOILERPLATE_MIN_INPUTS = 5
 """Fewer inputs than this: nothing is called boilerplate (one input shares all its bigrams)."""
 _PUNCTUATION = re.compile(r"[^\w\s]+")
+
+
+def _spread(rewards: Sequence[float]) -> float | None:
+    """Population standard deviation of an input's rewards (None below two)."""
+    if len(rewards) < 2:
+        return None
+    import numpy as np
+
+    return float(np.std(rewards))
 
 
 def _jaccard(a: str, b: str) -> float:
@@ -151,7 +158,7 @@ def per_input_diversity(
                 "distinct_answers": len({normalise(a) for a in answers}),
                 "duplicate_rate": duplicate_rate,
                 "similarity": similarity,
-                "reward_spread": float(np.std(rewards)) if len(rewards) >= 2 else None,
+                "reward_spread": _spread(rewards),
                 "collapsed": bool(collapsed),
             }
         )
@@ -258,7 +265,7 @@ class DiversityTally:
             "distinct_answers": len({normalise(a) for a in answers}),
             "duplicate_rate": duplicate_rate,
             "similarity": None,
-            "reward_spread": float(np.std(rewards)) if len(rewards) >= 2 else None,
+            "reward_spread": _spread(rewards),
             "collapsed": False,
         }
         if not answers:

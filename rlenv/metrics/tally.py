@@ -13,29 +13,18 @@ measure reads them all (a baseline verdict, human labels, groups).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlenv.metrics._records import Record, _jsonable, _key, _mean, _passed, _reward
-from rlenv.metrics.alignment import alignment_gap
+from rlenv.metrics._records import Record, _key, _mean, _passed, _reward
 from rlenv.metrics.errors import ErrorTally
-from rlenv.metrics.flagging import flags
-from rlenv.metrics.length import LengthUnit, length_bias
-from rlenv.metrics.run import (
-    _kl_block,
-    component_stats,
-    disagreements,
-    reward_auc,
-    reward_stats,
-)
 from rlenv.metrics.similarity import DiversityTally
-from rlenv.metrics.stats import (
-    noise_floor,
-    noise_floor_of_means,
-    pass_k_of_counts,
-    pass_rate_of_counts,
-)
-from rlenv.metrics.verdict import judge_run
 from rlenv.results import HumanLabels, Status
+
+if TYPE_CHECKING:
+    from rlenv.metrics.length import LengthUnit
+
+# the measures computed at the end (numpy, scipy's kin) are imported by `result`: a run folds
+# its records without them
 
 
 class RunTally:
@@ -123,6 +112,25 @@ class RunTally:
         baseline: Sequence[Record] | None = None,
     ) -> dict[str, Any]:
         """What :func:`compute_all` returns for the records added (every open input folded)."""
+        from rlenv.metrics._records import _jsonable
+        from rlenv.metrics.alignment import alignment_gap
+        from rlenv.metrics.flagging import flags
+        from rlenv.metrics.length import length_bias
+        from rlenv.metrics.run import (
+            _kl_block,
+            component_stats,
+            disagreements,
+            reward_auc,
+            reward_stats,
+        )
+        from rlenv.metrics.stats import (
+            noise_floor,
+            noise_floor_of_means,
+            pass_k_of_counts,
+            pass_rate_of_counts,
+        )
+        from rlenv.metrics.verdict import judge_run
+
         for input_id in list(self._open):
             self._fold(input_id)
         ids = sorted(self._inputs)
