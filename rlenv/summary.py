@@ -59,8 +59,8 @@ class _Totals:
         self.refused: dict[int, str] = {}
         """Position among the lines written -> why it is no rollout record (said in line order)."""
         self._ids: dict[str, int] = {}
-        self._places = (array("q"), array("q"), array("q"))  # id ordinal, rollout, input index
-        self._odd: dict[int, tuple[str, int, int]] = {}  # a place past 64 bits, by row
+        self._places = (array("i"), array("i"), array("i"))  # id ordinal, rollout, input index
+        self._odd: dict[int, tuple[str, int, int]] = {}  # a place past 32 bits, by row
 
     @classmethod
     def for_run(cls, meta: Mapping[str, Any]) -> _Totals:

@@ -260,3 +260,20 @@ def test_a_streamed_summary_says_what_the_record_list_said(
     assert _canonical({key: summary[key] for key in expected}) == _canonical(expected)
     if "reward_components" in summary:
         assert family == "varied"
+
+
+def test_a_written_place_past_32_bits_is_checked_as_any_other() -> None:
+    """The place of a line written is kept in 32-bit columns; one that does not fit is kept
+    apart and refused by the record checks as before (here: outside the run's rollouts)."""
+    from rlenv.audit_records import TamperedRun
+    from rlenv.results import encode_line
+    from rlenv.summary import _Totals, build_summary
+
+    records = [seal(dict(record)) for record in FAMILIES["hacked"]]
+    meta = _meta()
+    written = _Totals.for_run(meta)
+    for record in records[1:]:
+        written.add_line(encode_line(record))
+    written.add_line(encode_line(seal({**records[0], "rollout": 2**40})))
+    with pytest.raises(TamperedRun, match=rf":{len(records)}: rollout {2**40} of "):
+        build_summary(_prepared(), meta, [], "python:x", written=written)
