@@ -73,7 +73,7 @@ print(json.dumps({"before_mb": before, "peak_mb": vm("VmHWM:"), "cpu_s": cpu,
 def measure(tree: str, rollouts: int) -> dict[str, float]:
     env = common.bench_env({"PYTHONPATH": tree})
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(INPUTS), str(rollouts)],
+        [sys.executable, "-P", "-c", CHILD, str(INPUTS), str(rollouts)],  # -P: not the cwd's rlenv
         capture_output=True,
         text=True,
         env=env,
