@@ -23,8 +23,8 @@ from rlenv.results import HumanLabels, Status
 if TYPE_CHECKING:
     from rlenv.metrics.length import LengthUnit
 
-# the measures computed at the end (numpy, scipy's kin) are imported by `result`: a run folds
-# its records without them
+# the measures computed at the end import numpy: `result` imports them, so a run folds its
+# records without numpy (and its BLAS threads) loaded
 
 
 class RunTally:
