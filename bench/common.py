@@ -146,6 +146,7 @@ class Measurement:
     peak_kib: dict[int, int] = field(default_factory=dict)  # pid -> VmHWM
     names: dict[int, str] = field(default_factory=dict)  # pid -> command line (shortened)
     peak_pss_kib: int = 0
+    peak_rss_sum_kib: int = 0  # the largest sum of the tree's RSS at one sample (live processes)
     wait4_maxrss_kib: int = 0
     cpu_s: float = 0.0  # user + system CPU of the command and the descendants it waited for
     stdout: str = ""
@@ -200,6 +201,7 @@ def measure(
     peaks: dict[int, int] = {}
     names: dict[int, str] = {}
     peak_pss = 0
+    peak_rss_sum = 0
     done = threading.Event()
 
     started = time.perf_counter()
@@ -208,19 +210,21 @@ def measure(
     )
 
     def sample() -> None:
-        nonlocal peak_pss
+        nonlocal peak_pss, peak_rss_sum
         while not done.is_set():
-            pss_total = 0
+            pss_total = rss_total = 0
             for pid in _tree(process.pid):
                 status = _status_kib(pid)
                 if status is None or status[0] == 0:  # zombie, or not yet exec'd
                     continue
                 peaks[pid] = max(peaks.get(pid, 0), status[0])
+                rss_total += status[1]
                 if pid not in names:
                     names[pid] = _cmdline(pid)
                 if pss:
                     pss_total += _pss_kib(pid)
             peak_pss = max(peak_pss, pss_total)
+            peak_rss_sum = max(peak_rss_sum, rss_total)
             done.wait(interval)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -244,6 +248,7 @@ def measure(
         peak_kib=peaks,
         names=names,
         peak_pss_kib=peak_pss,
+        peak_rss_sum_kib=peak_rss_sum,
         wait4_maxrss_kib=usage.ru_maxrss,
         cpu_s=usage.ru_utime + usage.ru_stime,
         stdout=out.read().decode("utf-8", "replace"),

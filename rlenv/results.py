@@ -8,6 +8,7 @@ record, the metrics that score it and the report that shows it (README: "The res
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -204,6 +205,52 @@ class RunDigest:
 def digest_in_order(digests: Iterable[str]) -> str:
     """The run digest of record digests already in (input index, input id, rollout) order."""
     return sha256_bytes("\n".join(digests).encode())
+
+
+class OrderedDigests:
+    """The run digest and the outcome digest (:func:`digest_in_order` of each), fed one record's
+    pair at a time in any order. Given the rollouts per input and the run's input indices, an
+    input's pairs are hashed (and let go) as soon as it and every input before it are complete,
+    so a run that finishes its inputs about in order holds the digests of a few inputs; the
+    rest wait for :meth:`hexdigests`, which hashes them in (input index, rollout) order."""
+
+    def __init__(self, rollouts_per_input: int | None = None, inputs: Iterable[int] | None = None):
+        self.per_input = rollouts_per_input
+        self.order = sorted(set(inputs)) if inputs is not None and rollouts_per_input else []
+        self._next = 0
+        self._pending: dict[int, list[tuple[int, Any, Any]]] = {}
+        self._hashes = (hashlib.sha256(), hashlib.sha256())
+        self._started = False
+        self.late = False
+        """A pair came for an input already hashed: the digests are not the run's (a duplicate
+        or a rollout outside K, which the record checks refuse)."""
+
+    def add(self, index: int, rollout: int, digest: Any, outcome: Any) -> None:
+        """One record's digest and outcome digest (hex, or packed by :func:`_packed`)."""
+        if self._next and index <= self.order[self._next - 1]:
+            self.late = True
+        self._pending.setdefault(index, []).append((rollout, digest, outcome))
+        while self._next < len(self.order):
+            entries = self._pending.get(self.order[self._next])
+            if entries is None or len(entries) < (self.per_input or 0):
+                return
+            self._feed(self._pending.pop(self.order[self._next]))
+            self._next += 1
+
+    def _feed(self, entries: list[tuple[int, Any, Any]]) -> None:
+        entries.sort(key=lambda entry: entry[0])
+        for _, *pair in entries:
+            for hashed, digest in zip(self._hashes, pair, strict=True):
+                if self._started:
+                    hashed.update(b"\n")
+                hashed.update(unpacked(digest).encode())
+            self._started = True
+
+    def hexdigests(self) -> tuple[str, str]:
+        """(run digest, outcome digest) of every pair added (call once, at the end)."""
+        for index in sorted(self._pending):
+            self._feed(self._pending.pop(index))
+        return self._hashes[0].hexdigest(), self._hashes[1].hexdigest()
 
 
 def run_digest(records: Iterable[Mapping[str, Any]]) -> str:

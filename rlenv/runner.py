@@ -258,7 +258,7 @@ def run(
         total = len(inputs) * rollouts_per_input
         results = run_dir / "results.jsonl"
         earlier = results.stat().st_size if results.exists() else 0  # --resume: a run's lines
-        written = _Totals()  # what this process appends, tallied as it is written
+        written = _Totals.for_run(meta)  # what this process appends, tallied as written
         try:
             with _writes_to(run_dir):
                 work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))

@@ -7,19 +7,17 @@ imports nothing that runs rollouts (no env, runner, worker, world, sandbox or pr
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlenv.audit_records import RecordAudit, TamperedRun
 from rlenv.results import (
-    CompactRecord,
+    OrderedDigests,
     RolloutRecord,
     compact_for_metrics,
     decode_line,
-    digest_in_order,
-    unpacked,
 )
 from rlenv.version import __version__
 
@@ -31,23 +29,50 @@ def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
     return decoding_hazards(meta["decoding"])
 
 
-@dataclass
 class _Totals:
     """What a summary needs of each record, gathered one record at a time: as this process
     writes it to results.jsonl (:meth:`add_line`: the line decoded back, so what is tallied is
     what is on disk), and as the summary reads the records that were there before (:meth:`add`).
-    Counts are summed on the way; of each record only a :class:`CompactRecord` is kept."""
+    Counts are summed on the way, the metrics folded an input at a time
+    (:class:`rlenv.metrics.tally.RunTally`) and the digests hashed in order as inputs complete
+    (:class:`rlenv.results.OrderedDigests`); of each line written, its place in the run
+    (three integers) is kept for the record checks at the end."""
 
-    fixtures: dict[str, int] = field(default_factory=dict)
-    usage: dict[str, int] = field(default_factory=dict)
-    cache: dict[str, int] = field(default_factory=lambda: {"hits": 0, "misses": 0})
-    pending: int = 0
-    compact: list[CompactRecord] = field(default_factory=list)
-    shared: dict[Any, Any] = field(default_factory=dict)
-    written: int = 0
-    """Lines this process wrote; the first `written - len(refused)` rows of `compact` are theirs."""
-    refused: dict[int, str] = field(default_factory=dict)
-    """Position among the lines written -> why it is no rollout record (said in line order)."""
+    def __init__(
+        self,
+        rollouts_per_input: int | None = None,
+        inputs: Iterable[int] | None = None,
+        *,
+        keep_all: bool = False,
+    ) -> None:
+        from rlenv.metrics.tally import RunTally
+
+        self.fixtures: dict[str, int] = {}
+        self.usage: dict[str, int] = {}
+        self.cache: dict[str, int] = {"hits": 0, "misses": 0}
+        self.pending = 0
+        self.shared: dict[Any, Any] = {}
+        self.tally = RunTally(rollouts_per_input, keep_all=keep_all)
+        self.digests = OrderedDigests(rollouts_per_input, inputs)
+        self.written = 0
+        """Lines this process wrote (each a rollout record but those in `refused`)."""
+        self.refused: dict[int, str] = {}
+        """Position among the lines written -> why it is no rollout record (said in line order)."""
+        self._ids: dict[str, int] = {}
+        self._places = (array("i"), array("i"), array("i"))  # id ordinal, rollout, input index
+        self._odd: dict[int, tuple[str, int, int]] = {}  # a place past 32 bits, by row
+
+    @classmethod
+    def for_run(cls, meta: Mapping[str, Any]) -> _Totals:
+        """The totals of a run described by run.json's `meta` (rollouts per input, its inputs;
+        every record kept when its summary judges against a baseline or splits into groups)."""
+        indices = meta.get("input_indices")
+        inputs = indices if isinstance(indices, list) else range(int(meta.get("inputs") or 0))
+        return cls(
+            meta.get("rollouts_per_input"),
+            inputs if indices or meta.get("inputs") else None,
+            keep_all=_keeps_all(meta),
+        )
 
     def add(self, record: RolloutRecord) -> None:
         for call in record.get("tool_calls") or []:
@@ -58,35 +83,56 @@ class _Totals:
         for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
             self.cache[key] = self.cache.get(key, 0) + int(value)
         self.pending += record.get("grading") == "pending"
-        self.compact.append(compact_for_metrics(record, self.shared))
+        row = compact_for_metrics(record, self.shared)
+        self.tally.add(row)
+        self.digests.add(row.input_index, row.rollout, row.digest, row.outcome)
 
     def add_line(self, line: bytes) -> None:
         """A line this process just appended to results.jsonl. Its digest was sealed where the
         record was made (the worker) and is not recomputed here: later readers recompute it
         from the file. What the summary checks of every record is checked too, at its end
-        (:meth:`check_written`): a rollout record, with a digest, in its place in the run."""
+        (:meth:`admit_written`): a rollout record, with a digest, in its place in the run."""
         record = decode_line(line)
         position, self.written = self.written, self.written + 1
         try:
-            str(record["input_id"]), int(record["rollout"]), int(record.get("input_index", 0))
+            input_id = str(record["input_id"])
+            rollout, index = int(record["rollout"]), int(record.get("input_index", 0))
         except (KeyError, TypeError, ValueError, AttributeError):
             self.refused[position] = "not a rollout record"
             return
         if not record.get("digest"):
             self.refused[position] = "record has no digest"
             return
+        ordinal = self._ids.setdefault(input_id, len(self._ids))
+        row = len(self._places[0])
+        try:
+            for column, value in zip(self._places, (ordinal, rollout, index), strict=True):
+                column.append(value)
+        except OverflowError:
+            for column in self._places:
+                del column[row:]
+                column.append(0)
+            self._odd[row] = (input_id, rollout, index)
         self.add(record)
 
     def admit_written(self, audit: RecordAudit, first_line: int) -> None:
         """The lines this process wrote, checked in their place after the earlier ones (lines
         `first_line`...), as the summary checks every record of results.jsonl."""
-        rows = iter(self.compact)
+        ids = list(self._ids)
+        ordinals, rollouts, indices = self._places
+        rows = iter(range(len(ordinals)))
         for position in range(self.written):
             number = first_line + position
             if position in self.refused:
                 raise TamperedRun(self.refused[position], where=f"{audit.where}:{number}")
             row = next(rows)
-            audit.admit_key(number, row.input_id, row.rollout, row.input_index)
+            place = self._odd.get(row) or (ids[ordinals[row]], rollouts[row], indices[row])
+            audit.admit_key(number, *place)
+
+
+def _keeps_all(meta: Mapping[str, Any]) -> bool:
+    """A summary that reads every record whole: a verdict against a baseline, or groups."""
+    return bool(meta.get("baseline") or meta.get("group_by"))
 
 
 def judges_block(meta: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any] | None:
@@ -118,9 +164,10 @@ def build_summary(
     """summary.json: env, model, decoding, counts, pass rates, pass@k/pass^k, reward, digest.
 
     `records` is consumed once (a generator over results.jsonl is fine): totals are summed on
-    the way and only a compact form of each record is kept for the metrics, so a 100k-rollout
-    run is summarised in little memory. Each record's digest is recomputed from its content on
-    the way, and a duplicate or missing (input, rollout) is refused: TamperedRun naming
+    the way and each input folded once its rollouts are in (:class:`_Totals`), so a
+    100k-rollout run is summarised in the memory of a 1k one. Each record's digest is
+    recomputed from its content on the way, and a duplicate or missing (input, rollout) is
+    refused: TamperedRun naming
     ``where:LINE`` (line = position in `records`, as in results.jsonl).
 
     `written` holds what `run` tallied of the lines it appended itself (after `records`, the
@@ -135,26 +182,37 @@ def build_summary(
     audit = RecordAudit(
         where, rollouts_per_input=meta["rollouts_per_input"], inputs=expected_inputs
     )
-    totals = written if written is not None else _Totals()
+    indices = range(expected_inputs) if isinstance(expected_inputs, int) else list(expected_inputs)
+    totals = written
+    if totals is None:
+        keep_all = baseline is not None or bool(meta.get("group_by"))
+        totals = _Totals(meta["rollouts_per_input"], indices, keep_all=keep_all)
+    elif totals.digests.order and totals.digests.order != sorted(set(indices)):
+        raise RuntimeError("the totals were made for other inputs than the summary's")
+    tally = totals.tally
+    if (baseline is not None or meta.get("group_by")) and not tally.keep_all:
+        raise RuntimeError("a summary with a baseline or groups needs every record kept")
     line = 0
     for line, record in enumerate(records, start=1):
         audit.admit(line, record)
         totals.add(record)
     totals.admit_written(audit, first_line=line + 1)
     audit.finish()
-    totals.compact.sort(key=lambda r: (r.input_index, r.rollout))
-    # (input index, rollout) is unique once checked: the run digest's own order
-    digest = digest_in_order(unpacked(row.digest) for row in totals.compact)
-    diagnostics = metrics.compute_all(totals.compact, decoding=meta["decoding"], baseline=baseline)
+    if totals.digests.late:  # pragma: no cover - the record checks refuse it first
+        raise RuntimeError("a record came for an input already hashed")
+    digest, outcome_digest = totals.digests.hexdigests()
+    diagnostics = tally.result(
+        decoding=meta["decoding"], baseline=list(baseline) if baseline is not None else None
+    )
     group_by = meta.get("group_by")
     groups = None
     if group_by:
         labels = {record.id: record.data.get(group_by) for record in prepared.inputs}
-        groups = {"field": group_by, **metrics.group_stats(totals.compact, labels)}
-    n_records = len(totals.compact)
-    n_inputs = len({record["input_id"] for record in totals.compact})
+        groups = {"field": group_by, **metrics.group_stats(tally.kept, labels)}
+    n_records = tally.records
+    n_inputs = len(tally.input_ids)
     calibration = meta.get("reward_calibration")
-    totals_compact, totals.compact = totals.compact, []
+    kept, tally.kept = tally.kept, []
     return {
         "verdict": diagnostics["verdict"],
         "env": meta["env"],
@@ -195,7 +253,7 @@ def build_summary(
         "kl": diagnostics["kl"],
         **({"groups": groups} if groups is not None else {}),
         **(
-            {"reward_calibrated": metrics.calibrated_reward(totals_compact, calibration)}
+            {"reward_calibrated": metrics.calibrated_reward(kept, calibration)}
             if calibration is not None
             else {}
         ),
@@ -205,6 +263,6 @@ def build_summary(
         "errors": diagnostics["errors"],
         "flags": diagnostics["flags"],
         "digest": digest,
-        "outcome_digest": digest_in_order(unpacked(row.outcome) for row in totals_compact),
+        "outcome_digest": outcome_digest,
         "rlenv_version": __version__,
     }

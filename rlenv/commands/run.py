@@ -114,7 +114,6 @@ def run(
     from rlenv.inputs import parse_where
 
     retry = ["infra_error"] * retry_errors + ["timeout"] * retry_timeouts
-    from rlenv.report.text import format_summary
     from rlenv.runner import RunSettings
     from rlenv.runner import run as run_env
 
@@ -151,7 +150,9 @@ def run(
         )
     if as_json:
         print_json({**result.summary, "run_dir": str(result.run_dir)})
-    else:
+    else:  # the report imports numpy: not while the run goes (its BLAS threads, its memory)
+        from rlenv.report.text import format_summary
+
         typer.echo(format_summary(result.summary, result.run_dir))
     if result.failures:
         first = result.failures[0]

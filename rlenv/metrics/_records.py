@@ -7,16 +7,20 @@ left out of every score (:func:`_scored`).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Literal
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from rlenv.results import Status
 
+if TYPE_CHECKING:
+    import numpy as np
+
 Record = Mapping[str, Any]
 LengthUnit = Literal["words", "completion_tokens"]
-Numbers = Sequence[float] | np.ndarray
+Numbers: TypeAlias = "Sequence[float] | np.ndarray"
+# numpy is imported by the measures that compute with it, not here: a run folds its records
+# (rlenv.metrics.tally) without it, and imports it only to summarise
 
 
 def _key(record: Record) -> tuple[str, int]:
@@ -67,6 +71,8 @@ def _finite(value: float) -> float | None:
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
+    import numpy as np
+
     return float(np.quantile(np.asarray(values, dtype=float), q))
 
 
@@ -84,6 +90,15 @@ def _jsonable(obj: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
+    np = sys.modules.get("numpy")  # no numpy value exists before numpy is imported
+    if np is None:
+        if isinstance(obj, bool):
+            return obj
+        if isinstance(obj, int):
+            return int(obj)
+        if isinstance(obj, float):
+            return _finite(float(obj))
+        return obj
     if isinstance(obj, np.ndarray):
         return [_jsonable(v) for v in obj.tolist()]
     if isinstance(obj, (bool, np.bool_)):

@@ -1,7 +1,8 @@
 """One run's every diagnostic as one dict (summary.json, report): :func:`compute_all`.
 
-Apart from :mod:`rlenv.metrics.run` (the per-run measures) because it also judges the run
-(:mod:`rlenv.metrics.verdict`), which reads run's suspects: one direction, no circle.
+Folded record by record by :class:`rlenv.metrics.tally.RunTally` (which summary.json streams
+into as a run writes its records); the reference it must match, byte for byte, is the
+record-list form kept in tests/test_metrics_stream.py.
 """
 
 from __future__ import annotations
@@ -9,24 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from rlenv.metrics._records import Record, _jsonable, _key, _scored
-from rlenv.metrics.alignment import alignment_gap
-from rlenv.metrics.errors import errors
-from rlenv.metrics.flagging import flags
-from rlenv.metrics.length import LengthUnit, length_bias
-from rlenv.metrics.run import (
-    _kl_block,
-    component_stats,
-    disagreements,
-    reward_auc,
-    reward_stats,
-    sample_efficiency,
-    verifier_pass_rates,
-)
-from rlenv.metrics.similarity import diversity
-from rlenv.metrics.stats import noise_floor, pass_k_table, pass_rate
-from rlenv.metrics.verdict import judge_run
-from rlenv.results import HumanLabels, Status
+from rlenv.metrics._records import Record
+from rlenv.metrics.length import LengthUnit
+from rlenv.metrics.tally import tally_all
+from rlenv.results import HumanLabels
 
 
 def compute_all(
@@ -52,42 +39,8 @@ def compute_all(
 
     Dict keys are strings (pass@k tables are keyed "1", "2", ...); undefined values are None.
     """
-    records = list(records)
     baseline = list(baseline) if baseline is not None else None
-    statuses: dict[str, int] = {}
-    for record in records:
-        status = str(record.get("status", Status.OK))
-        statuses[status] = statuses.get(status, 0) + 1
-    table = pass_k_table(records)
-    summary: dict[str, Any] = {
-        "counts": {
-            "records": len(records),
-            "inputs": len({_key(r)[0] for r in records}),
-            "scored": len(_scored(records)),
-            Status.INFRA_ERROR.value: statuses.get(Status.INFRA_ERROR, 0),
-            "by_status": {s: statuses[s] for s in sorted(statuses)},
-        },
-        "pass_rate": {
-            **pass_rate(records),
-            "noise_floor": noise_floor(records, alpha, power, field="passed"),
-        },
-        "pass_k": {name: {str(k): v for k, v in t.items()} for name, t in table.items()},
-        "reward": {
-            **reward_stats(records),
-            "noise_floor": noise_floor(records, alpha, power, field="reward"),
-        },
-        "reward_components": component_stats(records),
-        "verifiers": verifier_pass_rates(records),
-        "disagreements": disagreements(records, baseline),
-        "reward_auc": reward_auc(records),
-        "length_bias": length_bias(records, length=length),
-        "diversity": diversity(records),
-        "sample_efficiency": sample_efficiency(records),
-        "kl": _kl_block(records),
-        "alignment": alignment_gap(records, human) if human is not None else None,
-        "errors": errors(records),
-    }
-    summary["flags"] = flags(summary, decoding)
-    summary["verdict"] = judge_run(records, baseline)
-    clean: dict[str, Any] = _jsonable(summary)
-    return clean
+    tally = tally_all(records, keep_all=baseline is not None or human is not None)
+    return tally.result(
+        human, length=length, alpha=alpha, power=power, decoding=decoding, baseline=baseline
+    )

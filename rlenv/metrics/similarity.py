@@ -14,8 +14,6 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import numpy as np
-
 from rlenv.metrics._records import Record, _group, _mean, _ngrams, _reward, _words
 
 Bigrams = frozenset[tuple[str, ...]]
@@ -25,6 +23,15 @@ BOILERPLATE_SHARE = 0.5
 BOILERPLATE_MIN_INPUTS = 5
 """Fewer inputs than this: nothing is called boilerplate (one input shares all its bigrams)."""
 _PUNCTUATION = re.compile(r"[^\w\s]+")
+
+
+def _spread(rewards: Sequence[float]) -> float | None:
+    """Population standard deviation of an input's rewards (None below two)."""
+    if len(rewards) < 2:
+        return None
+    import numpy as np
+
+    return float(np.std(rewards))
 
 
 def _jaccard(a: str, b: str) -> float:
@@ -151,7 +158,7 @@ def per_input_diversity(
                 "distinct_answers": len({normalise(a) for a in answers}),
                 "duplicate_rate": duplicate_rate,
                 "similarity": similarity,
-                "reward_spread": float(np.std(rewards)) if len(rewards) >= 2 else None,
+                "reward_spread": _spread(rewards),
                 "collapsed": bool(collapsed),
             }
         )
@@ -223,3 +230,101 @@ def diversity(
             "collapsed_share": collapse_share,
         },
     }
+
+
+class DiversityTally:
+    """:func:`diversity` (default n and thresholds), folded one input at a time (:meth:`fold`,
+    given the input's scored records in rollout order): of a folded input only its row, its
+    first SIMILARITY_ANSWERS answers (the boilerplate is known only at the end) and the
+    run-wide sets of distinct n-grams and answers are kept."""
+
+    def __init__(self) -> None:
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._first: dict[str, list[str]] = {}
+        self._distinct_per_input: dict[int, list[float]] = {1: [], 2: []}
+        self._grams: dict[int, set[str]] = {1: set(), 2: set()}
+        self._gram_total = {1: 0, 2: 0}
+        self._answers: set[str] = set()
+        self._n_answers = 0
+        self._duplicate_rates: list[float] = []
+        self._similarities: list[float] = []
+        self._bigram_inputs: dict[tuple[str, ...], int] = {}
+        self._answered_inputs = 0
+
+    def fold(self, input_id: str, group: Sequence[Record]) -> None:
+        answers = [str(r["answer"]) for r in group if r.get("answer") is not None]
+        rewards = [v for v in (_reward(r) for r in group) if v is not None]
+        duplicate_rate = None
+        if len(answers) >= 2:
+            duplicate_rate = _duplicates([normalise(a) for a in answers]) / len(answers)
+            self._duplicate_rates.append(_duplicates(answers) / len(answers))
+            self._similarities.append(_mean_similarity(answers))
+        self._rows[input_id] = {
+            "input_id": input_id,
+            "n_answers": len(answers),
+            "distinct_answers": len({normalise(a) for a in answers}),
+            "duplicate_rate": duplicate_rate,
+            "similarity": None,
+            "reward_spread": _spread(rewards),
+            "collapsed": False,
+        }
+        if not answers:
+            return
+        self._first[input_id] = answers[:SIMILARITY_ANSWERS]
+        self._n_answers += len(answers)
+        self._answers.update(answers)
+        for size in (1, 2):
+            grams = [" ".join(g) for answer in answers for g in _ngrams(_words(answer), size)]
+            self._gram_total[size] += len(grams)
+            self._grams[size].update(grams)
+            if grams:
+                self._distinct_per_input[size].append(len(set(grams)) / len(grams))
+        self._answered_inputs += 1
+        for gram in frozenset().union(*(_bigrams(a) for a in answers)):
+            self._bigram_inputs[gram] = self._bigram_inputs.get(gram, 0) + 1
+
+    def result(self) -> dict[str, Any]:
+        """What :func:`diversity` returns for the folded inputs."""
+        similarity_threshold, duplicate_threshold, collapse_share = 0.9, 0.5, 0.1
+        shared: Bigrams = frozenset()
+        if self._answered_inputs >= BOILERPLATE_MIN_INPUTS:
+            floor = BOILERPLATE_SHARE * self._answered_inputs
+            shared = frozenset(g for g, count in self._bigram_inputs.items() if count >= floor)
+        rows = []
+        for input_id in sorted(self._rows):
+            row = self._rows[input_id]
+            if row["n_answers"] >= 2:
+                row["similarity"] = _discounted_similarity(self._first[input_id], shared)
+            row["collapsed"] = bool(
+                (row["duplicate_rate"] is not None and row["duplicate_rate"] >= duplicate_threshold)
+                or (row["similarity"] is not None and row["similarity"] >= similarity_threshold)
+            )
+            rows.append(row)
+        comparable = [row for row in rows if row["n_answers"] >= 2]
+        collapsed = [row["input_id"] for row in comparable if row["collapsed"]]
+        share = len(collapsed) / len(comparable) if comparable else None
+        total = self._n_answers
+        return {
+            "n_answers": total,
+            "distinct": {
+                str(size): len(self._grams[size]) / self._gram_total[size]
+                if self._gram_total[size]
+                else None
+                for size in (1, 2)
+            },
+            "distinct_per_input": {
+                str(size): _mean(self._distinct_per_input[size]) for size in (1, 2)
+            },
+            "duplicate_rate": _mean(self._duplicate_rates),
+            "duplicate_rate_global": (total - len(self._answers)) / total if total else None,
+            "mean_pairwise_similarity": _mean(self._similarities),
+            "per_input": rows,
+            "collapsed_inputs": collapsed,
+            "collapsed_share": share,
+            "collapse": share is not None and share >= collapse_share,
+            "thresholds": {
+                "similarity": similarity_threshold,
+                "duplicate_rate": duplicate_threshold,
+                "collapsed_share": collapse_share,
+            },
+        }

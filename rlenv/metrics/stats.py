@@ -175,28 +175,46 @@ def bootstrap_ci(
     ]
     if not clusters or n_boot < 1:
         return (None, None)
-    rng = np.random.default_rng(seed)
     if statistic is None:
         arrays = [np.atleast_1d(np.asarray(c, dtype=float)) for c in clusters]
-        sums = np.array([a.sum() for a in arrays])
-        counts = np.array([a.size for a in arrays], dtype=float)
-        # resamples drawn in blocks so memory stays small for many inputs: the draws are the
-        # same whatever the block (int64 draws take whole words of the stream)
-        block = max(1, min(n_boot, BOOTSTRAP_BLOCK // len(clusters)))
-        parts = []
-        for start in range(0, n_boot, block):
-            indices = rng.integers(
-                0, len(clusters), size=(min(block, n_boot - start), len(clusters))
-            )
-            total = counts[indices].sum(axis=1)
-            keep = total > 0
-            parts.append(sums[indices].sum(axis=1)[keep] / total[keep])
-        estimates = np.concatenate(parts)
-    else:
-        indices = rng.integers(0, len(clusters), size=(n_boot, len(clusters)))
-        results = (statistic([clusters[i] for i in row]) for row in indices.tolist())
-        estimates = np.array([float(r) for r in results if r is not None], dtype=float)
-        estimates = estimates[np.isfinite(estimates)]
+        return bootstrap_means(
+            [float(a.sum()) for a in arrays], [a.size for a in arrays], n_boot, seed, alpha
+        )
+    rng = np.random.default_rng(seed)
+    indices = rng.integers(0, len(clusters), size=(n_boot, len(clusters)))
+    results = (statistic([clusters[i] for i in row]) for row in indices.tolist())
+    estimates = np.array([float(r) for r in results if r is not None], dtype=float)
+    estimates = estimates[np.isfinite(estimates)]
+    return _percentiles(estimates, alpha)
+
+
+def bootstrap_means(
+    sums: Sequence[float],
+    counts: Sequence[int],
+    n_boot: int = 1000,
+    seed: int = 0,
+    alpha: float = 0.05,
+) -> tuple[float, float] | tuple[None, None]:
+    """:func:`bootstrap_ci` of the pooled mean, from each cluster's sum and count alone (what a
+    streamed run keeps of an input): the same draws, the same interval."""
+    if not sums or n_boot < 1:
+        return (None, None)
+    rng = np.random.default_rng(seed)
+    sum_of = np.array(sums, dtype=float)
+    count_of = np.array(counts, dtype=float)
+    # resamples drawn in blocks so memory stays small for many inputs: the draws are the
+    # same whatever the block (int64 draws take whole words of the stream)
+    block = max(1, min(n_boot, BOOTSTRAP_BLOCK // len(sums)))
+    parts = []
+    for start in range(0, n_boot, block):
+        indices = rng.integers(0, len(sums), size=(min(block, n_boot - start), len(sums)))
+        total = count_of[indices].sum(axis=1)
+        keep = total > 0
+        parts.append(sum_of[indices].sum(axis=1)[keep] / total[keep])
+    return _percentiles(np.concatenate(parts), alpha)
+
+
+def _percentiles(estimates: np.ndarray, alpha: float) -> tuple[float, float] | tuple[None, None]:
     if estimates.size == 0:
         return (None, None)
     lo, hi = np.quantile(estimates, [alpha / 2, 1 - alpha / 2])
@@ -250,23 +268,35 @@ def noise_floor(
     A smaller difference between two such runs is within sampling noise. Shrinks as 1/sqrt(m).
     None with fewer than 2 inputs; 0.0 when every input has the same mean.
     """
-    var = _clustered_variance(_per_input_means(records, field))
+    return noise_floor_of_means(_per_input_means(records, field), alpha, power)
+
+
+def noise_floor_of_means(
+    per_input_means: Sequence[float], alpha: float = 0.05, power: float = 0.8
+) -> float | None:
+    """:func:`noise_floor` from the per-input means (inputs sorted by id)."""
+    var = _clustered_variance(per_input_means)
     return _detectable_difference(var, var, alpha, power)
 
 
 def pass_rate(records: Iterable[Record]) -> dict[str, Any]:
     """Rollout-level verifier pass rate with Wilson and cluster-bootstrap intervals."""
-    groups = _group(records)
-    values = [[1.0 if _passed(r) else 0.0 for r in group] for _, group in groups]
-    n = sum(len(v) for v in values)
-    passed = int(sum(sum(v) for v in values))
+    return pass_rate_of_counts(
+        [(len(group), sum(_passed(r) for r in group)) for _, group in _group(records)]
+    )
+
+
+def pass_rate_of_counts(counts: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """:func:`pass_rate` from (scored rollouts, passed) of each input (inputs sorted by id)."""
+    n = sum(size for size, _ in counts)
+    passed = sum(c for _, c in counts)
     lo, hi = wilson_interval(passed, n)
-    boot = bootstrap_ci(values)
+    boot = bootstrap_means([float(c) for _, c in counts], [size for size, _ in counts])
     return {
         "value": passed / n if n else None,
         "passed": passed,
         "n": n,
-        "n_inputs": len(values),
+        "n_inputs": len(counts),
         "wilson_ci": [lo, hi] if n else None,
         # pragma: both ends are None together, or neither
         "bootstrap_ci": list(boot) if boot[0] is not None else None,  # pragma: no mutate
@@ -282,6 +312,13 @@ def pass_k_table(
     dropped (the estimators are undefined for k > n).
     """
     counts = [(len(group), sum(_passed(r) for r in group)) for _, group in _group(records)]
+    return pass_k_of_counts(counts, ks)
+
+
+def pass_k_of_counts(
+    counts: Sequence[tuple[int, int]], ks: Iterable[int] | None = None
+) -> dict[str, dict[int, float]]:
+    """:func:`pass_k_table` from (scored rollouts, passed) of each input (inputs sorted by id)."""
     if not counts:
         return {"pass@k": {}, "pass^k": {}}
     k_max = min(n for n, _ in counts)
