@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,27 @@ def test_the_iri_format_is_still_checked_when_first_asked(tmp_path: Path) -> Non
     assert seen == {"before": False, "answers": [True, False, True], "after": True}
 
 
+def _probe(tmp_path: Path, config: Any, code: str, cwd: Path) -> Any:
+    """Run `code` (a probe script) on the pickled worker `config` in a fresh interpreter; what
+    it printed last on stderr, as JSON."""
+    import pickle
+
+    (tmp_path / "work").mkdir()
+    sent = tmp_path / "config.pickle"
+    sent.write_bytes(pickle.dumps(config))
+    probe = tmp_path / "probe.py"
+    probe.write_text(code)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(sent)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stderr.strip().splitlines()[-1])
+
+
 SENT_PROBE = """
 import json, pickle, sys
 from rlenv.worker import protocol
@@ -151,7 +173,6 @@ def test_a_worker_sent_its_spec_builds_no_spec_validator(
     pydantic validator or serializer (the spec's took a third of its start) and never scans
     the installed distributions for pydantic plugins, through a whole rollout; without tools
     it imports no YAML at all (vcrpy, replaying a tool's HTTP, does)."""
-    import pickle
 
     from rlenv.spec import load_spec
     from rlenv.worker.config import WorkerConfig
@@ -171,20 +192,7 @@ def test_a_worker_sent_its_spec_builds_no_spec_validator(
         world_checks={"purpose": "run", "model": None, "defer_expensive": False},  # as `run`
         cache_dir=str(tmp_path / "grader-cache"),  # `run` keeps one (for expensive verifiers)
     )
-    (tmp_path / "work").mkdir()
-    sent = tmp_path / "config.pickle"
-    sent.write_bytes(pickle.dumps(config))
-    probe = tmp_path / "probe.py"
-    probe.write_text(SENT_PROBE)
-    result = subprocess.run(
-        [sys.executable, str(probe), str(sent)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=spec.parent,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    seen = _probe(tmp_path, config, SENT_PROBE, spec.parent)
     assert seen == {"status": "ok", "built": [], "scanned": False, "yaml": tools}
 
 
@@ -343,7 +351,6 @@ def test_a_worker_parses_an_input_when_a_rollout_asks_for_it(
     """The orchestrator has checked the inputs file: a worker keeps its lines and parses the
     record a call asks for, so it holds no parsed record at its start (each held ~0.8 kB of
     every rollout's fork of it) and still hands each rollout its own input."""
-    import pickle
 
     from rlenv.spec import load_spec
     from rlenv.worker.config import WorkerConfig
@@ -362,18 +369,5 @@ def test_a_worker_parses_an_input_when_a_rollout_asks_for_it(
         model_uri=f"python:{env_builder.module}:policy",
         loaded_spec=load_spec(spec),
     )
-    (tmp_path / "work").mkdir()
-    sent = tmp_path / "config.pickle"
-    sent.write_bytes(pickle.dumps(config))
-    probe = tmp_path / "probe.py"
-    probe.write_text(HELD_PROBE)
-    result = subprocess.run(
-        [sys.executable, str(probe), str(sent)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=spec.parent,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    seen = _probe(tmp_path, config, HELD_PROBE, spec.parent)
     assert seen == {"held": 0, "ids": [["q0", 0, "0"], ["q148", 149, "148"], ["q6", 7, "6"]]}

@@ -24,7 +24,7 @@ from rlenv.metrics.stats import (
     auc,
     bootstrap_ci,
     pass_rate,
-    wilson_interval,
+    pass_rate_rows,
 )
 from rlenv.results import Status
 
@@ -117,16 +117,7 @@ def verifier_pass_rates(records: Iterable[Record]) -> dict[str, dict[str, Any]]:
             tally = tallies.setdefault(str(verifier.get("name")), [0, 0])
             tally[0] += verifier.get("passed") is True
             tally[1] += 1
-    out: dict[str, dict[str, Any]] = {}
-    for name in sorted(tallies):
-        passed, n = tallies[name]
-        out[name] = {
-            "passed": passed,
-            "n": n,
-            "rate": passed / n,
-            "wilson_ci": list(wilson_interval(passed, n)),
-        }
-    return out
+    return pass_rate_rows(tallies)
 
 
 def _ulps(value: float) -> float:

@@ -210,9 +210,6 @@ def diversity(
     similarities = [_mean_similarity(answers) for answers in multi]
     duplicates_global = _duplicates(all_answers)
     rows = per_input_diversity(records, similarity_threshold, duplicate_threshold)
-    comparable = [row for row in rows if row["n_answers"] >= 2]
-    collapsed = [row["input_id"] for row in comparable if row["collapsed"]]
-    share = len(collapsed) / len(comparable) if comparable else None
     return {
         "n_answers": len(all_answers),
         "distinct": distinct,
@@ -220,6 +217,21 @@ def diversity(
         "duplicate_rate": _mean(duplicate_rates),
         "duplicate_rate_global": duplicates_global / len(all_answers) if all_answers else None,
         "mean_pairwise_similarity": _mean(similarities),
+        **_collapse(rows, similarity_threshold, duplicate_threshold, collapse_share),
+    }
+
+
+def _collapse(
+    rows: list[dict[str, Any]],
+    similarity_threshold: float,
+    duplicate_threshold: float,
+    collapse_share: float,
+) -> dict[str, Any]:
+    """The per-input rows and the run's mode-collapse verdict from them (`diversity`)."""
+    comparable = [row for row in rows if row["n_answers"] >= 2]
+    collapsed = [row["input_id"] for row in comparable if row["collapsed"]]
+    share = len(collapsed) / len(comparable) if comparable else None
+    return {
         "per_input": rows,
         "collapsed_inputs": collapsed,
         "collapsed_share": share,
@@ -300,9 +312,6 @@ class DiversityTally:
                 or (row["similarity"] is not None and row["similarity"] >= similarity_threshold)
             )
             rows.append(row)
-        comparable = [row for row in rows if row["n_answers"] >= 2]
-        collapsed = [row["input_id"] for row in comparable if row["collapsed"]]
-        share = len(collapsed) / len(comparable) if comparable else None
         total = self._n_answers
         return {
             "n_answers": total,
@@ -318,13 +327,5 @@ class DiversityTally:
             "duplicate_rate": _mean(self._duplicate_rates),
             "duplicate_rate_global": (total - len(self._answers)) / total if total else None,
             "mean_pairwise_similarity": _mean(self._similarities),
-            "per_input": rows,
-            "collapsed_inputs": collapsed,
-            "collapsed_share": share,
-            "collapse": share is not None and share >= collapse_share,
-            "thresholds": {
-                "similarity": similarity_threshold,
-                "duplicate_rate": duplicate_threshold,
-                "collapsed_share": collapse_share,
-            },
+            **_collapse(rows, similarity_threshold, duplicate_threshold, collapse_share),
         }

@@ -16,6 +16,20 @@ import numpy as np
 from rlenv.metrics._records import Numbers, Record, _group, _passed, _reward
 
 
+def pass_rate_rows(tallies: dict[str, list[int]]) -> dict[str, dict[str, Any]]:
+    """Each name's [passed, n] tally as a pass rate with its Wilson interval (names sorted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(tallies):
+        passed, n = tallies[name]
+        out[name] = {
+            "passed": passed,
+            "n": n,
+            "rate": passed / n,
+            "wilson_ci": list(wilson_interval(passed, n)),
+        }
+    return out
+
+
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (well-behaved at 0 and n).
 

@@ -176,18 +176,9 @@ class RunTally:
         return clean
 
     def _verifier_rates(self) -> dict[str, dict[str, Any]]:
-        from rlenv.metrics.stats import wilson_interval
+        from rlenv.metrics.stats import pass_rate_rows
 
-        out: dict[str, dict[str, Any]] = {}
-        for name in sorted(self.verifiers):
-            passed, n = self.verifiers[name]
-            out[name] = {
-                "passed": passed,
-                "n": n,
-                "rate": passed / n,
-                "wilson_ci": list(wilson_interval(passed, n)),
-            }
-        return out
+        return pass_rate_rows({name: list(tally) for name, tally in self.verifiers.items()})
 
     def _sample_efficiency(self, ids: Sequence[str]) -> list[dict[str, Any]]:
         """:func:`rlenv.metrics.run.sample_efficiency` from what each input kept."""
