@@ -34,9 +34,11 @@ def policy(messages, tools, ctx):
 """
 
 
-def _loaded(spec: Path, model: str, tmp_path: Path) -> dict:
+def _loaded(spec: Path, model: str, tmp_path: Path, code: str = PROBE) -> dict:
+    """Run probe `code` on `spec` and `model` in a fresh interpreter: what it printed last on
+    stderr, as JSON."""
     probe = tmp_path / "probe.py"
-    probe.write_text(PROBE)
+    probe.write_text(code)
     result = subprocess.run(
         [sys.executable, str(probe), str(spec), model],
         capture_output=True,
@@ -275,18 +277,7 @@ def test_a_worker_imports_the_format_libraries_its_graders_need_at_its_start(
         'def policy(messages, tools, ctx):\n    return \'{"took": "P1D"}\'\n',
         verifiers=[DURATION_VERIFIER],
     )
-    probe = tmp_path / "probe.py"
-    probe.write_text(START_PROBE)
-    model = f"python:{env_builder.module}:policy"
-    result = subprocess.run(
-        [sys.executable, str(probe), str(spec), model],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=spec.parent,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path, START_PROBE)
     assert seen == {"at_start": True, "status": "ok", "passed": True}
 
 
