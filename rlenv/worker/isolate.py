@@ -396,14 +396,10 @@ def keep_from_children(paths: list[str]) -> list[str]:
     return left
 
 
-def private_copies(names: tuple[str, ...]) -> int:
-    """Each shared mapping of this process whose file's name holds one of `names` replaced by a
-    private copy at the same address (what the code that uses it sees is unchanged; what this
-    process writes there stays here): how many."""
-    return _copy_privately(_shared_regions(names))
-
-
 def _copy_privately(regions: list[tuple[int, int, str]]) -> int:
+    """Each of `regions` (shared mappings of this process) replaced by a private copy at the
+    same address (what the code that uses it sees is unchanged; what this process writes there
+    stays here): how many."""
     libc = _libc()
     copied = 0
     for start, end, perms in regions:

@@ -71,7 +71,7 @@ _own_semaphores: set[str] | None = None  # in /dev/shm, made by the worker as it
 def _empty_private_scratch() -> None:
     """Remove what the last rollout left in this worker's own /dev/shm. libfaketime's files of
     this process go too, when it starts: it holds them mapped, and a child (which gets a private
-    copy of that mapping, `isolate.private_copies`) could otherwise write to them by name. The
+    copy of that mapping, `isolate.shared_with_children`) could otherwise write to them by name. The
     semaphores the worker made while it started (loky's, for a reward model) stay: its exit
     unlinks them, and removed they were a traceback on the user's terminal."""
     global _own_semaphores
