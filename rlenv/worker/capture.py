@@ -92,6 +92,15 @@ class _Drain:
 _drains: list[_Drain] = []
 
 
+def drain_ends() -> tuple[tuple[int, int], list[int]]:
+    """The drains (made now if need be): the write ends a process's fd 1 and 2 are pointed at
+    while a call runs, and the read ends, which only their threads here use."""
+    if not _drains:
+        _drains.extend([_Drain(), _Drain()])
+    writing = (_drains[0].write_fd, _drains[1].write_fd)
+    return writing, [drain.read_fd for drain in _drains]
+
+
 def threading_native_id() -> int:
     import threading
 
@@ -113,8 +122,7 @@ class CapturedOutput:
         self._saved: list[int] = []
 
     def __enter__(self) -> CapturedOutput:
-        if not _drains:
-            _drains.extend([_Drain(), _Drain()])
+        drain_ends()
         _flush_python_streams()
         self._saved = [os.dup(1), os.dup(2)]
         for fd, drain in zip((1, 2), _drains, strict=True):

@@ -32,12 +32,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import json
 import os
+import pickle
 import re
 import select
 import shutil
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -493,21 +496,11 @@ def _encode(reply: tuple[str, Any]) -> bytes:
     return json.dumps({"ok": value}).encode()
 
 
-def _child(
-    body: Callable[[], Any],
-    write_fd: int,
-    closing: list[int],
-    regions: list[tuple[int, int, str]],
-) -> None:
-    """The forked child's life; never returns."""
+def _answer(body: Callable[[], Any], write_fd: int) -> None:
+    """A call's child: run `body`, write its answer to `write_fd` (length-prefixed JSON) and
+    exit; never returns."""
     code = 0
     try:
-        for fd in closing:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        _copy_privately(regions)
-        if not drop_capabilities():
-            raise PermissionError("could not drop capabilities")
         try:
             reply: tuple[str, Any] = ("ok", body())
         except Exception as exc:
@@ -527,39 +520,228 @@ def _child(
         os._exit(code)
 
 
-# -- in the worker ------------------------------------------------------------------------------
+# -- the template: forked once from the worker, it forks every call's child ----------------------
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+TEMPLATE_ANSWER_S = 10.0
+"""How long the worker waits for its template's word (a child it forked, a call ended): one
+that does not answer in time (stopped by a call's process, say) is killed and made again."""
 
 
-def in_child(
-    body: Callable[[], Any], *, closing: list[int], took: list[float] | None = None
-) -> tuple[str, Any]:
-    """Run `body` in a forked child (see the module); its answer as ("ok", decoded JSON) or
-    ("raise", exception); `ChildDied` when it ended without one. The child is not waited for
-    here (`settle` reaps it, after the reply is sent). `took` (if given) gets the seconds from
-    the fork to its answer being read: the call's own time."""
-    global _LAST_CAPABILITY
+@dataclasses.dataclass
+class _Template:
+    pid: int
+    pidfd: int  # the template's own: readable once it has ended
+    channel: socket.socket
+    child: tuple[int, int] | None = None  # the call's child (pid, pidfd) until it is ended
+
+
+class TemplateLost(Exception):
+    """The template did not answer (ended, or stopped past `TEMPLATE_ANSWER_S`)."""
+
+
+_template: _Template | None = None
+_template_start: tuple[Callable[[str, tuple[Any, ...]], Any], list[int], tuple[int, int]] | None
+_template_start = None
+
+
+def start_template(
+    run: Callable[[str, tuple[Any, ...]], Any], *, closing: list[int], output: tuple[int, int]
+) -> None:
+    """In the worker, its world loaded and nothing yet graded: fork the template, the process
+    every call's child is forked from (`in_child`). So each call's env code starts from the
+    world as it was loaded, never from the worker as earlier rollouts' grading left it (a
+    python verifier's module state, say); the child's prologue (descriptors closed, shared
+    mappings copied, capabilities dropped) runs once, in the template; and the worker, which
+    forks nothing per call, takes no copy-on-write fault after each one. `run(name, args)`
+    is the call in the child; `closing`, what the template closes first (the orchestrator's
+    pipe, the private places' handles, the output drains' read ends); `output`, the write
+    ends of the drains a child's fd 1 and 2 are pointed at."""
+    global _template_start
+    _template_start = (run, list(closing), output)
+    _fork_template()
+
+
+def _fork_template() -> _Template:
+    global _template, _LAST_CAPABILITY
+    assert _template_start is not None, "start_template first"
+    run, closing, output = _template_start
     if _LAST_CAPABILITY is None:
         _LAST_CAPABILITY = _last_capability()
     _libc()
     regions = shared_with_children()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the template (coverage does not follow a fork)
+        ours.close()
+        _template_life(theirs, run, closing, output, regions, parent)
+    theirs.close()
+    ours.settimeout(TEMPLATE_ANSWER_S)
+    _template = _Template(pid, os.pidfd_open(pid), ours)
+    return _template
+
+
+def _template_life(
+    channel: socket.socket,
+    run: Callable[[str, tuple[Any, ...]], Any],
+    closing: list[int],
+    output: tuple[int, int],
+    regions: list[tuple[int, int, str]],
+    parent: int,
+) -> None:
+    """The template's life; never returns. One call at a time, as its worker asks: a request
+    (its answer pipe's write end passed with it) forks a child that runs it, the child's pid
+    goes back; "end" kills the child and whatever it left (orphans come to the template, a
+    subreaper), and the child's wait status goes back."""
+    code = 0
+    try:
+        libc = _libc()
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the worker ended before the signal was armed
+            os._exit(0)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        for fd in closing:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        _copy_privately(regions)
+        if not drop_capabilities():
+            raise PermissionError("could not drop capabilities")
+        from rlenv.world.reaper import _childless, _kill_started
+
+        while True:
+            request = _request(channel)
+            if request is None:
+                return
+            name, args, write_fd = request
+            pid = os.fork()
+            if pid == 0:
+                channel.close()
+                os.dup2(output[0], 1)
+                os.dup2(output[1], 2)
+                _answer(functools.partial(run, name, args), write_fd)
+            os.close(write_fd)
+            del name, args, request
+            channel.sendall(pid.to_bytes(8, "big"))
+            ended = _exactly(channel, 1)
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+            if not _childless():
+                _kill_started(set())
+            if not ended:
+                return
+            channel.sendall(status.to_bytes(8, "big", signed=True))
+    except BaseException:
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _request(channel: socket.socket) -> tuple[str, tuple[Any, ...], int] | None:
+    """In the template: the worker's next request, None when it is gone."""
+    try:
+        head, fds, _, _ = socket.recv_fds(channel, 8, 1)
+    except OSError:
+        return None
+    if not fds:
+        return None
+    rest = _exactly(channel, 8 - len(head)) if len(head) < 8 else b""
+    if rest is None:
+        return None
+    body = _exactly(channel, int.from_bytes(head + rest, "big"))
+    if body is None:
+        return None
+    name, args = pickle.loads(body)  # from the worker, its parent: trusted
+    return name, args, fds[0]
+
+
+def _exactly(channel: socket.socket, size: int) -> bytes | None:
+    """`size` bytes from `channel`; None when it ends first."""
+    data = bytearray()
+    while len(data) < size:
+        chunk = channel.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return bytes(data)
+
+
+def _from_template(size: int) -> bytes:
+    assert _template is not None
+    try:
+        data = _exactly(_template.channel, size)
+    except OSError as exc:  # its time ran out (socket.timeout), or it is gone
+        raise TemplateLost(type(exc).__name__) from None
+    if data is None:
+        raise TemplateLost("it ended")
+    return data
+
+
+def _lose_template() -> None:
+    """The template is killed and forgotten (the next call forks another from the worker);
+    the call's child, if any, killed (it is this subreaper's orphan now: `settle` reaps)."""
+    global _template
+    template, _template = _template, None
+    if template is None:
+        return
+    with contextlib.suppress(OSError):
+        signal.pidfd_send_signal(template.pidfd, signal.SIGKILL)
+    if template.child is not None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(template.child[1], signal.SIGKILL)
+        os.close(template.child[1])
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(template.pid, 0)
+    os.close(template.pidfd)
+    template.channel.close()
+
+
+def template_pid() -> int | None:
+    return None if _template is None else _template.pid
+
+
+# -- in the worker ------------------------------------------------------------------------------
+
+
+def in_child(
+    name: str, args: tuple[Any, ...], *, took: list[float] | None = None
+) -> tuple[str, Any]:
+    """Call `name` with `args` in a child forked by the template (`start_template`); its answer
+    as ("ok", decoded JSON) or ("raise", exception); `ChildDied` when it ended without one, or
+    when the template was lost during the call. The child is ended after the reply is sent
+    (`settle`). `took` (if given) gets the seconds from the request to the answer being read:
+    the call's own time."""
+    template = _template or _fork_template()
+    payload = pickle.dumps((name, args))
     read_fd, write_fd = os.pipe()
     started = time.clock_gettime(time.CLOCK_MONOTONIC)  # freezegun leaves this clock alone
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child (coverage does not follow a fork)
-        os.close(read_fd)
-        _child(body, write_fd, closing, regions)
-    os.close(write_fd)
-    _pending.append(pid)
     try:
-        data = _read_answer(read_fd, pid)
+        try:
+            socket.send_fds(template.channel, [len(payload).to_bytes(8, "big")], [write_fd])
+            template.channel.sendall(payload)
+            pid = int.from_bytes(_from_template(8), "big")
+            template.child = (pid, os.pidfd_open(pid))  # not reaped before "end": still ours
+        except (OSError, TemplateLost) as exc:
+            _lose_template()
+            raise ChildDied(f"its template process was lost ({exc})") from None
+    finally:
+        os.close(write_fd)
+    try:
+        data = _read_answer(read_fd, template.child[1])
     finally:
         os.close(read_fd)
         with contextlib.suppress(OSError):  # it answered (or died): nothing left for it to do
-            os.kill(pid, signal.SIGKILL)
+            signal.pidfd_send_signal(template.child[1], signal.SIGKILL)
     if took is not None:
         took.append(time.clock_gettime(time.CLOCK_MONOTONIC) - started)
+    if _ended(template.pidfd):  # killed by the call's process: the call is not answered
+        _lose_template()
+        raise ChildDied("its process killed the template it was forked from")
     if data is None:
-        raise ChildDied(_how(_reap(pid)))
+        status = _end_child()
+        raise ChildDied(_how(status) if status >= 0 else "its template process was lost")
     try:
         message = json.loads(data)
     except (ValueError, RecursionError) as exc:
@@ -567,73 +749,66 @@ def in_child(
     return _decode(message)
 
 
-_pending: list[int] = []  # children that answered and are not reaped yet
+def _end_child() -> int:
+    """The template kills the call's child (and what it left) and reaps it: its wait status
+    (-1: the template was lost)."""
+    template = _template
+    if template is None or template.child is None:
+        return -1
+    pid, pidfd = template.child
+    template.child = None
+    try:
+        template.channel.sendall(b"e")
+        return int.from_bytes(_from_template(8), "big", signed=True)
+    except (OSError, TemplateLost):
+        template.child = (pid, pidfd)  # killed with it
+        _lose_template()
+        return -1
+    finally:
+        if template.child is None:
+            os.close(pidfd)
 
 
 def settle() -> None:
-    """After a call's reply is sent: reap its children, then kill (and reap) whatever they left
-    running (orphans come back to this process, a subreaper), so nothing of the call outlives
-    it. A child that answered is at its ``os._exit``: the wait is the kernel's tear-down."""
+    """After a call's reply is sent: its child ended and reaped, what it left killed (by the
+    template, the subreaper its orphans come to), then whatever else this worker's children
+    left (orphans of a lost template's children come here), so nothing of the call outlives it.
+    A child that answered is at its ``os._exit``: the wait is the kernel's tear-down."""
     from rlenv.world.reaper import _childless, _kill_started
 
-    while _pending:
-        pid = _pending.pop()
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-        _reap(pid)
+    _end_child()
     if not _childless():
-        _kill_started(set())
+        own = template_pid()
+        _kill_started(set() if own is None else {own})
 
 
-def _read_answer(fd: int, pid: int) -> bytes | None:
+def _ended(pidfd: int) -> bool:
+    ready, _, _ = select.select([pidfd], [], [], 0)
+    return bool(ready)
+
+
+def _read_answer(fd: int, pidfd: int) -> bytes | None:
     """The child's length-prefixed answer; None when it exits (or closes its end) without one.
     A process it left holding the pipe cannot keep the worker waiting: once the child is gone
     and nothing more is waiting in the pipe, it is over."""
     buffer = bytearray()
     needed: int | None = None
     while True:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return None
-            buffer += chunk
-        elif _exited(pid):
-            ready, _, _ = select.select([fd], [], [], 0)
-            if not ready:
-                return None
-            continue
+        ready, _, _ = select.select([fd, pidfd], [], [])
+        if fd not in ready:  # the child ended: what it wrote is in the pipe by now
+            if select.select([fd], [], [], 0)[0]:
+                continue
+            return None
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return None
+        buffer += chunk
         if needed is None and len(buffer) >= 8:
             needed = int.from_bytes(buffer[:8], "big")
             if needed > MAX_ANSWER_BYTES:
                 return None
         if needed is not None and len(buffer) >= 8 + needed:
             return bytes(buffer[8 : 8 + needed])
-
-
-_reaped: dict[int, int] = {}
-
-
-def _exited(pid: int) -> bool:
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return True
-    if done:
-        _reaped[pid] = status
-    return bool(done)
-
-
-def _reap(pid: int) -> int:
-    if pid in _pending:
-        _pending.remove(pid)
-    if pid in _reaped:
-        return _reaped.pop(pid)
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return 0
-    return status
 
 
 def _how(status: int) -> str:

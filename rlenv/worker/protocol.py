@@ -335,6 +335,7 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
     # what the world holds once started is kept for the worker's life: out of the collector's
     # sight, where no call's child (forked from here) touches, and so copies, its pages
     gc.freeze()
+    _start_template()
     connection.send(("ready", os.getpid()))
     while True:
         try:
@@ -413,22 +414,33 @@ def _answer_call(connection: Any, name: str, *args: Any) -> None:
     _settle(name)  # nothing of the call stays for the next one
 
 
-def _child_answer(
-    entry: Callable[..., Any], *args: Any, took: list[float] | None = None
-) -> dict[str, Any]:
-    """`entry(*args)` run in a child process (`rlenv.worker.isolate`): its answer as data;
-    what it raised is raised here."""
-    closing = _orchestrator_fds + (_places.handles() if _places is not None else [])
-
-    def body() -> Any:
-        global _in_child
-        _in_child = True
-        return entry(*args)
-
-    kind, answer = isolate.in_child(body, closing=closing, took=took)
+def _child_answer(name: str, *args: Any, took: list[float] | None = None) -> dict[str, Any]:
+    """Call `name` (of `CHILD_CALLS`) with `args` in a child process (`rlenv.worker.isolate`):
+    its answer as data; what it raised is raised here."""
+    kind, answer = isolate.in_child(name, args, took=took)
     if kind == "raise":
         raise answer
     return answer  # type: ignore[no-any-return]
+
+
+def _in_the_child(name: str, args: tuple[Any, ...]) -> Any:
+    """A call run in its child (forked by the template, `isolate.start_template`)."""
+    global _in_child
+    _in_child = True
+    return CHILD_CALLS[name](*args)
+
+
+def _start_template() -> None:
+    """The process every call's child is forked from, made once the world is loaded (a world
+    none of whose calls runs env code, or one recording, forks none)."""
+    runtime = _get()
+    if runtime.config.live_tools or not _runs_env_code(runtime):
+        return
+    from rlenv.worker.capture import drain_ends
+
+    writing, reading = drain_ends()
+    closing = _orchestrator_fds + (_places.handles() if _places is not None else []) + reading
+    isolate.start_template(_in_the_child, closing=closing, output=writing)
 
 
 def isolated(name: str, *args: Any) -> Any:
@@ -455,10 +467,10 @@ def isolated(name: str, *args: Any) -> Any:
             value: Any = _rollout_in_child(*args)
         elif name == "tool":
             _prepared(args[0])  # here: the child cannot reach the host's work root
-            value = isolate.as_outcome(_child_answer(_tool, *args))
+            value = isolate.as_outcome(_child_answer("tool", *args))
         elif name == "user":
             _prepared(args[0])
-            value = _said(_child_answer(_user, *args))
+            value = _said(_child_answer("user", *args))
         else:
             raise KeyError(name)
     if name in ("tool", "user"):
@@ -485,7 +497,7 @@ def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
     took: list[float] = []  # the conversation's time
     runtime.prepare(task)  # here: the child cannot reach the host's work root
     if _runs_env_code(runtime):
-        answer = _child_answer(_converse, task, took=took)
+        answer = _child_answer("converse", task, took=took)
     else:  # rlenv's own code only: nothing to keep from the next rollout, no child needed
         started = time.clock_gettime(time.CLOCK_MONOTONIC)
         answer = isolate.as_answer(_converse(task))  # the same data a child would send
@@ -521,6 +533,10 @@ def _converse(task: RolloutTask) -> Any:
     if timed_out():
         trajectory.status = "timeout"
     return trajectory
+
+
+CHILD_CALLS: dict[str, Callable[..., Any]] = {"converse": _converse, "tool": _tool, "user": _user}
+"""The calls whose env code runs in a child of its own, by name (`isolated`)."""
 
 
 def _send(connection: Any, reply: tuple[str, Any]) -> None:

@@ -1,0 +1,45 @@
+"""Every rollout's env code starts from the world as it was loaded (issue 30's template
+process): a rollout's child is forked from a process made once, after the world loaded and
+before anything was graded, never from the worker that graded the rollouts before it. The
+attack: a python verifier (env code in the worker) keeps what it graded in its module, and the
+policy of a later rollout (in its child) reads it there; with children forked from the worker,
+the fourth rollout saw the three answers graded before it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.conftest import EnvBuilder, cli, read_jsonl
+
+CODE = """
+GRADED = []
+
+def policy(messages, tools, ctx):
+    return "graded before me: " + ",".join(GRADED)
+
+def verifier(answer, data, ctx):
+    GRADED.append(data["id"])
+    return True
+"""
+
+INPUTS = [{"id": f"i{n}", "prompt": f"say {n}"} for n in range(4)]
+
+
+def _run(spec: Path, out: Path, *extra: str) -> list[dict]:
+    done = cli("run", str(spec), "--out", str(out), "--json", *extra)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return sorted(read_jsonl(out / "results.jsonl"), key=lambda r: r["input_id"])
+
+
+def test_a_verifier_leaves_nothing_for_the_next_rollouts_policy(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write(
+        CODE,
+        inputs=INPUTS,
+        rollouts=1,
+        verifiers=[{"type": "python", "function": "MOD:verifier"}],
+    )
+    records = _run(spec, tmp_path / "run", "--concurrency", "1", "--workers", "1")
+    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
+    assert [r["answer"] for r in records] == ["graded before me: "] * 4
