@@ -43,3 +43,42 @@ def test_a_verifier_leaves_nothing_for_the_next_rollouts_policy(
     records = _run(spec, tmp_path / "run", "--concurrency", "1", "--workers", "1")
     assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
     assert [r["answer"] for r in records] == ["graded before me: "] * 4
+
+
+SIGNALS = """
+import os, signal
+
+GRADED = []
+
+def policy(messages, tools, ctx):
+    said = []
+    for name in ("SIGSTOP", "SIGKILL"):  # the process this one was forked from
+        try:
+            os.kill(os.getppid(), getattr(signal, name))
+            said.append(name + " sent")
+        except OSError as exc:
+            said.append(f"{name} refused ({exc.errno})")
+    return "; ".join(said) + " | graded before me: " + ",".join(GRADED)
+
+def verifier(answer, data, ctx):
+    GRADED.append(data["id"])
+    return True
+"""
+
+
+def test_a_rollout_cannot_stop_or_kill_the_template(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Were the template killed, the worker would fork another from itself, which has graded
+    rollouts by then (and stopped, it would hold up the next rollout): its real and saved user
+    ids are not the children's, so no signal of theirs reaches it."""
+    spec = env_builder.write(
+        SIGNALS,
+        inputs=INPUTS,
+        rollouts=1,
+        verifiers=[{"type": "python", "function": "MOD:verifier"}],
+    )
+    records = _run(spec, tmp_path / "run", "--concurrency", "1", "--workers", "1")
+    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
+    refused = "SIGSTOP refused (1); SIGKILL refused (1) | graded before me: "
+    assert [r["answer"] for r in records] == [refused] * 4

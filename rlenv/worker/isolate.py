@@ -601,6 +601,11 @@ def _template_life(
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the worker ended before the signal was armed
             os._exit(0)
+        if os.geteuid() == 0:
+            # real and saved user ids that are not its children's: no process of theirs (uid
+            # 0, no capability) may signal it (stop it, kill it) or see its /proc
+            os.setresuid(_NOBODY, 0, _NOBODY)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         for fd in closing:
             with contextlib.suppress(OSError):
@@ -618,6 +623,8 @@ def _template_life(
             pid = os.fork()
             if pid == 0:
                 channel.close()
+                user = os.geteuid()
+                os.setresuid(user, user, user)  # the world's user again, as every child was
                 os.dup2(output[0], 1)
                 os.dup2(output[1], 2)
                 _answer(functools.partial(run, name, args), write_fd)
