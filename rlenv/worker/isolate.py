@@ -7,22 +7,30 @@ the host's files, writes stay in a tmpfs the children cannot reach), its work ro
 cache and the places `keep` names bound back as they are, every other mount read-only in its
 namespace (the env's directory, site-packages, /etc for a root world); and it stops being
 dumpable (no process without a capability may ptrace it or open its memory or file descriptors
-through /proc). For every call that runs env code it forks a plain child (after its imports,
-so cheap) that:
+through /proc). Once its world is loaded, before any call, it forks its *template*
+(`start_template`), which:
 
-- closes the orchestrator's pipe and the worker's handles on its private places;
+- closes the orchestrator's pipe, the worker's handles on its private places and the output
+  drains' read ends;
 - drops every capability (effective, permitted, inheritable and the bounding set, so an
-  ``exec`` cannot regain any) and sets ``PR_SET_NO_NEW_PRIVS``: it cannot ptrace the worker,
-  write its memory, take the private mounts off, change them, or join another namespace (a user
-  namespace of its own sees them locked);
-- runs the call and writes its answer to the parent as JSON (data only, bounded), then exits.
+  ``exec`` cannot regain any) and sets ``PR_SET_NO_NEW_PRIVS``: nothing forked from it can
+  ptrace the worker, write its memory, take the private mounts off, change them, or join
+  another namespace (a user namespace of its own sees them locked);
+- takes real and saved user ids that are not its children's, so none of them can signal it;
+- then, for every call that runs env code, forks a child that runs the call and writes its
+  answer to the worker as JSON (data only, bounded) through a pipe the worker passed with the
+  request, then exits.
+
+So every call's env code starts from the world as it was loaded, never from the worker as
+earlier rollouts' grading left it, and the worker itself forks nothing per call (a fork
+write-protected its pages: hundreds of copy-on-write faults in the worker per rollout).
 
 The worker reads that answer as data about the call it made, for the rollout it made it for,
 and sends the orchestrator its own reply: nothing the child writes reaches the orchestrator as
 a message. The child's python state (module globals, ``os.environ``, patched builtins, open
 files) dies with it, so no later rollout sees it. After the reply is sent (`settle`, off the
-rollout's time) the worker reaps the child, kills what it left running and puts a fresh layer on
-each private place the call wrote. A whole rollout is one child, the conversation (policy and
+rollout's time) the template reaps the child and kills what it left running (a subreaper, it
+gets the orphans), and the worker puts a fresh layer on each private place the call wrote. A whole rollout is one child, the conversation (policy and
 tools), whose trajectory comes back as data; the worker grades it itself (policy and tool code
 never ran in the worker, so a policy cannot patch the verifiers that grade it).
 """
