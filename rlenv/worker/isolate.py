@@ -30,9 +30,10 @@ and sends the orchestrator its own reply: nothing the child writes reaches the o
 a message. The child's python state (module globals, ``os.environ``, patched builtins, open
 files) dies with it, so no later rollout sees it. After the reply is sent (`settle`, off the
 rollout's time) the template reaps the child and kills what it left running (a subreaper, it
-gets the orphans), and the worker puts a fresh layer on each private place the call wrote. A whole rollout is one child, the conversation (policy and
-tools), whose trajectory comes back as data; the worker grades it itself (policy and tool code
-never ran in the worker, so a policy cannot patch the verifiers that grade it).
+gets the orphans), and the worker puts a fresh layer on each private place the call wrote.
+A whole rollout is one child, the conversation (policy and tools), whose trajectory comes back
+as data; the worker grades it itself (policy and tool code never ran in the worker, so a
+policy cannot patch the verifiers that grade it).
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ text of a RuntimeError (which the orchestrator refuses as that rollout's error).
 
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REMOUNT, _MS_BIND = 1, 2, 4, 8, 32, 4096
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
-_MS_REC, _MS_PRIVATE = 16384, 1 << 18
+_MS_REC, _MS_PRIVATE, _MS_MOVE = 16384, 1 << 18, 8192
 _ST_KEPT = {  # statvfs flag -> the mount flag that keeps it on a read-only remount
     os.ST_NOSUID: _MS_NOSUID,
     os.ST_NODEV: _MS_NODEV,
@@ -230,6 +231,9 @@ class PrivatePlaces:
         libc = _libc()
         if not self.view_on and not self._cover(self.view):
             raise OSError("the work root's view could not be mounted")
+        target = os.path.join(self.view, name)
+        if self.shown is not None and self._move(name, target):
+            return
         if self.shown is not None:
             # at once (the call's processes are gone): a lazy detach waits as long, and longer
             shown = os.path.join(self.view, self.shown).encode()
@@ -238,11 +242,33 @@ class PrivatePlaces:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.view, self.shown))
             self.shown = None
-        target = os.path.join(self.view, name)
         os.makedirs(target, exist_ok=True)
         if not _mount(libc, f"/proc/self/fd/{self.real}/{name}", target, None, _MS_BIND):
             raise OSError(ctypes.get_errno(), f"workdir {name} could not be shown")
         self.shown = name
+
+    def _move(self, name: str, target: str) -> bool:
+        """The shown workdir's mount moved to `name`'s place when it already holds that very
+        directory (a workdir put aside empty and taken again under the next rollout's name:
+        `WorldRuntime.release`): no unmount, whose wait for the kernel (an RCU grace period)
+        was a millisecond of every rollout."""
+        assert self.shown is not None and self.real is not None
+        shown = os.path.join(self.view or "", self.shown)
+        try:
+            now, wanted = os.stat(shown), os.stat(f"/proc/self/fd/{self.real}/{name}")
+        except OSError:
+            return False
+        if (now.st_dev, now.st_ino) != (wanted.st_dev, wanted.st_ino):
+            return False
+        os.makedirs(target, exist_ok=True)
+        if not _mount(_libc(), shown, target, None, _MS_MOVE):
+            with contextlib.suppress(OSError):
+                os.rmdir(target)
+            return False
+        with contextlib.suppress(OSError):
+            os.rmdir(shown)
+        self.shown = name
+        return True
 
     def _reset_view(self) -> None:
         """An empty view again: what a call left beside its workdir is gone."""
