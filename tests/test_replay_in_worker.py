@@ -66,3 +66,48 @@ def test_a_simulated_user_beside_a_replayed_policy_starts_fresh_each_rollout(
     said = {r["input_id"]: r["messages"][2]["content"] for r in records}
     assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
     assert said == {f"i{n}": f"rollouts this process saw: i{n}" for n in range(4)}, said
+
+
+VERIFIER = """
+import os
+
+def verify(answer, input, ctx):
+    here = os.getcwd()
+    seen = sorted(os.listdir(here))
+    with open("mark", "w") as handle:  # the next rollout's workdir must not have it
+        handle.write(input["id"])
+    return here == str(ctx.workdir) and not seen, f"{os.path.basename(here)} {seen}"
+"""
+
+
+def test_a_replayed_rollout_graded_by_env_code_still_gets_a_fresh_workdir(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Rollouts of a world where nothing reads the workdir get none on disk (the text
+    verifiers alone: rlenv's own code); a python verifier beside a replayed policy is env code
+    that may, and writes there: each rollout's verifier must find its own workdir, entered and
+    empty, whatever the one before it left."""
+    spec = env_builder.write(
+        VERIFIER,
+        inputs=INPUTS,
+        rollouts=1,
+        verifiers=[
+            {"type": "exact_match", "expected_field": "answer"},
+            {"name": "workdir", "type": "python", "function": "MOD:verify"},
+        ],
+    )
+    records = _run(spec, _replay_file(tmp_path / "replay.jsonl"), tmp_path / "run")
+    details = [r["verifiers"][1]["detail"] for r in records]
+    assert all(r["status"] == "ok" and r["passed"] for r in records), details
+    assert details == [f"{n}-0 []" for n in range(4)], details
+
+
+EMPTY_WORLD = {"added": {}, "removed": [], "modified": {}}
+
+
+def test_a_replayed_rollout_with_text_verifiers_changes_nothing(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write("", inputs=INPUTS, rollouts=1)
+    records = _run(spec, _replay_file(tmp_path / "replay.jsonl"), tmp_path / "run")
+    assert [r["world"] for r in records] == [EMPTY_WORLD] * 4

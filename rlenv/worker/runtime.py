@@ -65,6 +65,10 @@ from rlenv.world import netguard, snapshot
 from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
 
+TEXT_VERIFIERS = frozenset({"exact_match", "regex", "numeric", "contains", "json_schema"})
+"""The verifier types that read the answer and the input only: rlenv's own code, which never
+looks at the workdir or the working directory."""
+
 
 class WorldInputs(Sequence[EnvInput]):
     """The inputs file's records as a worker reads them: a JSONL line is parsed when a call
@@ -189,6 +193,18 @@ class WorldRuntime:
         # or the workdirs are snapshot copies (never reused)
         self._fresh_state: tuple[Any, ...] | None = None
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
+        # no snapshot, and nothing in a rollout that runs env code or reads its workdir: a
+        # replayed or outside policy, no tool, no simulated user, text verifiers only, no reward
+        # model. Its rollouts get no workdir on disk: theirs would be empty from start to end
+        # (`world` is then always "nothing changed"), and no code that could tell is run; nor
+        # is there anything to clean up after a call (`rlenv.worker.protocol._settle`).
+        self.inert = (
+            self.snapshot_path is None
+            and not self.conversation_runs_env_code()
+            and all(verifier.type in TEXT_VERIFIERS for verifier in spec.verifiers)
+            and self.reward is None
+            and spec.reward is None
+        )
         # no tool, no judge: no recorded HTTP to serve, and nothing to import vcrpy for (a
         # third of a worker's start); HTTP from a policy or verifier meets the network guard
         if not config.live_tools and (spec.tools or judged or (spec.user and spec.user.model)):
@@ -245,7 +261,18 @@ class WorldRuntime:
         if self.show is not None:
             self.show(self.workdir_of(task).name)
 
+    def conversation_runs_env_code(self) -> bool:
+        """Whether a conversation in this world runs env code: a policy of the env's in the
+        world (``python:``), a tool or a simulated user. A replayed policy (``replay:``,
+        rlenv's own code reading data) or one outside the world (``openai:``), in an env with
+        neither, runs none."""
+        policy = self.policy
+        policy_of_env = policy is not None and getattr(policy, "env_code", True) is not False
+        return policy_of_env or bool(self.tools.functions) or self.user is not None
+
     def prepare(self, task: RolloutTask) -> None:
+        if self.inert:
+            return
         self._prepare(task)
         self.show_workdir(task)
 
@@ -271,6 +298,8 @@ class WorldRuntime:
     def release(self, task: RolloutTask) -> None:
         """Remove a rollout's workdir; without a snapshot, it is put aside instead, and the
         next rollout takes it if it is then empty and as a fresh one is (`prepare`)."""
+        if self.inert:
+            return
         workdir = self.real_workdir_of(task)
         if self._spare is None and self._fresh_state is not None:
             spare = self.real_root / self._spare_name
@@ -281,6 +310,12 @@ class WorldRuntime:
             except OSError:
                 pass
         shutil.rmtree(workdir, ignore_errors=True)
+
+    def _changes(self, workdir: Path) -> dict[str, Any]:
+        """What the rollout changed in its workdir (nothing, when it has none on disk)."""
+        if self.inert:
+            return {"added": {}, "removed": [], "modified": {}}  # `snapshot.changes`'s empty
+        return snapshot.changes(self.snapshot_manifest, workdir)
 
     def sanitise(self, text: str) -> str:
         return text.replace(self._work_root_text, "<workdir>")
@@ -317,11 +352,11 @@ class WorldRuntime:
         expired = trajectory.status == "timeout"
         try:
             if not expired:
-                with contextlib.chdir(workdir):
+                with _inside(None if self.inert else workdir):
                     if trajectory.status != "infra_error":
                         verdict = self._judge(task, trajectory)
                     else:
-                        verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+                        verdict = Verdict(self._changes(workdir))
         except RolloutTimeout:
             expired = True
         finally:
@@ -355,7 +390,7 @@ class WorldRuntime:
             snapshot_hashes=dict(self.snapshot_manifest),
         )
         seed_globals(derive_seed(seed, "verifiers"))
-        verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+        verdict = Verdict(self._changes(workdir))
         hits, misses = self.cache_counts()
         try:
             verdict.results = self.verifiers.run(context, task, record.id, verdict.changes)
@@ -412,7 +447,10 @@ class WorldRuntime:
         task = RolloutTask(int(record["input_index"]), int(record["rollout"]))
         pending = {v["name"] for v in record["verifiers"] if v["detail"] == PENDING}
         data = self.inputs[task.input_index].data
-        self.prepare(task)  # a fresh snapshot copy: deferred verifiers do not see the final state
+        # a fresh snapshot copy (deferred verifiers do not see the final state); made even where
+        # rollouts have no workdir on disk, as the late grade enters it
+        self._prepare(task)
+        self.show_workdir(task)
         workdir = self.workdir_of(task)
         try:
             with contextlib.chdir(workdir):
@@ -528,7 +566,7 @@ class WorldRuntime:
     def _model_caller(self, task: RolloutTask) -> ModelCall:
         """The in-world policy, called synchronously in the rollout's workdir."""
         record = self.inputs[task.input_index]
-        workdir = self.workdir_of(task)
+        workdir = None if self.inert else self.workdir_of(task)
         request = request_maker(
             self.tools.schemas,
             json_copy(self._decoding),
@@ -539,7 +577,7 @@ class WorldRuntime:
 
         async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
             made = request(current, turn)
-            with contextlib.chdir(workdir):
+            with _inside(workdir):
                 set_phase("policy")
                 try:
                     return self.policy.complete_sync(made)  # type: ignore[no-any-return]
@@ -557,6 +595,11 @@ class WorldRuntime:
             return self.call_tool(task, call, turn, number)
 
         return numbered_tool_calls(call_tool)
+
+
+def _inside(workdir: Path | None) -> contextlib.AbstractContextManager[None]:
+    """The workdir as the current directory for the block (none: the directory stays)."""
+    return contextlib.chdir(workdir) if workdir is not None else contextlib.nullcontext()
 
 
 def _discard(path: Path) -> None:
