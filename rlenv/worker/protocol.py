@@ -149,6 +149,9 @@ def _in_world() -> Iterator[_Printed]:
     if _in_child:  # the worker around this child captures what it prints, and kills what it left
         yield printed
         return
+    if runtime.inert:  # no env code runs in this world: nothing of it prints or starts anything
+        yield printed
+        return
     # a worker whose calls run in children kills what they left after the reply (`_settle`)
     reaper = contextlib.nullcontext() if _orchestrator_fds else no_leftovers()
     with CapturedOutput() as captured, reaper:
