@@ -80,9 +80,9 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
     """jsonschema imports rfc3987_syntax (when installed) for its `iri` format, which compiles
     39 lark grammars at import: ~4.5 s of a worker's start, for a format tool arguments never
     check. The worker defers it to the first `iri` check (`rlenv.json_schema`)."""
+    parameters = {"type": "object", "minProperties": 0}  # not plain: jsonschema checks it
     spec = env_builder.write(
-        TOOL_POLICY,
-        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
+        TOOL_POLICY, tools=[{"name": "t", "function": "MOD:tool", "parameters": parameters}]
     )
     seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path)
     assert seen["status"] == "ok"
@@ -92,6 +92,27 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
         assert deferred not in seen["loaded"], f"the worker imported {deferred}"
     assert "httpx" in seen["loaded"]  # the tool's own import
     for heavy in ("rich", "pygments", "click"):  # httpx's command-line client
+        assert heavy not in seen["loaded"], f"the worker imported {heavy}"
+
+
+def test_a_worker_whose_tools_take_plain_arguments_imports_no_jsonschema(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """A tool whose schema is plain (`rlenv.worker.tools.plain_check`) is checked without
+    jsonschema (and its referencing, rpds and attrs: ~3 MB, a sixth of a one-tool worker's
+    start) until a call's arguments fail the plain check."""
+    parameters = {
+        "type": "object",
+        "properties": {"term": {"type": "string", "description": "what to look up"}},
+        "required": ["term"],
+        "additionalProperties": False,
+    }
+    spec = env_builder.write(
+        TOOL_POLICY, tools=[{"name": "t", "function": "MOD:tool", "parameters": parameters}]
+    )
+    seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path)
+    assert seen["status"] == "ok"
+    for heavy in ("jsonschema", "referencing", "rpds", "attrs"):
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
 
 
