@@ -111,3 +111,32 @@ def test_a_replayed_rollout_with_text_verifiers_changes_nothing(
     spec = env_builder.write("", inputs=INPUTS, rollouts=1)
     records = _run(spec, _replay_file(tmp_path / "replay.jsonl"), tmp_path / "run")
     assert [r["world"] for r in records] == [EMPTY_WORLD] * 4
+
+
+def _volatile_free(records: list[dict]) -> list[dict]:
+    """The records without what differs between two replay files: their paths (``model``,
+    and so ``digest``), and without what is volatile."""
+    left_out = ("timing", "output", "model", "digest")
+    return [{k: v for k, v in r.items() if k not in left_out} for r in records]
+
+
+def test_a_replayed_answer_makes_the_record_the_agent_loop_makes(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """An answer (or completion) replayed without usage is one turn of the agent loop with
+    nothing to call or add up: the worker builds its trajectory without the loop
+    (`WorldRuntime._answered`). An entry with usage goes through the loop; a usage of zero
+    tokens adds nothing, so both runs' records must be the same but for the file's path."""
+    spec = env_builder.write("", inputs=INPUTS, rollouts=1)
+    entries = [{"answer": "0"}, {"answer": 1}, {"completion": "2"}, {"answer": None}]
+    runs = []
+    for name, extra in (("short", {}), ("loop", {"usage": {"prompt_tokens": 0}})):
+        path = tmp_path / f"{name}.jsonl"
+        lines = [
+            {"input_id": f"i{n}", "rollout": 0, **entry, **extra} for n, entry in enumerate(entries)
+        ]
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+        runs.append(_volatile_free(_run(spec, path, tmp_path / name)))
+    assert runs[0] == runs[1]
+    assert [r["answer"] for r in runs[0]] == ["0", "1", "2", None]
+    assert [r["status"] for r in runs[0]] == ["ok"] * 4

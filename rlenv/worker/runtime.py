@@ -33,6 +33,7 @@ from rlenv.agent import (
     rollout_loop,
     run_sync,
 )
+from rlenv.bounds import reply_problem
 from rlenv.canonical import directory_manifest
 from rlenv.errors import (
     FixtureMiss,
@@ -513,12 +514,30 @@ class WorldRuntime:
                 replayed = self.policy.trajectory(record.id, task.rollout)
                 if replayed is not None:
                     return Trajectory(messages=replayed)
+                answered = self._answered(task, record.id)
+                if answered is not None:
+                    return Trajectory(messages=[dict(message) for message in messages] + [answered])
             try:  # a policy crash ends the loop as policy_error, its trajectory kept
                 return run_sync(self._loop(task, messages))  # type: ignore[no-any-return]
             except PolicyCrash as exc:
                 return Trajectory(messages=messages, status="policy_error", error=str(exc))
         except RolloutTimeout:
             return Trajectory(messages=messages, status="timeout")
+
+    def _answered(self, task: RolloutTask, input_id: str) -> dict[str, Any] | None:
+        """A replayed answer whose agent loop would be one turn that ends at once (no user,
+        a reply within bounds, no usage to add up, no tool call): its assistant message, the
+        trajectory built as `rollout_loop` builds it without its per-turn request. None: the
+        loop runs."""
+        answered = getattr(self.policy, "answered", None)
+        if answered is None or self.loaded.spec.user is not None:
+            return None
+        if self.loaded.spec.limits.max_turns < 1:
+            return None
+        message: dict[str, Any] | None = answered(input_id, task.rollout)
+        if message is None or reply_problem(message) is not None:
+            return None
+        return message
 
     def _loop(self, task: RolloutTask, messages: list[dict[str, Any]]) -> Any:
         """The agent loop, or with a simulated user the conversation loop."""
