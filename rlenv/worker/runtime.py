@@ -274,6 +274,7 @@ class WorldRuntime:
     def prepare(self, task: RolloutTask) -> None:
         if self.inert:
             return
+        self.tools.load_wanted()  # off the rollout's clock, before its child is forked
         self._prepare(task)
         self.show_workdir(task)
 
@@ -351,6 +352,7 @@ class WorldRuntime:
         verifier or the reward model, caught by env code or not) is a timeout record."""
         workdir = self.workdir_of(task)
         expired = trajectory.status == "timeout"
+        self.tools.after_rollout(trajectory.tool_calls)
         try:
             if not expired:
                 with _inside(None if self.inert else workdir):

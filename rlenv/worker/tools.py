@@ -188,6 +188,7 @@ class WorldTools:
         # is imported (~3 MB, a sixth of a one-tool worker's start) only for one whose schema is
         # not, or when a call's arguments do not pass the plain check (its message is needed)
         self.plain_checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
+        self._validators_wanted = False
         self.schemas: list[dict[str, Any]] = []
         if not tools:
             return
@@ -220,6 +221,25 @@ class WorldTools:
         if errors:
             return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
         return name, arguments
+
+    def after_rollout(self, calls: list[Any]) -> None:
+        """Note a rollout's calls (in the worker that grades it): after one that failed (its
+        arguments perhaps not fitting), while some tool is checked plainly, jsonschema is
+        wanted in this worker (`load_wanted`)."""
+        if len(self.validators) < len(self.functions) and any(not call["ok"] for call in calls):
+            self._validators_wanted = True
+
+    def load_wanted(self) -> None:
+        """jsonschema's validators for every tool, built here once a rollout's call failed
+        (`after_rollout`), before the next rollout (off its clock), so that the rollouts'
+        children forked from here do not each import jsonschema (~3 MB, tens of ms) to word
+        such an error."""
+        if not self._validators_wanted:
+            return
+        self._validators_wanted = False
+        for tool in self.loaded.spec.tools:
+            if tool.name not in self.validators:
+                self.validators[tool.name] = _validator(tool.parameters)
 
     def _parameters(self, name: str) -> dict[str, Any]:
         return next(tool.parameters for tool in self.loaded.spec.tools if tool.name == name)
