@@ -19,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast, overload
+from typing import Any, cast
 
 from rlenv.agent import (
     ModelCall,
@@ -39,7 +39,6 @@ from rlenv.errors import (
     FixtureMiss,
     ModelOutputError,
     PolicyCrash,
-    SpecError,
     VerifierCrash,
     env_frames,
 )
@@ -47,7 +46,6 @@ from rlenv.files import sys_path
 from rlenv.grade_cache import (
     PENDING,
 )
-from rlenv.inputs import EnvInput, load_inputs
 from rlenv.providers.base import ModelReply
 from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import RolloutRecord, VerifierRecord, seal
@@ -57,6 +55,7 @@ from rlenv.spec import load_spec
 from rlenv.verifiers import VerifierContext
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.worker.conversation import WorldUser, conversation_loop
+from rlenv.worker.inputs import WorldInputs
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
 from rlenv.worker.scoring import Verdict, Verifiers, rollout_record
@@ -69,63 +68,6 @@ from rlenv.world.services import route_logical_hosts, service_urls, service_vari
 TEXT_VERIFIERS = frozenset({"exact_match", "regex", "numeric", "contains", "json_schema"})
 """The verifier types that read the answer and the input only: rlenv's own code, which never
 looks at the workdir or the working directory."""
-
-
-class WorldInputs(Sequence[EnvInput]):
-    """The inputs file's records as a worker reads them: a JSONL line is parsed when a call
-    asks for its record (the orchestrator has checked the whole file already). A worker that
-    held every parsed record paid for them at its start (~7 ms per 1,000 small inputs) and in
-    every rollout's fork of it (~0.8 MB per 1,000); the lines kept are the file's size. A CSV
-    file is parsed whole, as before."""
-
-    def __init__(self, path: Path, *, templated: bool) -> None:
-        self._parsed: list[EnvInput] | None = None
-        self._lines: list[str] = []
-        self._last: EnvInput | None = None  # a rollout asks for its record several times
-        if path.suffix.lower() == ".csv":
-            self._parsed = load_inputs(path, templated=templated)
-            return
-        from rlenv.jsonl import json_lines
-
-        try:
-            self._lines = [line for _, line in json_lines(path) if line.strip()]
-        except (OSError, UnicodeDecodeError):  # said in one line, as the checks say it
-            self._parsed = load_inputs(path, templated=templated)
-            return
-        if not self._lines:
-            raise SpecError("inputs file has no records", where=str(path))
-        self._path = path
-
-    def __len__(self) -> int:
-        return len(self._parsed) if self._parsed is not None else len(self._lines)
-
-    @overload
-    def __getitem__(self, index: int) -> EnvInput: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[EnvInput]: ...
-
-    def __getitem__(self, index: int | slice) -> EnvInput | Sequence[EnvInput]:
-        if isinstance(index, slice):
-            return [self[number] for number in range(*index.indices(len(self)))]
-        if self._parsed is not None:
-            return self._parsed[index]
-        if not 0 <= index < len(self._lines):
-            raise IndexError(f"input index {index} out of range")
-        last = self._last
-        if last is not None and last.index == index:
-            return last
-        from rlenv.jsonl import parse_json_line
-
-        try:
-            data = parse_json_line(self._lines[index])
-            record = EnvInput(index=index, id=str(data["id"]), data=data)
-        except (ValueError, TypeError, KeyError):  # the file changed since it was checked
-            raise SpecError(
-                f"input {index} is not the checked record any more", where=str(self._path)
-            ) from None
-        self._last = record
-        return record
 
 
 class WorldRuntime:
