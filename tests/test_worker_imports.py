@@ -80,9 +80,9 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
     """jsonschema imports rfc3987_syntax (when installed) for its `iri` format, which compiles
     39 lark grammars at import: ~4.5 s of a worker's start, for a format tool arguments never
     check. The worker defers it to the first `iri` check (`rlenv.json_schema`)."""
+    parameters = {"type": "object", "minProperties": 0}  # not plain: jsonschema checks it
     spec = env_builder.write(
-        TOOL_POLICY,
-        tools=[{"name": "t", "function": "MOD:tool", "parameters": {"type": "object"}}],
+        TOOL_POLICY, tools=[{"name": "t", "function": "MOD:tool", "parameters": parameters}]
     )
     seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path)
     assert seen["status"] == "ok"
@@ -92,6 +92,27 @@ def test_a_worker_with_tools_checks_arguments_without_compiling_iri_grammars(
         assert deferred not in seen["loaded"], f"the worker imported {deferred}"
     assert "httpx" in seen["loaded"]  # the tool's own import
     for heavy in ("rich", "pygments", "click"):  # httpx's command-line client
+        assert heavy not in seen["loaded"], f"the worker imported {heavy}"
+
+
+def test_a_worker_whose_tools_take_plain_arguments_imports_no_jsonschema(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """A tool whose schema is plain (`rlenv.worker.tools.plain_check`) is checked without
+    jsonschema (and its referencing, rpds and attrs: ~3 MB, a sixth of a one-tool worker's
+    start) until a call's arguments fail the plain check."""
+    parameters = {
+        "type": "object",
+        "properties": {"term": {"type": "string", "description": "what to look up"}},
+        "required": ["term"],
+        "additionalProperties": False,
+    }
+    spec = env_builder.write(
+        TOOL_POLICY, tools=[{"name": "t", "function": "MOD:tool", "parameters": parameters}]
+    )
+    seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path)
+    assert seen["status"] == "ok"
+    for heavy in ("jsonschema", "referencing", "rpds", "attrs"):
         assert heavy not in seen["loaded"], f"the worker imported {heavy}"
 
 
@@ -362,3 +383,55 @@ def test_a_worker_parses_an_input_when_a_rollout_asks_for_it(
     )
     seen = _probe(tmp_path, config, HELD_PROBE, spec.parent)
     assert seen == {"held": 0, "ids": [["q0", 0, "0"], ["q148", 149, "148"], ["q6", 7, "6"]]}
+
+
+BAD_ARGUMENTS_PROBE = """
+import json, sys, tempfile
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask, WorkerConfig
+
+config = WorkerConfig(
+    spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2]
+)
+protocol.init_worker(config)
+seen = []
+for number in range(3):
+    record = protocol.isolated("run_rollout", RolloutTask(number % 2, 0))
+    seen.append([record["status"], record["messages"][-2]["content"], "jsonschema" in sys.modules])
+print(json.dumps(seen), file=sys.stderr)
+"""
+
+BAD_ARGUMENTS_POLICY = """
+import json
+
+def tool(args, ctx):
+    return "ok"
+
+def policy(messages, tools, ctx):
+    if messages[-1]["role"] == "tool":
+        return "a"
+    arguments = {"term": 1} if ctx.input_id == "a" else {"term": "x"}
+    call = {"name": "t", "arguments": json.dumps(arguments)}
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c0", "type": "function", "function": call}]}
+"""
+
+
+def test_a_failed_call_has_the_worker_load_jsonschema_for_the_next_rollouts(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """Arguments that fail the plain check are worded by jsonschema, imported where the check
+    ran (a rollout's child, which ends with it); the worker that grades that rollout then
+    imports it itself, before the next rollout's child is forked, so that the next such error
+    costs no import."""
+    parameters = {"type": "object", "properties": {"term": {"type": "string"}}}
+    spec = env_builder.write(
+        BAD_ARGUMENTS_POLICY,
+        tools=[{"name": "t", "function": "MOD:tool", "parameters": parameters}],
+    )
+    seen = _loaded(spec, f"python:{env_builder.module}:policy", tmp_path, BAD_ARGUMENTS_PROBE)
+    assert [status for status, _, _ in seen] == ["ok", "ok", "ok"]
+    assert seen[0][1] == "error: invalid arguments: 1 is not of type 'string'"
+    assert seen[1][1] == "ok"
+    # the first rollout's check imported it in its child only; the worker did before the next
+    assert [loaded for _, _, loaded in seen] == [False, True, True]

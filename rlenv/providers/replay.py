@@ -88,6 +88,16 @@ class ReplayPolicy:
             return None
         return [dict(message) for message in entry["messages"]]
 
+    def answered(self, input_id: str, rollout: int) -> dict[str, Any] | None:
+        """The assistant message `complete_sync` would reply for an entry that replays an
+        answer (or completion) without usage: a reply with nothing to add up. None for any
+        other entry, or none (the agent loop then asks `complete_sync`)."""
+        entry = self.table.get((input_id, rollout))
+        if entry is None or "messages" in entry or entry.get("usage"):
+            return None
+        text = entry.get("answer", entry.get("completion"))
+        return {"role": "assistant", "content": None if text is None else str(text)}
+
     def complete_sync(self, request: ModelRequest) -> ModelReply:
         entry = self.table.get((request.input_id, request.rollout))
         if entry is None:

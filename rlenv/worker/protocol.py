@@ -149,6 +149,9 @@ def _in_world() -> Iterator[_Printed]:
     if _in_child:  # the worker around this child captures what it prints, and kills what it left
         yield printed
         return
+    if runtime.inert:  # no env code runs in this world: nothing of it prints or starts anything
+        yield printed
+        return
     # a worker whose calls run in children kills what they left after the reply (`_settle`)
     reaper = contextlib.nullcontext() if _orchestrator_fds else no_leftovers()
     with CapturedOutput() as captured, reaper:
@@ -386,7 +389,7 @@ def _make_private_places() -> None:
 def _settle(name: str) -> None:
     """After a call's reply: its children reaped, what they left killed, the private places
     it wrote given a fresh layer, /dev/shm emptied (off the rollout's time)."""
-    if name == "prepare":
+    if name == "prepare" or (_runtime is not None and _runtime.inert):  # no env code ran
         return
     isolate.settle()
     if _places is not None:
@@ -521,9 +524,7 @@ def _runs_env_code(runtime: WorldRuntime) -> bool:
     of the env's in the world (``python:``), a tool or a simulated user. A replayed policy
     (``replay:``, rlenv's own code reading data) or one outside the world (``openai:``), in an
     env with neither, runs none: its rollouts need no child of their own."""
-    policy = runtime.policy
-    policy_of_env = policy is not None and getattr(policy, "env_code", True) is not False
-    return policy_of_env or bool(runtime.tools.functions) or runtime.user is not None
+    return runtime.conversation_runs_env_code()
 
 
 def _converse(task: RolloutTask) -> Any:

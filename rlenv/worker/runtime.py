@@ -19,9 +19,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast, overload
+from typing import Any, cast
 
 from rlenv.agent import (
     ModelCall,
@@ -33,12 +33,12 @@ from rlenv.agent import (
     rollout_loop,
     run_sync,
 )
+from rlenv.bounds import reply_problem
 from rlenv.canonical import directory_manifest
 from rlenv.errors import (
     FixtureMiss,
     ModelOutputError,
     PolicyCrash,
-    SpecError,
     VerifierCrash,
     env_frames,
 )
@@ -46,7 +46,6 @@ from rlenv.files import sys_path
 from rlenv.grade_cache import (
     PENDING,
 )
-from rlenv.inputs import EnvInput, load_inputs
 from rlenv.providers.base import ModelReply
 from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import RolloutRecord, VerifierRecord, seal
@@ -56,6 +55,7 @@ from rlenv.spec import load_spec
 from rlenv.verifiers import VerifierContext
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.worker.conversation import WorldUser, conversation_loop
+from rlenv.worker.inputs import WorldInputs
 from rlenv.worker.lost import lost_record
 from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
 from rlenv.worker.scoring import Verdict, Verifiers, rollout_record
@@ -65,62 +65,9 @@ from rlenv.world import netguard, snapshot
 from rlenv.world.freeze import freeze_environment, freeze_python_clock, freeze_subprocess_clock
 from rlenv.world.services import route_logical_hosts, service_urls, service_variables
 
-
-class WorldInputs(Sequence[EnvInput]):
-    """The inputs file's records as a worker reads them: a JSONL line is parsed when a call
-    asks for its record (the orchestrator has checked the whole file already). A worker that
-    held every parsed record paid for them at its start (~7 ms per 1,000 small inputs) and in
-    every rollout's fork of it (~0.8 MB per 1,000); the lines kept are the file's size. A CSV
-    file is parsed whole, as before."""
-
-    def __init__(self, path: Path, *, templated: bool) -> None:
-        self._parsed: list[EnvInput] | None = None
-        self._lines: list[str] = []
-        self._last: EnvInput | None = None  # a rollout asks for its record several times
-        if path.suffix.lower() == ".csv":
-            self._parsed = load_inputs(path, templated=templated)
-            return
-        from rlenv.jsonl import json_lines
-
-        try:
-            self._lines = [line for _, line in json_lines(path) if line.strip()]
-        except (OSError, UnicodeDecodeError):  # said in one line, as the checks say it
-            self._parsed = load_inputs(path, templated=templated)
-            return
-        if not self._lines:
-            raise SpecError("inputs file has no records", where=str(path))
-        self._path = path
-
-    def __len__(self) -> int:
-        return len(self._parsed) if self._parsed is not None else len(self._lines)
-
-    @overload
-    def __getitem__(self, index: int) -> EnvInput: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> Sequence[EnvInput]: ...
-
-    def __getitem__(self, index: int | slice) -> EnvInput | Sequence[EnvInput]:
-        if isinstance(index, slice):
-            return [self[number] for number in range(*index.indices(len(self)))]
-        if self._parsed is not None:
-            return self._parsed[index]
-        if not 0 <= index < len(self._lines):
-            raise IndexError(f"input index {index} out of range")
-        last = self._last
-        if last is not None and last.index == index:
-            return last
-        from rlenv.jsonl import parse_json_line
-
-        try:
-            data = parse_json_line(self._lines[index])
-            record = EnvInput(index=index, id=str(data["id"]), data=data)
-        except (ValueError, TypeError, KeyError):  # the file changed since it was checked
-            raise SpecError(
-                f"input {index} is not the checked record any more", where=str(self._path)
-            ) from None
-        self._last = record
-        return record
+TEXT_VERIFIERS = frozenset({"exact_match", "regex", "numeric", "contains", "json_schema"})
+"""The verifier types that read the answer and the input only: rlenv's own code, which never
+looks at the workdir or the working directory."""
 
 
 class WorldRuntime:
@@ -189,6 +136,18 @@ class WorldRuntime:
         # or the workdirs are snapshot copies (never reused)
         self._fresh_state: tuple[Any, ...] | None = None
         self.policy: Any = make_in_world_policy(config.model_uri) if config.model_uri else None
+        # no snapshot, and nothing in a rollout that runs env code or reads its workdir: a
+        # replayed or outside policy, no tool, no simulated user, text verifiers only, no reward
+        # model. Its rollouts get no workdir on disk: theirs would be empty from start to end
+        # (`world` is then always "nothing changed"), and no code that could tell is run; nor
+        # is there anything to clean up after a call (`rlenv.worker.protocol._settle`).
+        self.inert = (
+            self.snapshot_path is None
+            and not self.conversation_runs_env_code()
+            and all(verifier.type in TEXT_VERIFIERS for verifier in spec.verifiers)
+            and self.reward is None
+            and spec.reward is None
+        )
         # no tool, no judge: no recorded HTTP to serve, and nothing to import vcrpy for (a
         # third of a worker's start); HTTP from a policy or verifier meets the network guard
         if not config.live_tools and (spec.tools or judged or (spec.user and spec.user.model)):
@@ -245,7 +204,19 @@ class WorldRuntime:
         if self.show is not None:
             self.show(self.workdir_of(task).name)
 
+    def conversation_runs_env_code(self) -> bool:
+        """Whether a conversation in this world runs env code: a policy of the env's in the
+        world (``python:``), a tool or a simulated user. A replayed policy (``replay:``,
+        rlenv's own code reading data) or one outside the world (``openai:``), in an env with
+        neither, runs none."""
+        policy = self.policy
+        policy_of_env = policy is not None and getattr(policy, "env_code", True) is not False
+        return policy_of_env or bool(self.tools.functions) or self.user is not None
+
     def prepare(self, task: RolloutTask) -> None:
+        if self.inert:
+            return
+        self.tools.load_wanted()  # off the rollout's clock, before its child is forked
         self._prepare(task)
         self.show_workdir(task)
 
@@ -271,6 +242,8 @@ class WorldRuntime:
     def release(self, task: RolloutTask) -> None:
         """Remove a rollout's workdir; without a snapshot, it is put aside instead, and the
         next rollout takes it if it is then empty and as a fresh one is (`prepare`)."""
+        if self.inert:
+            return
         workdir = self.real_workdir_of(task)
         if self._spare is None and self._fresh_state is not None:
             spare = self.real_root / self._spare_name
@@ -281,6 +254,12 @@ class WorldRuntime:
             except OSError:
                 pass
         shutil.rmtree(workdir, ignore_errors=True)
+
+    def _changes(self, workdir: Path) -> dict[str, Any]:
+        """What the rollout changed in its workdir (nothing, when it has none on disk)."""
+        if self.inert:
+            return {"added": {}, "removed": [], "modified": {}}  # `snapshot.changes`'s empty
+        return snapshot.changes(self.snapshot_manifest, workdir)
 
     def sanitise(self, text: str) -> str:
         return text.replace(self._work_root_text, "<workdir>")
@@ -315,13 +294,14 @@ class WorldRuntime:
         verifier or the reward model, caught by env code or not) is a timeout record."""
         workdir = self.workdir_of(task)
         expired = trajectory.status == "timeout"
+        self.tools.after_rollout(trajectory.tool_calls)
         try:
             if not expired:
-                with contextlib.chdir(workdir):
+                with _inside(None if self.inert else workdir):
                     if trajectory.status != "infra_error":
                         verdict = self._judge(task, trajectory)
                     else:
-                        verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+                        verdict = Verdict(self._changes(workdir))
         except RolloutTimeout:
             expired = True
         finally:
@@ -355,7 +335,7 @@ class WorldRuntime:
             snapshot_hashes=dict(self.snapshot_manifest),
         )
         seed_globals(derive_seed(seed, "verifiers"))
-        verdict = Verdict(snapshot.changes(self.snapshot_manifest, workdir))
+        verdict = Verdict(self._changes(workdir))
         hits, misses = self.cache_counts()
         try:
             verdict.results = self.verifiers.run(context, task, record.id, verdict.changes)
@@ -412,7 +392,10 @@ class WorldRuntime:
         task = RolloutTask(int(record["input_index"]), int(record["rollout"]))
         pending = {v["name"] for v in record["verifiers"] if v["detail"] == PENDING}
         data = self.inputs[task.input_index].data
-        self.prepare(task)  # a fresh snapshot copy: deferred verifiers do not see the final state
+        # a fresh snapshot copy (deferred verifiers do not see the final state); made even where
+        # rollouts have no workdir on disk, as the late grade enters it
+        self._prepare(task)
+        self.show_workdir(task)
         workdir = self.workdir_of(task)
         try:
             with contextlib.chdir(workdir):
@@ -475,12 +458,30 @@ class WorldRuntime:
                 replayed = self.policy.trajectory(record.id, task.rollout)
                 if replayed is not None:
                     return Trajectory(messages=replayed)
+                answered = self._answered(task, record.id)
+                if answered is not None:
+                    return Trajectory(messages=[dict(message) for message in messages] + [answered])
             try:  # a policy crash ends the loop as policy_error, its trajectory kept
                 return run_sync(self._loop(task, messages))  # type: ignore[no-any-return]
             except PolicyCrash as exc:
                 return Trajectory(messages=messages, status="policy_error", error=str(exc))
         except RolloutTimeout:
             return Trajectory(messages=messages, status="timeout")
+
+    def _answered(self, task: RolloutTask, input_id: str) -> dict[str, Any] | None:
+        """A replayed answer whose agent loop would be one turn that ends at once (no user,
+        a reply within bounds, no usage to add up, no tool call): its assistant message, the
+        trajectory built as `rollout_loop` builds it without its per-turn request. None: the
+        loop runs."""
+        answered = getattr(self.policy, "answered", None)
+        if answered is None or self.loaded.spec.user is not None:
+            return None
+        if self.loaded.spec.limits.max_turns < 1:
+            return None
+        message: dict[str, Any] | None = answered(input_id, task.rollout)
+        if message is None or reply_problem(message) is not None:
+            return None
+        return message
 
     def _loop(self, task: RolloutTask, messages: list[dict[str, Any]]) -> Any:
         """The agent loop, or with a simulated user the conversation loop."""
@@ -528,7 +529,7 @@ class WorldRuntime:
     def _model_caller(self, task: RolloutTask) -> ModelCall:
         """The in-world policy, called synchronously in the rollout's workdir."""
         record = self.inputs[task.input_index]
-        workdir = self.workdir_of(task)
+        workdir = None if self.inert else self.workdir_of(task)
         request = request_maker(
             self.tools.schemas,
             json_copy(self._decoding),
@@ -539,7 +540,7 @@ class WorldRuntime:
 
         async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
             made = request(current, turn)
-            with contextlib.chdir(workdir):
+            with _inside(workdir):
                 set_phase("policy")
                 try:
                     return self.policy.complete_sync(made)  # type: ignore[no-any-return]
@@ -557,6 +558,11 @@ class WorldRuntime:
             return self.call_tool(task, call, turn, number)
 
         return numbered_tool_calls(call_tool)
+
+
+def _inside(workdir: Path | None) -> contextlib.AbstractContextManager[None]:
+    """The workdir as the current directory for the block (none: the directory stays)."""
+    return contextlib.chdir(workdir) if workdir is not None else contextlib.nullcontext()
 
 
 def _discard(path: Path) -> None:

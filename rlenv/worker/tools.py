@@ -97,6 +97,70 @@ def fixture_use(name: str, events: list[FixtureEvent]) -> str:
     return "fallback" if "fallback" in outcomes else "hit" if "hit" in outcomes else "none"
 
 
+def _validator(schema: dict[str, Any]) -> Any:
+    """jsonschema's validator for a tool's parameters (imported now if it was not)."""
+    from rlenv.json_schema import load_jsonschema
+
+    jsonschema = load_jsonschema()
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+_PLAIN_TYPES: dict[str, Callable[[Any], bool]] = {
+    "string": lambda value: isinstance(value, str),
+    "boolean": lambda value: isinstance(value, bool),
+    "null": lambda value: value is None,
+    "array": lambda value: isinstance(value, list),
+    "object": lambda value: isinstance(value, dict),
+    # jsonschema counts 1.0 as an integer too: such a value is left to it
+    "integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
+    "number": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
+}
+_ANNOTATIONS = frozenset({"description", "title"})
+
+
+def plain_check(schema: Any) -> Callable[[dict[str, Any]], bool] | None:
+    """For a plain object schema (``type: object``; ``properties`` each at most a single JSON
+    type; ``required``; ``additionalProperties`` true or false; descriptions and titles; no
+    ``$schema``, so jsonschema's latest draft), a check that passes only arguments jsonschema
+    finds no error in. A failed check says nothing: jsonschema then finds the error, whose
+    message the model is answered with. None for any other schema."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return None
+    if not set(schema) <= {"type", "properties", "required", "additionalProperties"} | _ANNOTATIONS:
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    if not isinstance(properties, dict) or not isinstance(extra, bool):
+        return None
+    if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+        return None
+    types: dict[str, Callable[[Any], bool] | None] = {}
+    for name, subschema in properties.items():
+        if not isinstance(subschema, dict) or not set(subschema) <= {"type"} | _ANNOTATIONS:
+            return None
+        kind = subschema.get("type")
+        if kind is not None and (not isinstance(kind, str) or kind not in _PLAIN_TYPES):
+            return None
+        types[name] = None if kind is None else _PLAIN_TYPES[kind]
+
+    def check(arguments: dict[str, Any]) -> bool:
+        for name in required:
+            if name not in arguments:
+                return False
+        for name, value in arguments.items():
+            if name not in types:
+                if not extra:
+                    return False
+                continue
+            fits = types[name]
+            if fits is not None and not fits(value):
+                return False
+        return True
+
+    return check
+
+
 class WorldTools:
     """The spec's tools in the world: each function imported once, a call checked against its
     tool's schema, run in the rollout's workdir (its HTTP replayed, or recorded by `rlenv
@@ -120,16 +184,20 @@ class WorldTools:
             for tool in tools
         }
         self.validators: dict[str, Any] = {}
+        # a tool whose schema is plain (`plain_check`) is checked without jsonschema; jsonschema
+        # is imported (~3 MB, a sixth of a one-tool worker's start) only for one whose schema is
+        # not, or when a call's arguments do not pass the plain check (its message is needed)
+        self.plain_checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
+        self._validators_wanted = False
         self.schemas: list[dict[str, Any]] = []
         if not tools:
             return
-        from rlenv.json_schema import load_jsonschema  # ~3 MB a worker without tools does not need
-
-        jsonschema = load_jsonschema()
-        self.validators = {
-            tool.name: jsonschema.validators.validator_for(tool.parameters)(tool.parameters)
-            for tool in tools
-        }
+        for tool in tools:
+            check = plain_check(tool.parameters)
+            if check is not None:
+                self.plain_checks[tool.name] = check
+            else:
+                self.validators[tool.name] = _validator(tool.parameters)
         self.schemas = tool_schemas(loaded)
 
     def parse(self, call: dict[str, Any]) -> tuple[str, dict[str, Any]] | ToolOutcome:
@@ -143,10 +211,38 @@ class WorldTools:
             arguments = parse_arguments(function.get("arguments", ""))
         except ValueError as exc:
             return ToolOutcome(f"error: {exc}", "none", False)
-        errors = sorted(self.validators[name].iter_errors(arguments), key=lambda e: list(e.path))
+        plain = self.plain_checks.get(name)
+        if plain is not None and plain(arguments):
+            return name, arguments
+        validator = self.validators.get(name)
+        if validator is None:
+            validator = self.validators[name] = _validator(self._parameters(name))
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
         if errors:
             return ToolOutcome(f"error: invalid arguments: {errors[0].message}", "none", False)
         return name, arguments
+
+    def after_rollout(self, calls: list[Any]) -> None:
+        """Note a rollout's calls (in the worker that grades it): after one that failed (its
+        arguments perhaps not fitting), while some tool is checked plainly, jsonschema is
+        wanted in this worker (`load_wanted`)."""
+        if len(self.validators) < len(self.functions) and any(not call["ok"] for call in calls):
+            self._validators_wanted = True
+
+    def load_wanted(self) -> None:
+        """jsonschema's validators for every tool, built here once a rollout's call failed
+        (`after_rollout`), before the next rollout (off its clock), so that the rollouts'
+        children forked from here do not each import jsonschema (~3 MB, tens of ms) to word
+        such an error."""
+        if not self._validators_wanted:
+            return
+        self._validators_wanted = False
+        for tool in self.loaded.spec.tools:
+            if tool.name not in self.validators:
+                self.validators[tool.name] = _validator(tool.parameters)
+
+    def _parameters(self, name: str) -> dict[str, Any]:
+        return next(tool.parameters for tool in self.loaded.spec.tools if tool.name == name)
 
     def run(self, name: str, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         """Run a parsed call in `context.workdir`; its fixture use judged (a miss raises)."""
