@@ -593,13 +593,18 @@ class LocalExecutor:
         """`batch` on one worker: each reply checked as its call's (`_checked`) and waited for
         no longer than its own limit; when the worker overruns or dies, the call it was in
         gets the `WorkerLost`, and the ones it did not reach wait for a worker again."""
+        try:
+            request = pickle.dumps(("finish_batch", ([entry.args for entry in batch],)))
+        except Exception as exc:  # what cannot be sent is each call's error, not the worker's
+            for entry in batch:
+                entry.answer(None, exc)
+            self._release(slot, None)
+            return
         replacement: _Worker | None = None
         answered = 0
         try:
             with contextlib.suppress(OSError):  # a dead worker: found below
-                slot.connection.send_bytes(
-                    pickle.dumps(("finish_batch", ([entry.args for entry in batch],)))
-                )
+                slot.connection.send_bytes(request)
             while answered < len(batch):
                 entry = batch[answered]
                 message = _checked(
