@@ -1,4 +1,4 @@
-"""Finish calls that wait for a worker go to it together (`LocalExecutor.finish`): one request,
+"""Finish calls that wait for a worker go to it together (`rlenv.executors.finishes`): one request,
 answered one by one. A worker that dies grading one of them pins that rollout alone (the others
 are graded by its replacement), and a verifier that writes a forged reply for the next rollout of
 its batch changes nothing but its own rollout's record."""
@@ -6,7 +6,6 @@ its batch changes nothing but its own rollout's record."""
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,8 +46,7 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], list[li
     root = tmp_path_factory.mktemp("finish-batch")
     builder = EnvBuilder(root / "env")
     inputs = [
-        {"id": name, "prompt": name, "answer": "GOLD", "next": IDS.index(name) + 1}
-        for name in IDS
+        {"id": name, "prompt": name, "answer": "GOLD", "next": IDS.index(name) + 1} for name in IDS
     ]
     spec = builder.write(
         VERIFIER,
@@ -63,13 +61,13 @@ def graded(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Any], list[li
     executor = make_executor("local", config, 1, exact=True)
     assert isinstance(executor, LocalExecutor)
     batches: list[list[int]] = []
-    sending = executor._finish_batch
+    sending = executor.finishes._batch
 
     async def observed(slot: Any, batch: list[Any]) -> None:
         batches.append([entry.task.input_index for entry in batch])
         await sending(slot, batch)
 
-    executor._finish_batch = observed  # type: ignore[method-assign]
+    executor.finishes._batch = observed  # type: ignore[method-assign]
 
     async def finish_all() -> list[Any]:
         calls = [

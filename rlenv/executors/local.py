@@ -37,6 +37,7 @@ from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, WorkerLost
 from rlenv.executors import replies, wire
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
+from rlenv.executors.finishes import FinishQueue
 from rlenv.results import RolloutRecord
 from rlenv.worker import protocol, timers
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -142,48 +143,9 @@ def _spawn_with(environment: dict[str, str]) -> Any:
     return spawnv_passfds
 
 
-MAX_FINISHES = 32
-"""Rollouts' `finish` calls sent to a worker in one request, at most (`LocalExecutor.finish`):
-the last of them waits for the others' grading, as it would in the worker's queue anyway."""
-
-
-@dataclass
-class _Finishing:
-    """One rollout's `finish` call waiting for a worker, or in a worker's batch (`taken`)."""
-
-    task: RolloutTask
-    args: tuple[Any, ...]
-    timeout: float
-    taken: bool = False
-    done: bool = False
-    record: RolloutRecord | None = None
-    error: BaseException | None = None
-    wake: asyncio.Future[None] | None = None  # set when it is answered, or is to lead a batch
-
-    def answer(self, record: RolloutRecord | None, error: BaseException | None) -> None:
-        self.record, self.error, self.done = record, error, True
-        self.rouse()
-
-    def rouse(self) -> None:
-        if self.wake is not None and not self.wake.done():
-            self.wake.set_result(None)
-
-
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_result(None)
-
-
-def _checked(
-    name: str, message: tuple[str, Any] | None, task: RolloutTask | None
-) -> tuple[str, Any] | None:
-    """A reply ("ok" or "raise") as it came when it is the reply call `name` expects (bounded
-    data of the right shape); else ("unsafe", what it was): the rollout's error, never the
-    run's end (`rlenv.executors.replies`)."""
-    if message is None or message[0] not in ("ok", "raise"):
-        return message
-    problem = replies.reply_problem(name, message, task)
-    return message if problem is None else ("unsafe", problem)
 
 
 class LocalExecutor:
@@ -224,8 +186,7 @@ class LocalExecutor:
         self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
         self.all: list[_Worker] = []
         self.idle: asyncio.Queue[_Worker] | None = None
-        self.finishing: collections.deque[_Finishing] = collections.deque()  # not yet sent
-        self.leaders = 0  # finish calls that took (or wait for) a worker for those waiting
+        self.finishes = FinishQueue(self)
         try:
             started = [self._start() for _ in range(self.workers)]
             deadline = time.monotonic() + START_TIMEOUT_S
@@ -467,7 +428,7 @@ class LocalExecutor:
                 # reducers per message (for descriptors and sockets, which a call never holds)
                 slot.connection.send_bytes(pickle.dumps((name, args)))
             limit = backstop(timeout) if timeout is not None else None
-            message = _checked(name, await self._answer(slot, limit), task)
+            message = replies.checked(name, await self._answer(slot, limit), task)
             if message is not None and message[0] == "ok":
                 return message[1]
             if message is not None and message[0] == "raise":
@@ -491,7 +452,7 @@ class LocalExecutor:
             with contextlib.suppress(OSError):  # a dead worker: found below
                 slot.connection.send(("run_batch", (tasks,)))
             while answered < len(tasks):
-                message = _checked(
+                message = replies.checked(
                     "run_rollout", await self._answer(slot, backstop(timeout)), tasks[answered]
                 )
                 if message is not None and message[0] in ("ok", "raise"):
@@ -541,98 +502,9 @@ class LocalExecutor:
     async def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
     ) -> RolloutRecord:
-        """Grade a rollout. The finish calls waiting for a worker go to it in one request
-        (`_lead_finishes`), answered one by one: at 256 rollouts in flight a request and its
-        round trip per rollout were a share of the orchestrator's CPU. A worker grading one
-        of them holds the request's other trajectories, as a `run_batch` worker holds its
-        batch's; each is graded under its own limit, and its reply checked as its own."""
-        entry = _Finishing(task, (task, trajectory, model, timeout), timeout)
-        self.finishing.append(entry)
-        try:
-            while not entry.done:
-                if not entry.taken and self.leaders < self.workers:
-                    await self._lead_finishes()
-                    continue
-                entry.wake = asyncio.get_running_loop().create_future()
-                await entry.wake
-        finally:
-            if not entry.taken:  # cancelled while it waited: nobody grades it now
-                with contextlib.suppress(ValueError):
-                    self.finishing.remove(entry)
-        if entry.error is not None:
-            raise entry.error
-        assert entry.record is not None
-        return entry.record
-
-    def _hand_on(self) -> None:
-        """Wake the first waiting finish call to lead the next batch, if a worker may take one."""
-        if self.finishing and self.leaders < self.workers:
-            self.finishing[0].rouse()
-
-    async def _lead_finishes(self) -> None:
-        """Take an idle worker and send it the finish calls waiting then (up to
-        `MAX_FINISHES`), in order; another waiting call leads the next batch."""
-        self.leaders += 1
-        try:
-            slot = await self._idle()
-            batch: list[_Finishing] = []
-            while self.finishing and len(batch) < MAX_FINISHES:
-                entry = self.finishing.popleft()
-                entry.taken = True
-                batch.append(entry)
-            if not batch:
-                self._release(slot, None)
-                return
-            self._hand_on()  # what is left over may go to another worker at once
-            await self._finish_batch(slot, batch)
-        finally:
-            self.leaders -= 1
-            self._hand_on()
-
-    async def _finish_batch(self, slot: _Worker, batch: list[_Finishing]) -> None:
-        """`batch` on one worker: each reply checked as its call's (`_checked`) and waited for
-        no longer than its own limit; when the worker overruns or dies, the call it was in
-        gets the `WorkerLost`, and the ones it did not reach wait for a worker again."""
-        try:
-            request = pickle.dumps(("finish_batch", ([entry.args for entry in batch],)))
-        except Exception as exc:  # what cannot be sent is each call's error, not the worker's
-            for entry in batch:
-                entry.answer(None, exc)
-            self._release(slot, None)
-            return
-        replacement: _Worker | None = None
-        answered = 0
-        try:
-            with contextlib.suppress(OSError):  # a dead worker: found below
-                slot.connection.send_bytes(request)
-            while answered < len(batch):
-                entry = batch[answered]
-                message = _checked(
-                    "finish", await self._answer(slot, backstop(entry.timeout)), entry.task
-                )
-                if message is None or message[0] not in ("ok", "raise"):
-                    replacement, lost = await self._lose(
-                        slot, "finish", entry.timeout, message, entry.task
-                    )
-                    answered += 1
-                    entry.answer(None, lost)
-                    return
-                answered += 1
-                if message[0] == "ok":
-                    entry.answer(message[1], None)
-                else:
-                    entry.answer(None, message[1])
-        finally:
-            left = batch[answered:]
-            for entry in reversed(left):  # first in line again, in their order
-                entry.taken = False
-                self.finishing.appendleft(entry)
-            if left and replacement is None and slot in self.all:
-                # left mid-batch (the run stopped): the worker is still grading the batch
-                self._unwatch(slot)
-                await asyncio.get_running_loop().run_in_executor(self.threads, self._stop, slot)
-            else:
-                self._release(slot, replacement)
+        """Grade a rollout, in one request with the others waiting for a worker then
+        (`rlenv.executors.finishes`)."""
+        return await self.finishes.finish(task, trajectory, model, timeout)
 
     async def grade(self, record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
         return await self._call("grade", (record, timeout), timeout, None)  # type: ignore[no-any-return]
