@@ -21,6 +21,11 @@ worker reply, results line, metrics tally) and the frozen-world workers' (gradin
 rollout's `finish`), read from /proc every 20 ms (`CpuSampler`) and
 divided by the rollouts the window counts. Issue 30: halve the orchestrator's.
 Run: `.venv/bin/python bench/concurrency.py [--quick] [--latency-ms MS ...]`.
+
+A/B of CPU per rollout between source trees at the same load (a shared machine's throughput
+measures its load): `--ab TREE,TREE[,...] --ab-concurrency C --rounds N` runs each tree in turn
+(rlenv imported from TREE through PYTHONPATH, workers included), N rounds, and prints each run
+and the medians.
 """
 
 from __future__ import annotations
@@ -266,6 +271,45 @@ async def _client(kind: str, base_url: str, concurrency: int, requests: int) -> 
         await client.aclose()
 
 
+def run_ab(trees: list[str], concurrency: int, rounds: int, latency_ms: float) -> None:
+    """Interleaved runs of `run_rlenv` per tree (PYTHONPATH=TREE), CPU per rollout medians."""
+    import statistics
+
+    seconds = 2.0 if concurrency <= 64 else 1.5
+    seen: dict[str, list[list[str]]] = {tree: [] for tree in trees}
+    saved = os.environ.get("PYTHONPATH")
+    try:
+        with common.temp_dir("bench-concurrency-ab-") as root:
+            for round_ in range(rounds):
+                for number, tree in enumerate(trees):
+                    os.environ["PYTHONPATH"] = tree
+                    load = os.getloadavg()[0]
+                    row = run_rlenv(root / f"{round_}-{number}", latency_ms, concurrency, seconds)
+                    seen[tree].append(row)
+                    print(
+                        f"  {tree}: orch {row[11]} workers {row[12]} ms/rollout,"
+                        f" {row[4]} req/s, load {load:.1f}",
+                        flush=True,
+                    )
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved
+    rows = []
+    for tree, runs in seen.items():
+        orch = statistics.median(float(row[11]) for row in runs)
+        workers = statistics.median(float(row[12]) for row in runs)
+        rate = statistics.median(float(row[4]) for row in runs)
+        rows.append([tree, f"{concurrency}", f"{orch:.3f}", f"{workers:.3f}", f"{rate:.1f}"])
+    print()
+    print(
+        common.table(
+            ["tree", "C", "median orch ms", "median workers ms", "median steady req/s"], rows
+        )
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 ms only, shorter runs")
@@ -275,7 +319,14 @@ def main() -> None:
         action="append",
         help="server latency (repeatable; default 100 and 500, quick 100)",
     )
+    parser.add_argument("--ab", help="TREE,TREE,...: A/B of CPU per rollout (see above)")
+    parser.add_argument("--ab-concurrency", type=int, default=256)
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.ab:
+        common.header("concurrency A/B: CPU per rollout, trees interleaved at the same load")
+        run_ab(args.ab.split(","), args.ab_concurrency, args.rounds, 100.0)
+        return
     latencies = args.latency_ms or (LATENCIES_MS[:1] if args.quick else LATENCIES_MS)
     seconds = 2.0 if args.quick else SECONDS_PER_RUN
     common.header("concurrency: rlenv run against a chat server with a fixed latency")

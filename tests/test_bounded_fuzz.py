@@ -1,7 +1,7 @@
 """Fuzzing the worker -> orchestrator channel and the record writer (issue 26 item 1).
 
 Whatever a worker (or in-world code writing to its pipe) sends, read the way the local executor
-reads it (`wire.frames`, `LocalExecutor._message`, `rlenv.executors.local._checked`), is either
+reads it (`wire.frames`, `LocalExecutor._message`, `rlenv.executors.replies.checked`), is either
 the reply the call expects, made of bounded data that `encode_line` writes as strict JSON, or
 ("unsafe", one line): never an exception. Values: deep nesting, large sizes, control
 characters, lone surrogates, NaN and infinities, integers of any size, keys that are not strings.
@@ -29,7 +29,8 @@ from rlenv.agent import ToolCrash, ToolOutcome, parse_arguments
 from rlenv.bounds import MAX_TOOL_CALLS, OutOfBounds, bounds_problem, reply_problem, tool_content
 from rlenv.errors import FixtureMiss, PolicyCrash
 from rlenv.executors import wire
-from rlenv.executors.local import LocalExecutor, _checked
+from rlenv.executors.local import LocalExecutor
+from rlenv.executors.replies import checked
 from rlenv.providers.python import normalise_reply
 from rlenv.results import ResultsWriter, encode_line
 from rlenv.worker.config import RolloutTask
@@ -74,7 +75,7 @@ def _read(name: str, data: bytes) -> tuple[str, Any] | None:
     except wire.UnsafeMessage:
         return ("unsafe", "frame")
     (frame,) = frames
-    return _checked(name, LocalExecutor._message(frame), TASK)
+    return checked(name, LocalExecutor._message(frame), TASK)
 
 
 def _record(value: Any) -> dict[str, Any]:

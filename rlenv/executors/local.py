@@ -37,6 +37,7 @@ from rlenv.agent import ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, WorkerLost
 from rlenv.executors import replies, wire
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
+from rlenv.executors.finishes import FinishQueue
 from rlenv.results import RolloutRecord
 from rlenv.worker import protocol, timers
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -147,18 +148,6 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-def _checked(
-    name: str, message: tuple[str, Any] | None, task: RolloutTask | None
-) -> tuple[str, Any] | None:
-    """A reply ("ok" or "raise") as it came when it is the reply call `name` expects (bounded
-    data of the right shape); else ("unsafe", what it was): the rollout's error, never the
-    run's end (`rlenv.executors.replies`)."""
-    if message is None or message[0] not in ("ok", "raise"):
-        return message
-    problem = replies.reply_problem(name, message, task)
-    return message if problem is None else ("unsafe", problem)
-
-
 class LocalExecutor:
     """Spawned worker processes, each entering the frozen world once at start."""
 
@@ -197,6 +186,7 @@ class LocalExecutor:
         self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
         self.all: list[_Worker] = []
         self.idle: asyncio.Queue[_Worker] | None = None
+        self.finishes = FinishQueue(self)
         try:
             started = [self._start() for _ in range(self.workers)]
             deadline = time.monotonic() + START_TIMEOUT_S
@@ -438,7 +428,7 @@ class LocalExecutor:
                 # reducers per message (for descriptors and sockets, which a call never holds)
                 slot.connection.send_bytes(pickle.dumps((name, args)))
             limit = backstop(timeout) if timeout is not None else None
-            message = _checked(name, await self._answer(slot, limit), task)
+            message = replies.checked(name, await self._answer(slot, limit), task)
             if message is not None and message[0] == "ok":
                 return message[1]
             if message is not None and message[0] == "raise":
@@ -462,7 +452,7 @@ class LocalExecutor:
             with contextlib.suppress(OSError):  # a dead worker: found below
                 slot.connection.send(("run_batch", (tasks,)))
             while answered < len(tasks):
-                message = _checked(
+                message = replies.checked(
                     "run_rollout", await self._answer(slot, backstop(timeout)), tasks[answered]
                 )
                 if message is not None and message[0] in ("ok", "raise"):
@@ -512,8 +502,9 @@ class LocalExecutor:
     async def finish(
         self, task: RolloutTask, trajectory: Trajectory, model: str, timeout: float
     ) -> RolloutRecord:
-        args = (task, trajectory, model, timeout)
-        return await self._call("finish", args, timeout, task)  # type: ignore[no-any-return]
+        """Grade a rollout, in one request with the others waiting for a worker then
+        (`rlenv.executors.finishes`)."""
+        return await self.finishes.finish(task, trajectory, model, timeout)
 
     async def grade(self, record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
         return await self._call("grade", (record, timeout), timeout, None)  # type: ignore[no-any-return]

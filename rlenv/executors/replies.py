@@ -31,6 +31,18 @@ _STATUSES = {status.value for status in Status}
 _RECORD_DEPTH = 2 * MAX_DEPTH  # the record's own levels around the user data it holds
 
 
+def checked(
+    name: str, message: tuple[str, Any] | None, task: RolloutTask | None
+) -> tuple[str, Any] | None:
+    """A reply ("ok" or "raise") as it came when it is the reply call `name` expects (bounded
+    data of the right shape); else ("unsafe", what it was): the rollout's error, never the
+    run's end. Other messages (None: no answer in time; "dead", "died"...) as they came."""
+    if message is None or message[0] not in ("ok", "raise"):
+        return message
+    problem = reply_problem(name, message, task)
+    return message if problem is None else ("unsafe", problem)
+
+
 def reply_problem(name: str, message: tuple[str, Any], task: RolloutTask | None) -> str | None:
     """What makes `message` (("ok", value) or ("raise", exception)) not a reply to call
     `name` for `task`; None when it is one."""

@@ -351,6 +351,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
         if name == "run_batch":
             _serve_batch(connection, *args)
             continue
+        if name == "finish_batch":
+            _serve_finishes(connection, *args)
+            continue
         _answer_call(connection, name, *args)
 
 
@@ -555,3 +558,12 @@ def _serve_batch(connection: Any, tasks: list[RolloutTask]) -> None:
     for task in tasks:
         _answer_call(connection, "run_rollout", task)
     connection.send(("done", None))
+
+
+def _serve_finishes(connection: Any, calls: list[tuple[Any, ...]]) -> None:
+    """Several rollouts' `finish` calls in one request (those that waited for this worker
+    together, `LocalExecutor.finish`), each answered as it is sealed, in order, as one `finish`
+    call is: the orchestrator pins a death or an overrun on the first one not answered, and
+    sends the ones after it again (no "done": the next request waits in the pipe)."""
+    for args in calls:
+        _answer_call(connection, "finish", *args)
