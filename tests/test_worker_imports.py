@@ -397,19 +397,22 @@ protocol.init_worker(config)
 seen = []
 for number in range(3):
     record = protocol.isolated("run_rollout", RolloutTask(number % 2, 0))
-    seen.append([record["status"], record["messages"][-2]["content"], "jsonschema" in sys.modules])
+    seen.append([record["status"], record["messages"][-2]["content"], record["answer"]])
 print(json.dumps(seen), file=sys.stderr)
 """
 
 BAD_ARGUMENTS_POLICY = """
-import json
+import json, sys
+
+STARTED_WITH = []  # in the rollout's child: whether it was forked with jsonschema loaded
 
 def tool(args, ctx):
     return "ok"
 
 def policy(messages, tools, ctx):
     if messages[-1]["role"] == "tool":
-        return "a"
+        return "with jsonschema" if STARTED_WITH[0] else "without"
+    STARTED_WITH.append("jsonschema" in sys.modules)
     arguments = {"term": 1} if ctx.input_id == "a" else {"term": "x"}
     call = {"name": "t", "arguments": json.dumps(arguments)}
     return {"role": "assistant", "content": None, "tool_calls": [
@@ -422,8 +425,8 @@ def test_a_failed_call_has_the_worker_load_jsonschema_for_the_next_rollouts(
 ) -> None:
     """Arguments that fail the plain check are worded by jsonschema, imported where the check
     ran (a rollout's child, which ends with it); the worker that grades that rollout then
-    imports it itself, before the next rollout's child is forked, so that the next such error
-    costs no import."""
+    imports it, and has the template (which forks every child) import it too, before the next
+    rollout's child is forked, so that the next such error costs no import."""
     parameters = {"type": "object", "properties": {"term": {"type": "string"}}}
     spec = env_builder.write(
         BAD_ARGUMENTS_POLICY,
@@ -433,5 +436,7 @@ def test_a_failed_call_has_the_worker_load_jsonschema_for_the_next_rollouts(
     assert [status for status, _, _ in seen] == ["ok", "ok", "ok"]
     assert seen[0][1] == "error: invalid arguments: 1 is not of type 'string'"
     assert seen[1][1] == "ok"
-    # the first rollout's check imported it in its child only; the worker did before the next
-    assert [loaded for _, _, loaded in seen] == [False, True, True]
+    # the first rollout's check imported it in its child only; the template did before the next
+    assert [started for _, _, started in seen] == ["without", "with jsonschema"] * 1 + [
+        "with jsonschema"
+    ]

@@ -22,7 +22,10 @@ class _Drain:
     the rest read and discarded, so a writer never blocks on a full pipe."""
 
     def __init__(self) -> None:
-        import threading
+        import select  # noqa: F401 - what its thread imports, imported here: a fork while
+        import threading  # that thread held an import's lock would leave it held for good
+
+        from rlenv.world import reaper  # noqa: F401
 
         self.read_fd, self.write_fd = os.pipe()
         os.set_inheritable(self.write_fd, False)

@@ -575,13 +575,13 @@ class TemplateLost(Exception):
     """The template did not answer (ended, or stopped past `TEMPLATE_ANSWER_S`)."""
 
 
+_Call = Callable[[str, tuple[Any, ...]], Any]
 _template: _Template | None = None
-_template_start: tuple[Callable[[str, tuple[Any, ...]], Any], list[int], tuple[int, int]] | None
-_template_start = None
+_template_start: tuple[_Call, list[int], tuple[int, int], _Call] | None = None
 
 
 def start_template(
-    run: Callable[[str, tuple[Any, ...]], Any], *, closing: list[int], output: tuple[int, int]
+    run: _Call, *, closing: list[int], output: tuple[int, int], in_template: _Call
 ) -> None:
     """In the worker, its world loaded and nothing yet graded: fork the template, the process
     every call's child is forked from (`in_child`). So each call's env code starts from the
@@ -591,26 +591,36 @@ def start_template(
     forks nothing per call, takes no copy-on-write fault after each one. `run(name, args)`
     is the call in the child; `closing`, what the template closes first (the orchestrator's
     pipe, the private places' handles, the output drains' read ends); `output`, the write
-    ends of the drains a child's fd 1 and 2 are pointed at."""
+    ends of the drains a child's fd 1 and 2 are pointed at; `in_template(name, args)`, a call
+    the template runs itself (`in_template`: rlenv's own code, what every later child should
+    start with)."""
     global _template_start
-    _template_start = (run, list(closing), output)
+    _template_start = (run, list(closing), output, in_template)
     _fork_template()
+
+
+def template_started() -> bool:
+    return _template_start is not None
 
 
 def _fork_template() -> _Template:
     global _template, _LAST_CAPABILITY
     assert _template_start is not None, "start_template first"
-    run, closing, output = _template_start
+    run, closing, output, inside = _template_start
     if _LAST_CAPABILITY is None:
         _LAST_CAPABILITY = _last_capability()
     _libc()
     regions = shared_with_children()
+    # imported here, before the fork: a module another thread of the worker was importing as
+    # it forked (an output drain starting) would be locked for good in the template
+    from rlenv.world import reaper
+
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     parent = os.getpid()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the template (coverage does not follow a fork)
         ours.close()
-        _template_life(theirs, run, closing, output, regions, parent)
+        _template_life(theirs, (run, inside), closing, output, regions, parent, reaper)
     theirs.close()
     ours.settimeout(TEMPLATE_ANSWER_S)
     _template = _Template(pid, os.pidfd_open(pid), ours)
@@ -619,11 +629,12 @@ def _fork_template() -> _Template:
 
 def _template_life(
     channel: socket.socket,
-    run: Callable[[str, tuple[Any, ...]], Any],
+    calls: tuple[_Call, _Call],
     closing: list[int],
     output: tuple[int, int],
     regions: list[tuple[int, int, str]],
     parent: int,
+    reaper: Any,
 ) -> None:
     """The template's life; never returns. One call at a time, as its worker asks: a request
     (its answer pipe's write end passed with it) forks a child that runs it, the child's pid
@@ -647,13 +658,16 @@ def _template_life(
         _copy_privately(regions)
         if not drop_capabilities():
             raise PermissionError("could not drop capabilities")
-        from rlenv.world.reaper import _childless, _kill_started
-
+        run, inside = calls
         while True:
             request = _request(channel)
             if request is None:
                 return
             name, args, write_fd = request
+            if write_fd < 0:  # a call for the template itself
+                inside(name, args)
+                channel.sendall(bytes(8))
+                continue
             pid = os.fork()
             if pid == 0:
                 channel.close()
@@ -669,8 +683,8 @@ def _template_life(
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
             _, status = os.waitpid(pid, 0)
-            if not _childless():
-                _kill_started(set())
+            if not reaper._childless():
+                reaper._kill_started(set())
             if not ended:
                 return
             channel.sendall(status.to_bytes(8, "big", signed=True))
@@ -686,8 +700,6 @@ def _request(channel: socket.socket) -> tuple[str, tuple[Any, ...], int] | None:
         head, fds, _, _ = socket.recv_fds(channel, 8, 1)
     except OSError:
         return None
-    if not fds:
-        return None
     rest = _exactly(channel, 8 - len(head)) if len(head) < 8 else b""
     if rest is None:
         return None
@@ -695,7 +707,7 @@ def _request(channel: socket.socket) -> tuple[str, tuple[Any, ...], int] | None:
     if body is None:
         return None
     name, args = pickle.loads(body)  # from the worker, its parent: trusted
-    return name, args, fds[0]
+    return name, args, fds[0] if fds else -1
 
 
 def _exactly(channel: socket.socket, size: int) -> bytes | None:
@@ -746,6 +758,18 @@ def template_pid() -> int | None:
 # -- in the worker ------------------------------------------------------------------------------
 
 
+def in_template(name: str, args: tuple[Any, ...]) -> None:
+    """Call `name` in the template itself (`start_template`'s `in_template`), so that every
+    later child starts with what it did; a template lost doing it is made again."""
+    template = _template or _fork_template()
+    payload = pickle.dumps((name, args))
+    try:
+        template.channel.sendall(len(payload).to_bytes(8, "big") + payload)
+        _from_template(8)
+    except (OSError, TemplateLost):
+        _lose_template()
+
+
 def in_child(
     name: str, args: tuple[Any, ...], *, took: list[float] | None = None
 ) -> tuple[str, Any]:
@@ -754,6 +778,8 @@ def in_child(
     when the template was lost during the call. The child is ended after the reply is sent
     (`settle`). `took` (if given) gets the seconds from the request to the answer being read:
     the call's own time."""
+    if _template is not None and _template.child is not None:  # a caller that did not settle
+        _end_child()
     template = _template or _fork_template()
     payload = pickle.dumps((name, args))
     read_fd, write_fd = os.pipe()

@@ -423,10 +423,23 @@ def _answer_call(connection: Any, name: str, *args: Any) -> None:
 def _child_answer(name: str, *args: Any, took: list[float] | None = None) -> dict[str, Any]:
     """Call `name` (of `CHILD_CALLS`) with `args` in a child process (`rlenv.worker.isolate`):
     its answer as data; what it raised is raised here."""
+    tools = _get().tools
+    if tools.validators_loaded:  # loaded in the worker after a failed call: in the template too
+        tools.validators_loaded = False
+        isolate.in_template("load_validators", ())
     kind, answer = isolate.in_child(name, args, took=took)
     if kind == "raise":
         raise answer
     return answer  # type: ignore[no-any-return]
+
+
+def _in_the_template(name: str, args: tuple[Any, ...]) -> None:
+    """A call of the worker's run in the template itself (rlenv's own code, never env code):
+    what the worker learnt that every later child should start with."""
+    if name == "load_validators":  # jsonschema, once a rollout's arguments needed its words
+        _get().tools.load_validators()
+    else:
+        raise KeyError(name)
 
 
 def _in_the_child(name: str, args: tuple[Any, ...]) -> Any:
@@ -446,7 +459,9 @@ def _start_template() -> None:
 
     writing, reading = drain_ends()
     closing = _orchestrator_fds + (_places.handles() if _places is not None else []) + reading
-    isolate.start_template(_in_the_child, closing=closing, output=writing)
+    isolate.start_template(
+        _in_the_child, closing=closing, output=writing, in_template=_in_the_template
+    )
 
 
 def isolated(name: str, *args: Any) -> Any:
@@ -468,6 +483,8 @@ def isolated(name: str, *args: Any) -> Any:
         return _finish(*args)
     if name == "grade":
         return _grade(*args)
+    if not isolate.template_started():  # a worker driven without `serve` (a probe, a bench)
+        _start_template()
     with _in_world() as printed:
         if name == "run_rollout":
             value: Any = _rollout_in_child(*args)

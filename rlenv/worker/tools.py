@@ -189,6 +189,7 @@ class WorldTools:
         # not, or when a call's arguments do not pass the plain check (its message is needed)
         self.plain_checks: dict[str, Callable[[dict[str, Any]], bool]] = {}
         self._validators_wanted = False
+        self.validators_loaded = False  # by `load_wanted`, since the template was last told
         self.schemas: list[dict[str, Any]] = []
         if not tools:
             return
@@ -237,6 +238,11 @@ class WorldTools:
         if not self._validators_wanted:
             return
         self._validators_wanted = False
+        self.load_validators()
+        self.validators_loaded = True  # the template is told (`rlenv.worker.protocol`)
+
+    def load_validators(self) -> None:
+        """jsonschema's validator for every tool that has none yet."""
         for tool in self.loaded.spec.tools:
             if tool.name not in self.validators:
                 self.validators[tool.name] = _validator(tool.parameters)
