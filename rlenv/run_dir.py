@@ -44,9 +44,7 @@ def default_run_dir(env_name: str, model: str, root: Path = Path("runs")) -> Pat
 
 
 def _pretty(value: Any) -> bytes:
-    return (
-        indented_json(json.loads(canonical_bytes(value))) + "\n"
-    ).encode()
+    return (indented_json(json.loads(canonical_bytes(value))) + "\n").encode()
 
 
 @contextmanager
