@@ -22,6 +22,7 @@ from rlenv.audit import RecordAudit, TamperedRun, audit_run, audited_records, se
 from rlenv.canonical import canonical_bytes
 from rlenv.env import load_environment
 from rlenv.results import (
+    OrderedDigests,
     compact_for_metrics,
     components,
     encode_line,
@@ -483,3 +484,24 @@ def test_summary_json_is_written_in_a_fraction_of_dumps_memory() -> None:
         if not tracing:
             tracemalloc.stop()
     assert peaks[1] < peaks[0] / 2, peaks
+
+
+def test_the_digests_of_a_run_of_every_input_hold_no_list_of_its_indices() -> None:
+    """OrderedDigests for inputs 0..N-1 keeps the range, not N integers (issue 30: what the
+    orchestrator holds per input)."""
+    import tracemalloc
+
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        digests = OrderedDigests(2, range(100_000))
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert held < 10_000, held
+    for index in (1, 0, 0, 1):  # still hashed in input order
+        digests.add(index, index, f"{index:064x}", f"{index + 1:064x}")
+    assert digests._next == 2 and not digests.late
