@@ -15,7 +15,7 @@ from rlenv.errors import SpecError, UserError
 from rlenv.jsonl import read_objects
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # slots: 40 bytes less an input (10k in a run)
 class EnvInput:
     index: int
     id: str

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rlenv.audit_reader import read_audited_run
-from rlenv.canonical import canonical_bytes
+from rlenv.canonical import canonical_bytes, indented_json
 from rlenv.clock import wall_now
 from rlenv.errors import RunFailed, UserError
 from rlenv.files import atomic_write
@@ -44,9 +44,7 @@ def default_run_dir(env_name: str, model: str, root: Path = Path("runs")) -> Pat
 
 
 def _pretty(value: Any) -> bytes:
-    return (
-        json.dumps(json.loads(canonical_bytes(value)), indent=2, ensure_ascii=False) + "\n"
-    ).encode()
+    return (indented_json(json.loads(canonical_bytes(value))) + "\n").encode()
 
 
 @contextmanager

@@ -18,6 +18,7 @@ from rlenv.results import (
     RolloutRecord,
     compact_for_metrics,
     decode_line,
+    input_order,
 )
 from rlenv.version import __version__
 
@@ -187,7 +188,10 @@ def build_summary(
     if totals is None:
         keep_all = baseline is not None or bool(meta.get("group_by"))
         totals = _Totals(meta["rollouts_per_input"], indices, keep_all=keep_all)
-    elif totals.digests.order and totals.digests.order != sorted(set(indices)):
+    elif (order := totals.digests.order) and (
+        len(order) != len(wanted := input_order(indices))
+        or any(a != b for a, b in zip(order, wanted, strict=True))
+    ):
         raise RuntimeError("the totals were made for other inputs than the summary's")
     tally = totals.tally
     if (baseline is not None or meta.get("group_by")) and not tally.keep_all:

@@ -277,3 +277,44 @@ def test_a_written_place_past_32_bits_is_checked_as_any_other() -> None:
     written.add_line(encode_line(seal({**records[0], "rollout": 2**40})))
     with pytest.raises(TamperedRun, match=rf":{len(records)}: rollout {2**40} of "):
         build_summary(_prepared(), meta, [], "python:x", written=written)
+
+
+def _plain_record(index: int) -> dict[str, Any]:
+    """A rollout as a plain run writes it: one answer, one verifier, no reward."""
+    return {
+        "input_id": f"i{index:07d}",
+        "input_index": index,
+        "rollout": 0,
+        "status": "ok",
+        "answer": f"k{index:07d}",
+        "passed": index % 3 == 0,
+        "verifiers": [{"name": "exact", "passed": index % 3 == 0}],
+        "digest": f"{index:064x}",
+        "outcome_digest": f"{index + 1:064x}",
+    }
+
+
+def test_a_folded_input_with_one_rollout_keeps_a_few_numbers() -> None:
+    """What a run with one rollout per input keeps per input once folded (issue 30: the
+    orchestrator at 10k inputs): counts for pass@k, a diversity row of four numbers, its id,
+    not its answer nor a row dict. Measured with tracemalloc (sizes are deterministic)."""
+    import tracemalloc
+
+    count = 4000
+    tracing = tracemalloc.is_tracing()
+    if not tracing:
+        tracemalloc.start()
+    try:
+        shared: dict[Any, Any] = {}
+        tally = RunTally(1)
+        before = tracemalloc.get_traced_memory()[0]
+        for index in range(count):
+            tally.add(compact_for_metrics(_plain_record(index), shared))
+        per_input = (tracemalloc.get_traced_memory()[0] - before) / count
+    finally:
+        if not tracing:
+            tracemalloc.stop()
+    assert tally.records == count and not tally._open
+    assert per_input < 800, f"{per_input:.0f} bytes kept per folded input"  # 971 with row dicts
+    result = tally.result()
+    assert len(result["diversity"]["per_input"]) == count

@@ -251,8 +251,10 @@ class DiversityTally:
     run-wide sets of distinct n-grams and answers are kept."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, dict[str, Any]] = {}
-        self._first: dict[str, list[str]] = {}
+        # per input: (n_answers, distinct_answers, duplicate_rate, reward_spread); its row is
+        # built at the end (a tuple holds a third of a row dict's memory)
+        self._rows: dict[str, tuple[int, int, float | None, float | None]] = {}
+        self._first: dict[str, list[str]] = {}  # only inputs with two answers or more
         self._distinct_per_input: dict[int, list[float]] = {1: [], 2: []}
         self._grams: dict[int, set[str]] = {1: set(), 2: set()}
         self._gram_total = {1: 0, 2: 0}
@@ -271,18 +273,16 @@ class DiversityTally:
             duplicate_rate = _duplicates([normalise(a) for a in answers]) / len(answers)
             self._duplicate_rates.append(_duplicates(answers) / len(answers))
             self._similarities.append(_mean_similarity(answers))
-        self._rows[input_id] = {
-            "input_id": input_id,
-            "n_answers": len(answers),
-            "distinct_answers": len({normalise(a) for a in answers}),
-            "duplicate_rate": duplicate_rate,
-            "similarity": None,
-            "reward_spread": _spread(rewards),
-            "collapsed": False,
-        }
+        self._rows[input_id] = (
+            len(answers),
+            len({normalise(a) for a in answers}),
+            duplicate_rate,
+            _spread(rewards),
+        )
         if not answers:
             return
-        self._first[input_id] = answers[:SIMILARITY_ANSWERS]
+        if len(answers) >= 2:  # a similarity is measured only between two answers
+            self._first[input_id] = answers[:SIMILARITY_ANSWERS]
         self._n_answers += len(answers)
         self._answers.update(answers)
         for size in (1, 2):
@@ -304,8 +304,17 @@ class DiversityTally:
             shared = frozenset(g for g, count in self._bigram_inputs.items() if count >= floor)
         rows = []
         for input_id in sorted(self._rows):
-            row = self._rows[input_id]
-            if row["n_answers"] >= 2:
+            n_answers, distinct, duplicate_rate, spread = self._rows[input_id]
+            row: dict[str, Any] = {
+                "input_id": input_id,
+                "n_answers": n_answers,
+                "distinct_answers": distinct,
+                "duplicate_rate": duplicate_rate,
+                "similarity": None,
+                "reward_spread": spread,
+                "collapsed": False,
+            }
+            if n_answers >= 2:
                 row["similarity"] = _discounted_similarity(self._first[input_id], shared)
             row["collapsed"] = bool(
                 (row["duplicate_rate"] is not None and row["duplicate_rate"] >= duplicate_threshold)

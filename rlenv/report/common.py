@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlenv.canonical import indented_json
 from rlenv.errors import UserError
 from rlenv.files import atomic_write
 from rlenv.results import RolloutRecord
@@ -360,7 +361,7 @@ def json_text(value: Any) -> str:
     ordered = _sorted(value)
     if isinstance(ordered, dict):
         ordered = {**{k: ordered[k] for k in FIRST if k in ordered}, **ordered}
-    return json.dumps(ordered, indent=2, ensure_ascii=False)
+    return indented_json(ordered)
 
 
 def dump_json(value: Any) -> str:
