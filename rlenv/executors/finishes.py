@@ -19,16 +19,13 @@ import collections
 import contextlib
 import pickle
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rlenv.agent import Trajectory
 from rlenv.executors import replies
 from rlenv.executors.base import backstop
 from rlenv.results import RolloutRecord
 from rlenv.worker.config import RolloutTask
-
-if TYPE_CHECKING:
-    from rlenv.executors.local import LocalExecutor
 
 MAX_FINISHES = 32
 """Finish calls sent to a worker in one request, at most: the last of them waits for the
@@ -60,7 +57,9 @@ class _Finishing:
 class FinishQueue:
     """The finish calls of one `LocalExecutor` that wait for a worker, and who leads them."""
 
-    def __init__(self, executor: LocalExecutor) -> None:
+    def __init__(self, executor: Any) -> None:
+        # the `LocalExecutor` whose workers it uses (typed Any: local.py imports this module,
+        # and no import goes round a circle, not even one for types: tests/test_layers.py)
         self.executor = executor
         self.waiting: collections.deque[_Finishing] = collections.deque()  # not yet sent
         self.leaders = 0  # calls that took (or wait for) a worker for those waiting
