@@ -25,24 +25,27 @@ def verifier(answer, data, ctx):
 INPUTS = [{"id": f"i{n}", "prompt": f"say {n}"} for n in range(4)]
 
 
-def _run(spec: Path, out: Path, *extra: str) -> list[dict]:
-    done = cli("run", str(spec), "--out", str(out), "--json", *extra)
+def _answers(code: str, env_builder: EnvBuilder, out: Path) -> list[str]:
+    """The answers of a run of `code`'s policy over INPUTS, one rollout each, one after
+    another in one worker, graded by `code`'s python verifier."""
+    spec = env_builder.write(
+        code,
+        inputs=INPUTS,
+        rollouts=1,
+        verifiers=[{"type": "python", "function": "MOD:verifier"}],
+    )
+    one_by_one = ("--concurrency", "1", "--workers", "1")
+    done = cli("run", str(spec), "--out", str(out), "--json", *one_by_one)
     assert done.returncode == 0, done.stderr[-2000:]
-    return sorted(read_jsonl(out / "results.jsonl"), key=lambda r: r["input_id"])
+    records = sorted(read_jsonl(out / "results.jsonl"), key=lambda r: r["input_id"])
+    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
+    return [r["answer"] for r in records]
 
 
 def test_a_verifier_leaves_nothing_for_the_next_rollouts_policy(
     env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
-    spec = env_builder.write(
-        CODE,
-        inputs=INPUTS,
-        rollouts=1,
-        verifiers=[{"type": "python", "function": "MOD:verifier"}],
-    )
-    records = _run(spec, tmp_path / "run", "--concurrency", "1", "--workers", "1")
-    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
-    assert [r["answer"] for r in records] == ["graded before me: "] * 4
+    assert _answers(CODE, env_builder, tmp_path / "run") == ["graded before me: "] * 4
 
 
 SIGNALS = """
@@ -72,13 +75,5 @@ def test_a_rollout_cannot_stop_or_kill_the_template(
     """Were the template killed, the worker would fork another from itself, which has graded
     rollouts by then (and stopped, it would hold up the next rollout): its real and saved user
     ids are not the children's, so no signal of theirs reaches it."""
-    spec = env_builder.write(
-        SIGNALS,
-        inputs=INPUTS,
-        rollouts=1,
-        verifiers=[{"type": "python", "function": "MOD:verifier"}],
-    )
-    records = _run(spec, tmp_path / "run", "--concurrency", "1", "--workers", "1")
-    assert all(r["status"] == "ok" for r in records), [r["error"] for r in records]
     refused = "SIGSTOP refused (1); SIGKILL refused (1) | graded before me: "
-    assert [r["answer"] for r in records] == [refused] * 4
+    assert _answers(SIGNALS, env_builder, tmp_path / "run") == [refused] * 4
