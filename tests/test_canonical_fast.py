@@ -7,6 +7,7 @@ import enum
 import json
 from typing import Any
 
+import orjson
 import rfc8785
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -298,3 +299,38 @@ def test_ordinary_records_take_the_one_serialisation_path() -> None:
     written = encode_record(record)
     assert written.outcome is not None
     assert b"messages" not in written.tallied and b'"verifiers"' in written.tallied
+
+
+finite_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from([1.0, 1e16, 1e21, 1e-7, 1.5e-05, 0.0001, -9.99e-05, 5e-324, 2.0**53]),
+        st.text(),
+        st.sampled_from([Colour.RED, Level.LOW]),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-3, 3)), children, max_size=4),
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(finite_values)
+@example({"a": [], "b": {}, "c": [{}], "d": "1e5 0.00001"})
+@example({"x": [1.5e-05, 1e16, -2e-07]})
+def test_indented_json_through_orjson_is_json_dumps(value: Any) -> None:
+    """summary.json and run.json are indented through orjson: the text of json.dumps."""
+    reference = _outcome(lambda v: json.dumps(v, indent=2, ensure_ascii=False), value)
+    assert _outcome(lambda v: canonical.indented_json(v, finite=True), value) == reference
+    assert _outcome(canonical.indented_json, value) == reference
+
+
+def test_a_summary_is_indented_through_orjson() -> None:
+    summary = {"pass_rate": {"value": 0.5, "ci": [0.25, 0.75]}, "rows": [{"n": 1}] * 3}
+    assert canonical._repr_numbers(orjson.dumps(summary, option=canonical._INDENT_OPTIONS))
