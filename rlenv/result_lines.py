@@ -161,7 +161,7 @@ def _canonical_field(written: bytes, value: Any) -> bytes:
     if found is None:
         found = fast_json(value, canonical=True)
         if len(written) <= 512:
-            if len(_CANONICAL_FIELDS) >= 1024:
+            if len(_CANONICAL_FIELDS) >= 256:
                 _CANONICAL_FIELDS.clear()
             _CANONICAL_FIELDS[written] = found
     return found
