@@ -134,7 +134,7 @@ def encode_fields(
             continue
         part = parts[at]
         mask = part.translate(_CANONICAL_MASK)
-        if _has_float(mask):
+        if (b"1." in mask or b"1e" in mask or b"1E" in mask) and _has_float(mask):
             if _may_not_repr(part) and _NOT_REPR.search(part) is not None:
                 parts[at] = fast_json(value, canonical=False)
             canonical[at] = b""
