@@ -80,6 +80,7 @@ TARGETS: dict[str, list[str]] = {
         "tests/test_integrity_reader.py",
         *COMPACT_TESTS[1:],
     ],
+    "rlenv/result_lines.py": [*RESULT_TESTS, "tests/test_mutants_results.py"],
     # the run-integrity reader: the record checks, the one reader, `rlenv check`'s library side
     "rlenv/audit_records.py": ["tests/test_integrity_reader.py", *RESULT_TESTS],
     "rlenv/audit_reader.py": ["tests/test_verified_run.py"],
@@ -263,26 +264,28 @@ EQUIVALENT: dict[str, str] = {
     "rlenv.verifiers.code.x__normalise__mutmut_8": (
         "rstrip drops the \\r of a \\r\\n line end anyway"
     ),
-    # results.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
+    # result_lines.py: encode_line's orjson path is a shortcut; whatever raises in it falls back to
     # fast_json, then the reference (json.dumps): the same line, only slower
     **dict.fromkeys(
         [
-            f"rlenv.results.x_encode_line__mutmut_{n}"
+            f"rlenv.result_lines.x_encode_line__mutmut_{n}"
             for n in (1, 4, 6, 8, 9, 10, 11, 12, 13, 16, 18, 20, 23, 24, 26, 27, 28, 31, 32, 34)
             + (39, 40)
         ],
         "an error in the orjson shortcut falls back to fast_json/json.dumps: the same line",
     ),
     **dict.fromkeys(
-        [f"rlenv.results.x_encode_line__mutmut_{n}" for n in (22, 38)],
+        [f"rlenv.result_lines.x_encode_line__mutmut_{n}" for n in (22, 38)],
         "fast_json's canonical=None is falsy, as False",
     ),
-    "rlenv.results.x__reference_line__mutmut_4": "ensure_ascii=None is falsy, as False",
+    "rlenv.result_lines.x__reference_line__mutmut_4": "ensure_ascii=None is falsy, as False",
     **dict.fromkeys(
-        [f"rlenv.results.x__reference_line__mutmut_{n}" for n in (5, 10, 16)],
+        [f"rlenv.result_lines.x__reference_line__mutmut_{n}" for n in (5, 10, 16)],
         "plain_json has already written NaN and infinities as null: allow_nan is never asked",
     ),
-    "rlenv.results.x_decode_line__mutmut_7": "orjson refusing the line falls back to json.loads",
+    "rlenv.result_lines.x_decode_line__mutmut_7": (
+        "orjson refusing the line falls back to json.loads"
+    ),
     "rlenv.results.x_read_results__mutmut_38": "truncating a file to its own size changes nothing",
     "rlenv.results.xǁResultsWriterǁ__init____mutmut_1": "nothing reads the writer's path",
     "rlenv.results.xǁResultsWriterǁwrite__mutmut_12": "a file's write returns >= 1 byte or raises",

@@ -11,17 +11,20 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any, Literal, NotRequired, TypedDict, overload
 
-import orjson
-
-from rlenv.canonical import canonical_bytes, fast_json, plain_json, sha256_bytes
+from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import UserError
+from rlenv.result_lines import (  # re-exported: the results line is part of the record's API
+    WrittenLine,
+    decode_line,
+    encode_fields,
+    encode_line,
+)
 
 
 class Status(StrEnum):
@@ -276,119 +279,51 @@ def run_outcome_digest(records: Iterable[Mapping[str, Any]]) -> str:
     return digest_in_order(entry[3] for entry in entries)
 
 
-def encode_line(record: Mapping[str, Any]) -> bytes:
-    """One results line: sorted keys, compact; its digest field carries the canonical hash.
-
-    Every line is strict JSON: a NaN or infinity that reached the record is written as null,
-    as the digest already saw it (never a bare `NaN`).
-    """
-    try:  # plain data straight through orjson: whole, else field by field (sorted, compact)
-        line = orjson.dumps(record, option=_LINE_OPTIONS)
-        if not _may_not_repr(line) or _NOT_REPR.search(line) is None:
-            return line
-        parts = []
-        for key in sorted(record):
-            if type(key) is not str:
-                raise TypeError(key)
-            value = orjson.dumps(record[key], option=_LINE_OPTIONS)
-            if _may_not_repr(value) and _NOT_REPR.search(value) is not None:  # 7e-06
-                value = fast_json(record[key], canonical=False)
-            parts.append(orjson.dumps(key) + b":" + value)
-        return b"{" + b",".join(parts) + b"}"
-    except Exception:  # a subclass, a big integer, a key that is not a string...
-        pass
-    try:
-        return fast_json(record, canonical=False)
-    except Exception:  # what the fast path cannot prove the same: the reference below
-        return _reference_line(record)
-
-
-_LINE_OPTIONS = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_DATETIME
+TALLIED_FIELDS = frozenset(
+    {
+        "input_id",
+        "input_index",
+        "rollout",
+        "status",
+        "passed",
+        "reward",
+        "answer",
+        "verifiers",
+        "tool_calls",
+        "usage",
+        "timing",
+        "grading",
+        "error",
+        "traceback",
+        "reward_error",
+        "reward_traceback",
+        "kl",
+        "rewards",
+        "digest",
+    }
 )
-_NOT_REPR = re.compile(rb"(?:^|[:,\[])-?(?:[0-9]+(?:\.[0-9]+)?[eE]|0\.0000)")
-"""A number (first, or after a colon, comma or bracket: no spaces) that orjson may write
-unlike `repr`: one with an exponent, or one below 1e-4 (where repr turns to exponents and
-orjson does not). Such a line takes the checked path (a string holding the same characters
-does too, harmlessly; a hex digest does not). The direct path is for sealed records (their digest
-was computed, so they hold only what canonical JSON takes: no enum, UUID or date, which
-orjson would write and json.dumps refuse)."""
+"""What the summary reads of a record (`rlenv.summary._Totals`, :func:`compact_for_metrics`,
+:func:`components`): not the messages, the world or the output, most of a line."""
+
+_NOT_OUTCOME = frozenset((*VOLATILE_FIELDS, *MODEL_SCORES))
 
 
-_NUMBER_MASK = bytes(
-    ord("1")
-    if chr(byte) in "0123456789."
-    else ord("e")
-    if chr(byte) in "eE"
-    else ord("s")
-    if chr(byte) in ":,["
-    else ord("m")
-    if chr(byte) == "-"
-    else ord("x")
-    for byte in range(256)
-)
-"""`bytes.translate` table for `_may_not_repr`: digits and dots to "1", e and E to "e", what
-may begin a number to "s", a minus to "m", anything else to "x"."""
+_NOT_OUTCOME = frozenset((*VOLATILE_FIELDS, *MODEL_SCORES))
 
 
-def _may_not_repr(line: bytes) -> bool:
-    """False only when `_NOT_REPR` finds nothing in `line`, decided with C string methods (the
-    regex scanned every byte in Python's engine: 60 us a line, more than the rest of writing
-    it): every match of it is a run of digits and dots that begins where a number may begin
-    (the line's start, or after [:,[ and an optional minus) and ends just before an e or E, or
-    holds "0.0000"."""
-    if b"0.0000" in line:
-        return True
-    mask = line.translate(_NUMBER_MASK)
-    at = mask.find(b"1e")
-    while at >= 0:
-        start = at
-        while start > 0 and mask[start - 1] == 0x31:  # "1": back to the run's first byte
-            start -= 1
-        if start > 0 and mask[start - 1] == 0x6D:  # "m": a minus before it
-            start -= 1
-        if start == 0 or mask[start - 1] == 0x73:  # "s"
-            return True
-        at = mask.find(b"1e", at + 2)
-    return False
-
-
-def decode_line(line: bytes | str) -> Any:
-    """One results line parsed: orjson, or json.loads for what orjson refuses (then json.loads
-    raises what it always raised) and for a line with 19 digits in a row (orjson would read an
-    integer past 64 bits as a float; tests/test_canonical_fast.py found it)."""
-    long_run = (
-        b"1" * 19 in line.translate(_DIGIT_MASK)  # not a regex: one took 60 us a line
-        if isinstance(line, bytes)
-        else _LONG_DIGITS_TEXT.search(line) is not None
-    )
-    if not long_run:  # orjson reads an integer past 64 bits as a float
-        try:
-            return orjson.loads(line)
-        except orjson.JSONDecodeError:
-            pass
+def encode_record(record: Mapping[str, Any]) -> WrittenLine:
+    """:func:`encode_line` of `record`, with its outcome digest and its tallied fields from the
+    same bytes: the line is encoded a field at a time, and a field's bytes are its canonical
+    (RFC 8785) bytes too unless they hold a number that may be written otherwise (a float, a
+    long run of digits) or a character past U+FFFF (keys sort otherwise); only those fields
+    are serialised again, canonically. Anything the fast path does not take is written by
+    :func:`encode_line` and tallied from the line, as before (same bytes either way:
+    tests/test_lines_pinned.py, tests/test_canonical_fast.py)."""
     try:
-        return json.loads(line)
-    except RecursionError:  # as a line that is not JSON: callers say which line
-        raise ValueError("nested too deeply") from None
-
-
-_DIGIT_MASK = bytes(0x31 if 0x30 <= byte <= 0x39 else 0x2E for byte in range(256))
-_LONG_DIGITS_TEXT = re.compile(r"[0-9]{19}")
-
-
-def _reference_line(record: Mapping[str, Any]) -> bytes:
-    """`encode_line` as json.dumps writes it (the reference of the orjson fast path)."""
-    return json.dumps(
-        plain_json(record),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-        allow_nan=False,
-    ).encode()
+        return encode_fields(record, TALLIED_FIELDS, _NOT_OUTCOME)
+    except Exception:  # not a dict of plain JSON: the reference path
+        line = encode_line(record)
+        return WrittenLine(line, line, None)
 
 
 class ResultsWriter:
@@ -397,8 +332,8 @@ class ResultsWriter:
     Only the digests are canonical (RFC 8785); the line itself need not be byte-canonical.
     """
 
-    def __init__(self, path: Path, on_line: Callable[[bytes], None] | None = None) -> None:
-        """`on_line` is given each line once it is written whole (without its newline)."""
+    def __init__(self, path: Path, on_line: Callable[[WrittenLine], None] | None = None) -> None:
+        """`on_line` is given each line once it is written whole (:class:`WrittenLine`)."""
         self.path = path
         self.handle: IO[bytes] = open(path, "ab", buffering=0)
         self.on_line = on_line
@@ -406,8 +341,8 @@ class ResultsWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one line whole, or not at all: a write that fails part-way (disk full) is
         cut back off, so the file never ends in a torn line."""
-        encoded = encode_line(record)
-        line = memoryview(encoded + b"\n")
+        encoded = encode_record(record)
+        line = memoryview(encoded.line + b"\n")
         start = os.fstat(self.handle.fileno()).st_size
         try:
             while line:
@@ -558,9 +493,13 @@ class CompactRecord(Mapping[str, Any]):
         return f"CompactRecord({dict(self)!r})"
 
 
-def compact_for_metrics(record: Mapping[str, Any], shared: dict[Any, Any]) -> CompactRecord:
+def compact_for_metrics(
+    record: Mapping[str, Any], shared: dict[Any, Any], outcome: str | None = None
+) -> CompactRecord:
     """The few fields the metrics read (:class:`CompactRecord`), with repeated strings, verifier
-    lists, exercised parts and failures shared through `shared` (one dict per run)."""
+    lists, exercised parts and failures shared through `shared` (one dict per run). `outcome`
+    is the record's :func:`outcome_digest` when it is known already (:func:`encode_record`);
+    `record` need then hold only the :data:`TALLIED_FIELDS`."""
 
     def text(value: Any) -> Any:  # strings only: 1, 1.0 and True are equal keys
         return shared.setdefault(value, value) if type(value) is str else value
@@ -588,7 +527,7 @@ def compact_for_metrics(record: Mapping[str, Any], shared: dict[Any, Any]) -> Co
     compact.kl = record.get("kl")
     compact.rewards = record.get("rewards")
     compact.digest = _packed(record.get("digest"))
-    compact.outcome = _packed(outcome_digest(record))
+    compact.outcome = _packed(outcome_digest(record) if outcome is None else outcome)
     return compact
 
 

@@ -44,7 +44,8 @@ def default_run_dir(env_name: str, model: str, root: Path = Path("runs")) -> Pat
 
 
 def _pretty(value: Any) -> bytes:
-    return (indented_json(json.loads(canonical_bytes(value))) + "\n").encode()
+    """run.json and summary.json: `value` as canonical JSON reads back (no NaN), indented."""
+    return (indented_json(json.loads(canonical_bytes(value)), finite=True) + "\n").encode()
 
 
 @contextmanager

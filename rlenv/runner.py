@@ -36,6 +36,7 @@ from rlenv.providers.registry import resolve_provider
 from rlenv.results import (
     ResultsWriter,
     RolloutRecord,
+    WrittenLine,
     iter_results,
 )
 from rlenv.run_dir import (
@@ -443,7 +444,7 @@ def _run_tasks(
     address: str | None,
     concurrency: int,
     advance: Callable[[int], None],
-    on_line: Callable[[bytes], None] | None = None,
+    on_line: Callable[[WrittenLine], None] | None = None,
     workers: int | None = None,
 ) -> None:
     """Start the workers (`workers`, default `default_workers`), run the tasks `concurrency`

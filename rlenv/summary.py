@@ -16,6 +16,7 @@ from rlenv.audit_records import RecordAudit, TamperedRun
 from rlenv.results import (
     OrderedDigests,
     RolloutRecord,
+    WrittenLine,
     compact_for_metrics,
     decode_line,
     input_order,
@@ -32,12 +33,12 @@ def _hazards(meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 class _Totals:
     """What a summary needs of each record, gathered one record at a time: as this process
-    writes it to results.jsonl (:meth:`add_line`: the line decoded back, so what is tallied is
-    what is on disk), and as the summary reads the records that were there before (:meth:`add`).
-    Counts are summed on the way, the metrics folded an input at a time
-    (:class:`rlenv.metrics.tally.RunTally`) and the digests hashed in order as inputs complete
-    (:class:`rlenv.results.OrderedDigests`); of each line written, its place in the run
-    (three integers) is kept for the record checks at the end."""
+    writes it to results.jsonl (:meth:`add_line`: the fields it reads parsed from the line's
+    own bytes, so what is tallied is what is on disk), and as the summary reads the records
+    that were there before (:meth:`add`). Counts are summed on the way, the metrics folded an
+    input at a time (:class:`rlenv.metrics.tally.RunTally`) and the digests hashed in order as
+    inputs complete (:class:`rlenv.results.OrderedDigests`); of each line written, its place
+    in the run (three integers) is kept for the record checks at the end."""
 
     def __init__(
         self,
@@ -75,7 +76,9 @@ class _Totals:
             keep_all=_keeps_all(meta),
         )
 
-    def add(self, record: RolloutRecord) -> None:
+    def add(self, record: RolloutRecord, outcome: str | None = None) -> None:
+        """One record (only its :data:`rlenv.results.TALLIED_FIELDS` are read), with its
+        outcome digest when that is known already."""
         for call in record.get("tool_calls") or []:
             self.fixtures[call["fixture"]] = self.fixtures.get(call["fixture"], 0) + 1
         for key, value in (record.get("usage") or {}).items():
@@ -84,15 +87,21 @@ class _Totals:
         for key, value in ((record.get("timing") or {}).get("grader_cache") or {}).items():
             self.cache[key] = self.cache.get(key, 0) + int(value)
         self.pending += record.get("grading") == "pending"
-        row = compact_for_metrics(record, self.shared)
+        row = compact_for_metrics(record, self.shared, outcome)
         self.tally.add(row)
         self.digests.add(row.input_index, row.rollout, row.digest, row.outcome)
 
-    def add_line(self, line: bytes) -> None:
+    def add_line(self, line: bytes | WrittenLine) -> None:
         """A line this process just appended to results.jsonl. Its digest was sealed where the
         record was made (the worker) and is not recomputed here: later readers recompute it
         from the file. What the summary checks of every record is checked too, at its end
-        (:meth:`admit_written`): a rollout record, with a digest, in its place in the run."""
+        (:meth:`admit_written`): a rollout record, with a digest, in its place in the run.
+        Given as :func:`rlenv.results.encode_record` made it, only the fields the summary
+        reads are parsed (their bytes as in the line), and its outcome digest is taken as
+        computed from the same serialisation."""
+        outcome = None
+        if isinstance(line, WrittenLine):
+            line, outcome = (line.tallied, line.outcome) if line.outcome else (line.line, None)
         record = decode_line(line)
         position, self.written = self.written, self.written + 1
         try:
@@ -114,7 +123,7 @@ class _Totals:
                 del column[row:]
                 column.append(0)
             self._odd[row] = (input_id, rollout, index)
-        self.add(record)
+        self.add(record, outcome)
 
     def admit_written(self, audit: RecordAudit, first_line: int) -> None:
         """The lines this process wrote, checked in their place after the earlier ones (lines

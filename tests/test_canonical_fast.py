@@ -7,13 +7,15 @@ import enum
 import json
 from typing import Any
 
+import orjson
 import rfc8785
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rlenv import canonical
 from rlenv.canonical import canonical_bytes, fast_json, plain_json
-from rlenv.results import _reference_line, encode_line
+from rlenv.result_lines import _reference_line, decode_line, encode_line
+from rlenv.results import TALLIED_FIELDS, encode_record, outcome_digest
 
 
 class Colour(enum.StrEnum):
@@ -119,7 +121,7 @@ def test_ordinary_results_lines_go_straight_through_orjson() -> None:
     by orjson directly, and still as json.dumps writes it."""
     import orjson
 
-    from rlenv import results
+    from rlenv import result_lines as results
 
     record = {
         "digest": "9dfbed4d7d6614670fc62bfe32266b654a2aa44c3900e54adb44ed26c25e4474",
@@ -225,7 +227,7 @@ def test_input_lines_read_as_the_checked_reader_reads_them(line: str) -> None:
 def test_the_quick_scan_misses_no_number_the_regex_would_check(text: str) -> None:
     """`encode_line` skips `_NOT_REPR` when `_may_not_repr` says a line has no number that
     orjson may write unlike repr: then the regex finds none either."""
-    from rlenv import results
+    from rlenv import result_lines as results
 
     line = text.encode()
     if not results._may_not_repr(line):
@@ -235,8 +237,100 @@ def test_the_quick_scan_misses_no_number_the_regex_would_check(text: str) -> Non
 def test_a_long_digit_run_is_read_by_json_loads() -> None:
     """decode_line leaves a line with 19 digits in a row to json.loads: an integer past 64 bits
     stays an integer (orjson would read a float)."""
-    from rlenv import results
+    from rlenv import result_lines as results
 
     for line in (b'{"n": 18446744073709551616}', b'{"n": -9999999999999999999}'):
         decoded = results.decode_line(line)
         assert decoded == json.loads(line) and type(decoded["n"]) is int
+
+
+def _encoded_reference(record: dict[Any, Any]) -> tuple[bytes, bytes, str]:
+    """What `rlenv run` wrote and tallied before `encode_record`: the line, the record
+    decoded back from it, and the outcome digest of that."""
+    line = encode_line(record)
+    decoded = decode_line(line)
+    tallied = {key: value for key, value in decoded.items() if key in TALLIED_FIELDS}
+    return line, tallied, outcome_digest(decoded)
+
+
+record_keys = st.one_of(
+    keys,
+    st.sampled_from(["answer", "messages", "verifiers", "timing", "reward", "digest", "seed"]),
+)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(record_keys, values, max_size=8))
+@example({"verifiers": [{"score": 1.0, "name": "v"}], "timing": {"wall_s": 3.9e-05}, "seed": 7})
+@example({"messages": [{"content": "ratio:1.0,[2e5 12345678901234567"}], "answer": "a"})
+@example({"world": {"\U0001f600": 1, "\uffff": 2}, "reward": 1e-07})
+@example({"seed": 2**53, "answer": "x"})
+@example({"extra": {"n": 9007199254740993}})
+def test_encode_record_writes_and_tallies_what_the_line_holds(record: dict[Any, Any]) -> None:
+    """One serialisation per record gives the line `encode_line` writes, the outcome digest of
+    the record read back from it, and the fields the summary reads as read back from it."""
+    reference = _outcome(_encoded_reference, record)
+    try:
+        written = encode_record(record)
+    except Exception as exc:
+        assert reference == ("raised", type(exc))
+        return
+    if written.outcome is None:  # left to the reader of the whole line, as before
+        assert written.tallied == written.line
+        assert _outcome(encode_line, record) == ("bytes", written.line)
+        return
+    assert reference[0] == "bytes", reference
+    line, tallied, outcome = reference[1]
+    assert (written.line, decode_line(written.tallied), written.outcome) == (line, tallied, outcome)
+
+
+def test_ordinary_records_take_the_one_serialisation_path() -> None:
+    record = {
+        "answer": "v1",
+        "digest": "ab" * 32,
+        "input_id": "i1",
+        "input_index": 1,
+        "messages": [{"content": "caf\u00e9 \U0001f600", "role": "user"}],
+        "seed": 2**53 - 1,
+        "timing": {"wall_s": 3.9e-05},
+        "verifiers": [{"name": "v", "passed": True, "score": 1.0}],
+        "world": {},
+    }
+    written = encode_record(record)
+    assert written.outcome is not None
+    assert b"messages" not in written.tallied and b'"verifiers"' in written.tallied
+
+
+finite_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.sampled_from([1.0, 1e16, 1e21, 1e-7, 1.5e-05, 0.0001, -9.99e-05, 5e-324, 2.0**53]),
+        st.text(),
+        st.sampled_from([Colour.RED, Level.LOW]),
+    ),
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=6), st.integers(-3, 3)), children, max_size=4),
+    ),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(finite_values)
+@example({"a": [], "b": {}, "c": [{}], "d": "1e5 0.00001"})
+@example({"x": [1.5e-05, 1e16, -2e-07]})
+def test_indented_json_through_orjson_is_json_dumps(value: Any) -> None:
+    """summary.json and run.json are indented through orjson: the text of json.dumps."""
+    reference = _outcome(lambda v: json.dumps(v, indent=2, ensure_ascii=False), value)
+    assert _outcome(lambda v: canonical.indented_json(v, finite=True), value) == reference
+    assert _outcome(canonical.indented_json, value) == reference
+
+
+def test_a_summary_is_indented_through_orjson() -> None:
+    summary = {"pass_rate": {"value": 0.5, "ci": [0.25, 0.75]}, "rows": [{"n": 1}] * 3}
+    assert canonical._repr_numbers(orjson.dumps(summary, option=canonical._INDENT_OPTIONS))

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 from rlenv.errors import UserError
+from rlenv.result_lines import _reference_line
 from rlenv.results import (
     CompactRecord,
     ResultsWriter,
-    _reference_line,
     components,
     decode_line,
     encode_line,
@@ -116,7 +116,7 @@ def file_size_limit() -> Iterator[Any]:
 def test_a_write_cut_short_is_cut_back_off(tmp_path: Path, file_size_limit: Any) -> None:
     path = tmp_path / "results.jsonl"
     seen: list[bytes] = []
-    writer = ResultsWriter(path, on_line=seen.append)
+    writer = ResultsWriter(path, on_line=lambda written: seen.append(written.line))
     writer.write({"input_id": "a", "rollout": 0})
     whole = path.read_bytes()
     file_size_limit(len(whole) + 100)  # room for part of the next line only

@@ -19,10 +19,12 @@ from rlenv.errors import UserError
 from rlenv.results import (
     VOLATILE_FIELDS,
     ResultsWriter,
+    WrittenLine,
     decode_line,
     digest_in_order,
     encode_line,
     order_key,
+    outcome_digest,
     read_results,
     record_digest,
     run_digest,
@@ -123,13 +125,15 @@ def test_encode_and_decode_lines() -> None:
 
 def test_writer_and_reader(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
-    seen: list[bytes] = []
-    writer = ResultsWriter(path, on_line=seen.append)
+    given: list[WrittenLine] = []
+    writer = ResultsWriter(path, on_line=given.append)
     records = [seal(record("a", n)) for n in range(3)]
     for r in records:
         writer.write(r)
     writer.close()
+    seen = [written.line for written in given]
     assert seen == [encode_line(r) for r in records]
+    assert [written.outcome for written in given] == [outcome_digest(r) for r in records]
     assert path.read_bytes() == b"".join(line + b"\n" for line in seen)
     assert read_results(path) == records
     assert read_results(tmp_path / "missing.jsonl") == []

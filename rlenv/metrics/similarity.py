@@ -52,7 +52,12 @@ def normalise(answer: str) -> str:
 
 
 def _bigrams(answer: str) -> Bigrams:
-    words = normalise(answer).split()
+    return _bigrams_of(normalise(answer))
+
+
+def _bigrams_of(normalised: str) -> Bigrams:
+    """:func:`_bigrams` of an answer already normalised."""
+    words = normalised.split()
     grams = _ngrams(words, 2) if len(words) >= 2 else [tuple(words)] if words else []
     return frozenset(grams)
 
@@ -265,34 +270,40 @@ class DiversityTally:
         self._bigram_inputs: dict[tuple[str, ...], int] = {}
         self._answered_inputs = 0
 
-    def fold(self, input_id: str, group: Sequence[Record]) -> None:
+    def fold(
+        self,
+        input_id: str,
+        group: Sequence[Record],
+        rewards: Sequence[float | None] | None = None,
+    ) -> None:
+        """One input's records (`rewards`: their :func:`_reward`, when known already); each
+        answer normalised and split into words once."""
         answers = [str(r["answer"]) for r in group if r.get("answer") is not None]
-        rewards = [v for v in (_reward(r) for r in group) if v is not None]
+        if rewards is None:
+            rewards = [_reward(r) for r in group]
+        scores = [v for v in rewards if v is not None]
+        normal = [normalise(a) for a in answers]
         duplicate_rate = None
         if len(answers) >= 2:
-            duplicate_rate = _duplicates([normalise(a) for a in answers]) / len(answers)
+            duplicate_rate = _duplicates(normal) / len(answers)
             self._duplicate_rates.append(_duplicates(answers) / len(answers))
             self._similarities.append(_mean_similarity(answers))
-        self._rows[input_id] = (
-            len(answers),
-            len({normalise(a) for a in answers}),
-            duplicate_rate,
-            _spread(rewards),
-        )
+        self._rows[input_id] = (len(answers), len(set(normal)), duplicate_rate, _spread(scores))
         if not answers:
             return
         if len(answers) >= 2:  # a similarity is measured only between two answers
             self._first[input_id] = answers[:SIMILARITY_ANSWERS]
         self._n_answers += len(answers)
         self._answers.update(answers)
+        words = [_words(answer) for answer in answers]
         for size in (1, 2):
-            grams = [" ".join(g) for answer in answers for g in _ngrams(_words(answer), size)]
+            grams = [" ".join(g) for tokens in words for g in _ngrams(tokens, size)]
             self._gram_total[size] += len(grams)
             self._grams[size].update(grams)
             if grams:
                 self._distinct_per_input[size].append(len(set(grams)) / len(grams))
         self._answered_inputs += 1
-        for gram in frozenset().union(*(_bigrams(a) for a in answers)):
+        for gram in frozenset().union(*(_bigrams_of(text) for text in normal)):
             self._bigram_inputs[gram] = self._bigram_inputs.get(gram, 0) + 1
 
     def result(self) -> dict[str, Any]:

@@ -80,18 +80,18 @@ class RunTally:
         )
         if not group:
             return
+        rewards = [_reward(r) for r in group]
         if not self.keep_all:
             self.kept += [
                 r
-                for r in group
-                if _reward(r) is not None
+                for r, reward in zip(group, rewards, strict=True)
+                if reward is not None
                 or isinstance(r.get("rewards"), Mapping)
                 or isinstance(r.get("kl"), Mapping)
             ]
         passed = [_passed(r) for r in group]
         first_pass = passed.index(True) if True in passed else None
         best: list[float | None] | None = None
-        rewards = [_reward(r) for r in group]
         if any(value is not None for value in rewards):
             best, top = [], None
             for value in rewards:
@@ -99,7 +99,7 @@ class RunTally:
                     top = value
                 best.append(top)
         self._inputs[input_id] = (len(group), sum(passed), first_pass, best)
-        self.diversity.fold(input_id, group)
+        self.diversity.fold(input_id, group, rewards)
 
     def result(
         self,
