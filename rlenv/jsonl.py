@@ -89,9 +89,10 @@ def _written_number(literal: str) -> int | float:
 
 
 def read_objects(
-    path: Path, *, what: str, error: type[UserError] = UserError
+    path: Path, *, what: str, error: type[UserError] = UserError, own_file: bool = False
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ("file:line", object) for every non-blank line; raise `error` on anything else."""
+    """Yield ("file:line", object) for every non-blank line; raise `error` on anything else.
+    `own_file`: lines rlenv wrote as canonical JSON (`parse_json_line`)."""
     try:
         lines = list(json_lines(path))
     except UnicodeDecodeError:
@@ -103,7 +104,7 @@ def read_objects(
             continue
         where = f"{path}:{number}"
         try:
-            data = parse_json_line(line)
+            data = parse_json_line(line, own_file=own_file)
         except ValueError as exc:
             hint = " (lines split by a bare carriage return? JSONL ends lines in \\n)"
             raise error(

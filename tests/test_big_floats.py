@@ -190,3 +190,35 @@ def test_users_input_with_a_huge_integer_is_still_refused_in_one_line(
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "inputs.jsonl:2" in done.stderr and "integer with 21 digits" in done.stderr
     assert not out.exists()
+
+
+DATASET_POLICY = """
+def policy(messages, tools, ctx):
+    return messages[-1]["content"]
+"""
+
+
+def test_dataset_rows_with_a_big_float_column_are_read_back(
+    tmp_path: Path,
+) -> None:
+    """A datasets split's rows are written as canonical JSON (pinned by their hash): a float
+    column's 1e20 becomes 100000000000000000000, and the inputs reader (orchestrator and
+    worker) takes it as the float it was, not as an integer to refuse."""
+    datasets = pytest.importorskip("datasets")
+    builder = EnvBuilder(tmp_path / "env")
+    spec = builder.write(DATASET_POLICY, rollouts=1, prompt={"template": "{{ weight }}"})
+    rows = [  # the template renders the float 1e20 as 1e+20, an integer as all its digits
+        {"id": "big", "answer": "1e+20", "weight": 1e20},
+        {"id": "half", "answer": "0.5", "weight": 0.5},
+    ]
+    datasets.Dataset.from_list(rows).save_to_disk(str(spec.parent / "data"))
+    document = yaml.safe_load(spec.read_text())
+    document["inputs"] = {"dataset": {"path": "data", "split": "train"}, "sha256": "0" * 64}
+    spec.write_text(yaml.safe_dump(document, sort_keys=False))
+    env = {"RLENV_CACHE_DIR": str(tmp_path / "cache"), "HF_HOME": str(tmp_path / "hf")}
+    assert cli("pin", str(spec), env=env).returncode == 0
+    out = tmp_path / "out"
+    done = cli("run", str(spec), "--out", str(out), "--json", env=env, cwd=spec.parent)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pass_rate"]["passed"] == 2, summary["pass_rate"]
