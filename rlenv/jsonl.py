@@ -60,7 +60,8 @@ def parse_checked_json_line(line: str, *, own_file: bool = False) -> Any:
         value = json.loads(
             line,
             parse_constant=_refuse_constant,
-            parse_int=_written_number if own_file else None,
+            # only a run of 16 digits can be an integer past 2**53
+            parse_int=_written_number if own_file and _SIXTEEN_DIGITS.search(line) else None,
         )
     except json.JSONDecodeError as exc:
         raise ValueError(exc.msg) from None

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlenv.canonical import canonical_bytes, sha256_file, sha256_json
 from rlenv.jsonl import parse_json_line
@@ -222,3 +224,24 @@ def test_dataset_rows_with_a_big_float_column_are_read_back(
     assert done.returncode == 0, done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pass_rate"]["passed"] == 2, summary["pass_rate"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_every_finite_double_reads_back_from_its_canonical_form(number: float) -> None:
+    text = canonical_bytes([number]).decode()
+    (value,) = parse_json_line(text, own_file=True)
+    assert value == number and canonical_bytes([value]).decode() == text
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.integers(min_value=2**53, max_value=10**22) | st.integers(max_value=-(2**53)))
+def test_an_integer_past_2_53_is_taken_only_as_the_double_written_so(number: int) -> None:
+    text = f"[{number}]"
+    with pytest.raises(ValueError, match="outside"):
+        parse_json_line(text)
+    if canonical_bytes(float(number)).decode() == str(number):
+        assert parse_json_line(text, own_file=True) == [float(number)]
+    else:
+        with pytest.raises(ValueError, match="outside"):
+            parse_json_line(text, own_file=True)
