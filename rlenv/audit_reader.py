@@ -249,7 +249,7 @@ def _inputs_of(meta: dict[str, Any], summary: dict[str, Any]) -> int | list[int]
 def _read_object(path: Path) -> dict[str, Any]:
     """A JSON object file, parsed within bounds; UserError (one line) otherwise."""
     try:  # bounded: a file nested 200,000 deep is a bad input, not a RecursionError
-        value = parse_json_line(path.read_text(encoding="utf-8"))
+        value = parse_json_line(path.read_text(encoding="utf-8"), own_file=True)
     except (OSError, ValueError, UnicodeDecodeError) as exc:
         raise UserError(f"not readable JSON: {exc}", where=str(path)) from None
     if not isinstance(value, dict):

@@ -77,6 +77,21 @@ def json_problem(
     return None
 
 
+def written_double(literal: str) -> float | None:
+    """The double an integer literal stands for when the literal is exactly how RFC 8785
+    (ECMAScript's number form) writes that double, else None.
+
+    RFC 8785 writes an integral double below 1e21 without exponent or fraction, so one beyond
+    +/-(2**53 - 1) comes out as an integer literal (1e20 -> 100000000000000000000, 2**64 ->
+    18446744073709552000). Only the one literal the writer makes of a double is taken; an
+    integer no double is written as (9007199254740993, 18446744073709551616, 10**400) is not.
+    """
+    if len(literal) > 22:  # a sign and 21 digits: from 1e21 on, the form has an exponent
+        return None
+    number = float(literal)
+    return number if _canonical_float(number) == literal.encode() else None
+
+
 def _clean(value: Any) -> Any:
     """Make a value canonicalisable: tuples become lists, non-finite floats become None."""
     if isinstance(value, dict):

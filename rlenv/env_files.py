@@ -283,7 +283,9 @@ def check_train_inputs(env: Environment) -> None:
     where = env.where("train_inputs")
     env.file_hashes["train_inputs"] = _pinned_inputs(env, "train_inputs")
     train = load_inputs(
-        env.loaded.source_path(spec.train_inputs), templated=spec.prompt is not None
+        env.loaded.source_path(spec.train_inputs),
+        templated=spec.prompt is not None,
+        rows=spec.train_inputs.dataset is not None,
     )
 
     def shown(records: list[EnvInput]) -> list[dict[str, Any]]:
@@ -309,7 +311,11 @@ def check_inputs(env: Environment) -> None:
     """Every input record parses, has a unique id and a prompt or messages (or renders with
     the spec's prompt template)."""
     spec = env.loaded.spec
-    env.inputs = load_inputs(env.loaded.inputs_path, templated=spec.prompt is not None)
+    env.inputs = load_inputs(
+        env.loaded.inputs_path,
+        templated=spec.prompt is not None,
+        rows=spec.inputs.dataset is not None,
+    )
     check_templates(env.inputs, spec.prompt, env.where("prompt", "template"))
 
 

@@ -154,17 +154,19 @@ def _rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         raise SpecError(f"invalid CSV: {exc}", where=str(path)) from None
 
 
-def load_inputs(path: Path, *, templated: bool = False) -> list[EnvInput]:
+def load_inputs(path: Path, *, templated: bool = False, rows: bool = False) -> list[EnvInput]:
     """Parse and check the inputs file; every problem names file:line. With a prompt template
-    (`templated`) a record needs no ``prompt`` of its own."""
+    (`templated`) a record needs no ``prompt`` of its own. With `rows` the file is a datasets
+    split's rows as rlenv wrote them (:func:`dataset_rows`, canonical JSON: a float column's
+    1e20 is written 100000000000000000000, read back as the float)."""
     records: list[EnvInput] = []
     seen: dict[str, int] = {}
-    rows = (
+    lines = (
         _rows(path)
         if path.suffix.lower() == ".csv"
-        else read_objects(path, what="inputs file", error=SpecError)
+        else read_objects(path, what="inputs file", error=SpecError, own_file=rows)
     )
-    for where, data in rows:
+    for where, data in lines:
         raw_id = data.get("id")
         if not isinstance(raw_id, str | int) or isinstance(raw_id, bool) or str(raw_id) == "":
             raise SpecError("each input needs an 'id' (non-empty string or integer)", where=where)

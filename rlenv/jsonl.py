@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from rlenv.canonical import MAX_DEPTH, json_problem
+from rlenv.canonical import MAX_DEPTH, SAFE_INTEGER, json_problem, written_double
 from rlenv.errors import UserError
 from rlenv.results import HumanLabels
 
@@ -29,9 +29,14 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not strict JSON")
 
 
-def parse_json_line(line: str) -> Any:
+def parse_json_line(line: str, *, own_file: bool = False) -> Any:
     """One strict JSON value, or ValueError with a short reason: no NaN/Infinity literals,
     no integer past 2**53 or nesting past MAX_DEPTH (canonical JSON could not hold them).
+
+    With `own_file` (a file rlenv wrote from canonical JSON: run.json, summary.json), an
+    integer literal past 2**53 that is exactly how RFC 8785 writes a double (1e20 as
+    100000000000000000000) is read as that double, which canonicalises to the same bytes
+    again; any other is refused as in a user's file, where such a literal is an integer.
 
     A line orjson reads, with no 16 digits in a row (no integer that could pass 2**53, which
     orjson would also read as a float past 64 bits) and fewer brackets than MAX_DEPTH, holds
@@ -43,16 +48,21 @@ def parse_json_line(line: str) -> Any:
             return orjson.loads(line)
         except ValueError:  # orjson.JSONDecodeError (a lone surrogate too): the checked way
             pass
-    return parse_checked_json_line(line)
+    return parse_checked_json_line(line, own_file=own_file)
 
 
 _SIXTEEN_DIGITS = re.compile(r"[0-9]{16}")
 
 
-def parse_checked_json_line(line: str) -> Any:
+def parse_checked_json_line(line: str, *, own_file: bool = False) -> Any:
     """`parse_json_line` by json.loads and a walk of the value (`json_problem`)."""
     try:
-        value = json.loads(line, parse_constant=_refuse_constant)
+        value = json.loads(
+            line,
+            parse_constant=_refuse_constant,
+            # only a run of 16 digits can be an integer past 2**53
+            parse_int=_written_number if own_file and _SIXTEEN_DIGITS.search(line) else None,
+        )
     except json.JSONDecodeError as exc:
         raise ValueError(exc.msg) from None
     except RecursionError:
@@ -67,10 +77,23 @@ def parse_checked_json_line(line: str) -> Any:
     return value
 
 
+def _written_number(literal: str) -> int | float:
+    """An integer literal of a file rlenv wrote: the integer, or past 2**53 the double RFC
+    8785 writes so (`written_double`); what is neither stays an integer, refused later."""
+    if len(literal) < 16:  # fewer digits than 2**53 has
+        return int(literal)
+    number = int(literal)
+    if -SAFE_INTEGER <= number <= SAFE_INTEGER:
+        return number
+    found = written_double(literal)
+    return number if found is None else found
+
+
 def read_objects(
-    path: Path, *, what: str, error: type[UserError] = UserError
+    path: Path, *, what: str, error: type[UserError] = UserError, own_file: bool = False
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Yield ("file:line", object) for every non-blank line; raise `error` on anything else."""
+    """Yield ("file:line", object) for every non-blank line; raise `error` on anything else.
+    `own_file`: lines rlenv wrote as canonical JSON (`parse_json_line`)."""
     try:
         lines = list(json_lines(path))
     except UnicodeDecodeError:
@@ -82,7 +105,7 @@ def read_objects(
             continue
         where = f"{path}:{number}"
         try:
-            data = parse_json_line(line)
+            data = parse_json_line(line, own_file=own_file)
         except ValueError as exc:
             hint = " (lines split by a bare carriage return? JSONL ends lines in \\n)"
             raise error(

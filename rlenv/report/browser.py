@@ -38,7 +38,11 @@ def input_fields(run_meta: Mapping[str, Any]) -> tuple[dict[str, dict[str, Any]]
         return {}, "run.json names no spec"
     try:
         loaded = load_spec(Path(str(spec)))
-        inputs = load_inputs(loaded.inputs_path, templated=loaded.spec.prompt is not None)
+        inputs = load_inputs(
+            loaded.inputs_path,
+            templated=loaded.spec.prompt is not None,
+            rows=loaded.spec.inputs.dataset is not None,
+        )
     except (UserError, OSError) as exc:
         return {}, str(exc).splitlines()[0]
     out: dict[str, dict[str, Any]] = {}

@@ -344,7 +344,11 @@ def spec_leakage(loaded: Any) -> LeakageReport | None:
         {**record.data, "prompt": render(template.template, record.data)}
         if template
         else record.data
-        for record in load_inputs(loaded.inputs_path, templated=template is not None)
+        for record in load_inputs(
+            loaded.inputs_path,
+            templated=template is not None,
+            rows=loaded.spec.inputs.dataset is not None,
+        )
     ]
     pairs = read_prefs(_pinned(loaded, train_data, "reward_model.train_data"))
     prompts_ref = getattr(config, "training_prompts", None)

@@ -305,6 +305,7 @@ class ServedWorld:
             self.inputs = load_inputs(
                 loaded.source_path(loaded.spec.train_inputs),
                 templated=loaded.spec.prompt is not None,
+                rows=loaded.spec.train_inputs.dataset is not None,
             )
         else:
             self.inputs = self.prepared.inputs

@@ -18,23 +18,24 @@ class WorldInputs(Sequence[EnvInput]):
     every rollout's fork of it (~0.8 MB per 1,000); the lines kept are the file's size. A CSV
     file is parsed whole, as before."""
 
-    def __init__(self, path: Path, *, templated: bool) -> None:
+    def __init__(self, path: Path, *, templated: bool, rows: bool = False) -> None:
         self._parsed: list[EnvInput] | None = None
         self._lines: list[str] = []
         self._last: EnvInput | None = None  # a rollout asks for its record several times
         if path.suffix.lower() == ".csv":
-            self._parsed = load_inputs(path, templated=templated)
+            self._parsed = load_inputs(path, templated=templated, rows=rows)
             return
         from rlenv.jsonl import json_lines
 
         try:
             self._lines = [line for _, line in json_lines(path) if line.strip()]
         except (OSError, UnicodeDecodeError):  # said in one line, as the checks say it
-            self._parsed = load_inputs(path, templated=templated)
+            self._parsed = load_inputs(path, templated=templated, rows=rows)
             return
         if not self._lines:
             raise SpecError("inputs file has no records", where=str(path))
         self._path = path
+        self._rows = rows  # a datasets split's canonical rows (`rlenv.inputs.load_inputs`)
 
     def __len__(self) -> int:
         return len(self._parsed) if self._parsed is not None else len(self._lines)
@@ -58,7 +59,7 @@ class WorldInputs(Sequence[EnvInput]):
         from rlenv.jsonl import parse_json_line
 
         try:
-            data = parse_json_line(self._lines[index])
+            data = parse_json_line(self._lines[index], own_file=self._rows)
             record = EnvInput(index=index, id=str(data["id"]), data=data)
         except (ValueError, TypeError, KeyError):  # the file changed since it was checked
             raise SpecError(

@@ -103,10 +103,12 @@ class WorldRuntime:
         self.show: Callable[[str], None] | None = None  # the view's: one workdir visible
         self._work_root_text = str(self.work_root)
         self._names: tuple[tuple[int, int] | None, tuple[int, Path]] = (None, (0, self.work_root))
-        inputs_path = self.loaded.inputs_path
-        if config.split == "train" and self.loaded.train_inputs_path is not None:
-            inputs_path = self.loaded.train_inputs_path
-        self.inputs = WorldInputs(inputs_path, templated=self.loaded.spec.prompt is not None)
+        inputs_path, source = self.loaded.inputs_path, spec.inputs
+        if config.split == "train" and spec.train_inputs is not None:
+            inputs_path, source = self.loaded.source_path(spec.train_inputs), spec.train_inputs
+        self.inputs = WorldInputs(
+            inputs_path, templated=spec.prompt is not None, rows=source.dataset is not None
+        )
         self.tools = WorldTools(self.loaded, config, self.sanitise)
         self.user = WorldUser(self.loaded, config, self.tools) if spec.user else None
         judged = any(verifier.type == "judge" for verifier in spec.verifiers)
