@@ -108,6 +108,9 @@ def run(
     Exit 1 (after writing results and summary) when the run could not produce the scores it
     promises: a flag with fails_run (infra errors, or the policy, the fixtures, a verifier or
     the reward model failing on more than half of the rollouts)."""
+    from rlenv.sandbox.run import probe_mechanism_soon
+
+    probe_mechanism_soon()  # the run records the sandbox it finds: probed while the spec loads
     spec = spec_with_sets(spec, sets)
     if resume and out is None:
         fail("--resume needs --out DIR (the run directory to continue)", 2)

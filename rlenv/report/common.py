@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from rlenv.canonical import indented_json
 from rlenv.errors import UserError
 from rlenv.files import atomic_write
@@ -358,10 +360,31 @@ the rest in sorted order."""
 def json_text(value: Any) -> str:
     """Indented JSON, keys sorted at every level except that ``verdict`` (then
     ``checkpoints``) comes first in the top object: the answer before the numbers."""
+    fast = _json_text_through_orjson(value)
+    if fast is not None:
+        return fast
     ordered = _sorted(value)
     if isinstance(ordered, dict):
         ordered = {**{k: ordered[k] for k in FIRST if k in ordered}, **ordered}
     return indented_json(ordered)
+
+
+def _json_text_through_orjson(value: Any) -> str | None:
+    """`json_text`'s text, a fifth of its CPU (`rlenv run --json` of 10k inputs: 0.16 s of the
+    orchestrator), or None where the same text is not proven: ``json.dumps`` (its C encoder,
+    no indent) finds no NaN, infinity or value it cannot write, so orjson, which writes a NaN as
+    ``null``, has none to write; orjson then sorts the keys (by code point, as `_sorted`) and
+    refuses what `_sorted` or ``json.dumps`` would write otherwise (a key that is not exactly
+    a ``str``, an integer beyond 64 bits, a lone surrogate); `indented_json` with `finite`
+    writes the sorted value as ``json.dumps(indent=2)`` does (tests/test_json_text.py)."""
+    try:
+        json.dumps(value, allow_nan=False)
+        ordered = orjson.loads(orjson.dumps(value, option=orjson.OPT_SORT_KEYS))
+    except (TypeError, ValueError, RecursionError):
+        return None
+    if isinstance(ordered, dict):
+        ordered = {**{k: ordered[k] for k in FIRST if k in ordered}, **ordered}
+    return indented_json(ordered, finite=True)
 
 
 def dump_json(value: Any) -> str:

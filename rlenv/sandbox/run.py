@@ -35,6 +35,7 @@ from rlenv.sandbox.limits import (
     sandbox_python,
 )
 from rlenv.sandbox.mechanism import (
+    FORCE_VARIABLE,
     Launch,
     cover_list,
     forced_mechanism,
@@ -389,8 +390,32 @@ def probe_mechanism() -> str:
     return forced_mechanism() or _best_mechanism()
 
 
-@functools.lru_cache(maxsize=1)
+def probe_mechanism_soon() -> None:
+    """Start `probe_mechanism`'s probe in a thread; a call of `probe_mechanism` meanwhile waits
+    for it instead of probing again. The probe is ~0.1 s of waiting for a sandboxed child and
+    little CPU, so `rlenv run` loads and checks its spec meanwhile (issue 30: the time before
+    the first rollout). Nothing when RLENV_SANDBOX is set or the probe was made already."""
+    if os.environ.get(FORCE_VARIABLE) or _probed_mechanism.cache_info().currsize:
+        return
+    threading.Thread(target=_probe_quietly, name="rlenv-sandbox-probe").start()
+
+
+def _probe_quietly() -> None:
+    with contextlib.suppress(Exception):  # `probe_mechanism` probes again, and raises there
+        _best_mechanism()
+
+
+_PROBING = threading.Lock()
+"""Held while the mechanism is probed: one probe at a time, whose answer the others take."""
+
+
 def _best_mechanism() -> str:
+    with _PROBING:
+        return _probed_mechanism()
+
+
+@functools.lru_cache(maxsize=1)
+def _probed_mechanism() -> str:
     for mechanism in ("bwrap", "unshare"):
         if _mechanism_works(mechanism):
             return mechanism
