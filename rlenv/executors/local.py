@@ -170,6 +170,7 @@ class LocalExecutor:
         self.environment: dict[str, str] | None = None  # None: the orchestrator's
         if not config.live_tools:
             world = _with_frozen_clock(world_environment(), self.config)
+            world.update(protocol.ALLOCATOR_VARIABLES)  # the worker's alone (`protocol.serve`)
             prefix = netns_prefix()
             scratch = _private_scratch(prefix, config)
             preload = world.pop("LD_PRELOAD", None) if scratch else None

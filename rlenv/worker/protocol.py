@@ -51,6 +51,13 @@ work root and the grader cache: each one is a channel between rollouts, opened b
 starts rlenv (the world's variables are set by the orchestrator), never by in-world code. The
 test suite opens one for its gates (named pipes a policy blocks on) and logs."""
 _scratch_is_ours: bool | None = None
+ALLOCATOR_VARIABLES = {"PYTHONMALLOC": "malloc", "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"}
+"""What a local worker's interpreter starts with (besides the world's variables) and takes out
+of its ``os.environ`` before any env code is imported, so env code sees the variables it saw
+before, and a subprocess it starts gets none of them. Python's objects in glibc's heap instead
+of pymalloc's 1 MiB arenas, which glibc madvises for transparent huge pages: one contiguous,
+2 MiB-aligned heap whose page tables the template's fork per call copies as huge entries, and
+a call's child then copies and tears down fewer (measured by bench/fork_ab.py)."""
 
 
 def _private_scratch_mounted() -> bool:
@@ -321,6 +328,9 @@ def serve(connection: Any, config: WorkerConfig, phase: Any) -> None:
 
     `phase` is a shared int the worker keeps up to date (`set_phase`), read by the orchestrator
     when the worker died or had to be killed."""
+    for name, value in ALLOCATOR_VARIABLES.items():  # read as the interpreter started
+        if os.environ.get(name) == value:  # ours (`LocalExecutor`), not env code's to see
+            del os.environ[name]
     use_phase_cell(phase)
     import gc
 
