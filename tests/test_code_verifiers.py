@@ -170,3 +170,30 @@ def test_allow_weak_sandbox_flag_on_run_and_resume(env_builder: EnvBuilder, tmp_
     resumed = cli("run", str(spec), "--out", str(out), "--resume", env=env)
     assert resumed.returncode == 2
     assert "allow_weak_sandbox" in resumed.stderr and len(resumed.stderr.splitlines()) == 1
+
+
+@needs(probe_mechanism() != "rlimits", "a namespace sandbox (bubblewrap or unshare)")
+def test_a_sandboxed_program_may_start_while_the_run_has_many_workers(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The sandbox runs model code as nobody with RLIMIT_NPROC, which counts every process of
+    that real uid on the machine. Each worker's template process ran as nobody too: with as
+    many workers as the verifier's `max_processes`, the sandboxed program could not exec
+    ("hit the processes limit") and every good answer failed."""
+    spec = env_builder.write(
+        POLICY.format(answers=json.dumps({"good": ANSWERS["good"]})),
+        inputs=[{"id": "good", "prompt": "good", "tests": TESTS}],
+        verifiers=[
+            {
+                "name": "unit",
+                "type": "python_tests",
+                "expected_field": "tests",
+                "options": {"cpu_seconds": 2, "wall_seconds": 10, "max_processes": 4},
+            }
+        ],
+        rollouts=3,
+    )
+    result = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json", "--workers", "4")
+    assert result.returncode == 0, result.stderr
+    records = read_jsonl(tmp_path / "run" / "results.jsonl")
+    assert [r["passed"] for r in records] == [True] * 3, [r["verifiers"] for r in records]

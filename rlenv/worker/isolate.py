@@ -413,6 +413,13 @@ semaphores: removed, they were a traceback when the worker exits)."""
 
 _NOBODY = 65534
 
+_TEMPLATE_UID = 2_000_000_000
+"""The template's real and saved user id (`_template_life`): not its children's (uid 0), so
+no process of theirs may signal it, and no other account's: nobody's (65534) is the sandbox's
+(`rlenv.sandbox.limits.SANDBOX_UID`), whose RLIMIT_NPROC counts every process of that real uid
+on the machine, so templates as nobody (one per worker, of every run) left a sandboxed program
+no process to start. A uid from the range no distribution or container manager hands out."""
+
 
 def keep_from_children(paths: list[str]) -> list[str]:
     """Keep the worker's files `paths` out of its children's reach: owned by nobody, mode 0600,
@@ -649,7 +656,7 @@ def _template_life(
         if os.geteuid() == 0:
             # real and saved user ids that are not its children's: no process of theirs (uid
             # 0, no capability) may signal it (stop it, kill it) or see its /proc
-            os.setresuid(_NOBODY, 0, _NOBODY)
+            os.setresuid(_TEMPLATE_UID, 0, _TEMPLATE_UID)
             libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         for fd in closing:
