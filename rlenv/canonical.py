@@ -261,20 +261,27 @@ def _repr_numbers(text: bytes) -> bool:
     """Whether orjson's indented `text` holds no number it may write unlike ``repr``: none with
     an exponent and none below 1e-4 (where ``repr`` turns to exponents and orjson does not).
     Text inside a string that only looks so answers no too (harmless: the slow way)."""
-    if b"0.0000" in text:
-        return False
-    mask = text.translate(_INDENT_MASK)
-    at = mask.find(b"1e")
-    while at >= 0:
-        start = at
-        while start > 0 and mask[start - 1] == 0x31:  # "1": back to the run's first byte
-            start -= 1
-        if start > 0 and mask[start - 1] == 0x6D:  # "m": a minus before it
-            start -= 1
-        if start == 0 or mask[start - 1] == 0x73:  # "s"
-            return False
-        at = mask.find(b"1e", at + 2)
-    return True
+    return b"0.0000" not in text and not number_reaching(text.translate(_INDENT_MASK), (b"1e",))
+
+
+def number_reaching(mask: bytes, marks: tuple[bytes, ...]) -> bool:
+    """Whether `mask` (JSON bytes put through a `bytes.translate` table that makes digits "1", a
+    minus "m" and what may come before a number "s") holds one of `marks` (a "1" and what
+    follows it) at the end of a run of "1" that begins where a number may begin: the start, or
+    after an "s" and an optional minus. Decided with C string methods (a regex scanned every
+    byte in Python's engine: 60 us a results line, more than the rest of writing it)."""
+    for mark in marks:
+        at = mask.find(mark)
+        while at >= 0:
+            start = at
+            while start > 0 and mask[start - 1] == 0x31:  # "1": back to the run's first byte
+                start -= 1
+            if start > 0 and mask[start - 1] == 0x6D:  # "m": a minus before it
+                start -= 1
+            if start == 0 or mask[start - 1] == 0x73:  # "s"
+                return True
+            at = mask.find(mark, at + 2)
+    return False
 
 
 def sha256_bytes(data: bytes) -> str:
