@@ -240,18 +240,27 @@ _INDENT_OPTIONS = (
     | orjson.OPT_PASSTHROUGH_DATACLASS
     | orjson.OPT_PASSTHROUGH_DATETIME
 )
-_INDENT_MASK = bytes(
-    ord("1")
-    if chr(byte) in "0123456789."
-    else ord("e")
-    if chr(byte) in "eE"
-    else ord("s")
-    if chr(byte) in ":,[ \n"
-    else ord("m")
-    if chr(byte) == "-"
-    else ord("x")
-    for byte in range(256)
-)
+
+
+def number_mask(before: str) -> bytes:
+    """A `bytes.translate` table for `number_reaching`: digits and dots to "1", e and E to "e",
+    the characters `before` (what may come before a number) to "s", a minus to "m", anything
+    else to "x"."""
+    return bytes(
+        ord("1")
+        if chr(byte) in "0123456789."
+        else ord("e")
+        if chr(byte) in "eE"
+        else ord("s")
+        if chr(byte) in before
+        else ord("m")
+        if chr(byte) == "-"
+        else ord("x")
+        for byte in range(256)
+    )
+
+
+_INDENT_MASK = number_mask(":,[ \n")
 """`bytes.translate` table for `_repr_numbers`: digits and dots to "1", e and E to "e", what
 may come before a number in indented JSON (a colon, comma, bracket, space or newline) to "s", a
 minus to "m", anything else to "x"."""

@@ -13,7 +13,14 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from rlenv.canonical import SAFE_INTEGER, fast_json, number_reaching, plain_json, sha256_bytes
+from rlenv.canonical import (
+    SAFE_INTEGER,
+    fast_json,
+    number_mask,
+    number_reaching,
+    plain_json,
+    sha256_bytes,
+)
 
 
 def encode_line(record: Mapping[str, Any]) -> bytes:
@@ -58,18 +65,7 @@ was computed, so they hold only what canonical JSON takes: no enum, UUID or date
 orjson would write and json.dumps refuse)."""
 
 
-_NUMBER_MASK = bytes(
-    ord("1")
-    if chr(byte) in "0123456789."
-    else ord("e")
-    if chr(byte) in "eE"
-    else ord("s")
-    if chr(byte) in ":,["
-    else ord("m")
-    if chr(byte) == "-"
-    else ord("x")
-    for byte in range(256)
-)
+_NUMBER_MASK = number_mask(":,[")
 """`bytes.translate` table for `_may_not_repr`: digits and dots to "1", e and E to "e", what
 may begin a number to "s", a minus to "m", anything else to "x"."""
 
