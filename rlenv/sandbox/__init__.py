@@ -22,6 +22,12 @@ Three mechanisms, best first (``probe_mechanism`` picks by actually running a co
     resource limits, a cleared environment and a new session only (plus the uid drop as root).
     No network isolation, hidden paths are not hidden; recorded in ``SandboxResult.notes``.
 
+As root (all mechanisms), the wrapper then enters a user namespace of the sandbox's own in
+which ``SANDBOX_UID`` is the host's (``wrapper.own_budget``): RLIMIT_NPROC counts a (user
+namespace, uid) pair, so each sandbox has ``max_processes`` of its own instead of every sandbox
+on the machine sharing host nobody's. Where root cannot make a user namespace, the budget is
+shared and ``SandboxResult.notes`` says so.
+
 All mechanisms set no_new_privs, clear the environment and start a new session.
 The sandboxed process cannot signal the caller: it is in another pid namespace (bwrap,
 unshare), and as root it runs under another uid (all mechanisms). In ``rlimits`` mode as a

@@ -8,10 +8,12 @@ only. See the package docstring for what each one guarantees.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
 import stat
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,9 +147,32 @@ def hide_list(hidden: list[Path], *, top_level: bool = False) -> list[tuple[str,
     return listed
 
 
+@functools.cache
+def own_budget_works() -> bool:
+    """As root: whether root may make a user namespace here, which gives each sandbox a
+    process budget of its own (``wrapper.own_budget``); probed once per process."""
+    probe = "import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare(0x10000000) != 0)"
+    try:
+        done = subprocess.run(
+            [sandbox_python(), "-I", "-S", "-c", probe],
+            capture_output=True,
+            timeout=30,
+            env={"PATH": "/usr/bin:/bin"},
+            cwd="/",
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
 def mechanism_notes(mechanism: str, root: bool) -> list[str]:
     """What ``mechanism`` does not guarantee here (recorded in ``SandboxResult.notes``)."""
     notes = []
+    if root and not own_budget_works():
+        notes.append(
+            "max_processes shared with every other sandbox running here (root cannot make a "
+            "user namespace)"
+        )
     if mechanism == "rlimits":
         notes.append("no network isolation; hidden paths not hidden (rlimits mechanism)")
         if root and closed_parents(python_prefix()):
@@ -206,6 +231,9 @@ def _bwrap_system(root: bool) -> tuple[list[str], list[Path]]:
         elif os.path.isdir(link):
             args += ["--ro-bind", link, link]
             ro_paths.append(Path(link))
+    # Privileged bwrap would make /etc 0700 for its binds: the program could not read
+    # /etc/passwd (no name for its uid), ld.so.cache or hosts.
+    args += ["--perms", "0755", "--dir", "/etc"]
     for etc in _ETC_FILES:
         if os.path.lexists(etc):
             args += ["--ro-bind", etc, etc]

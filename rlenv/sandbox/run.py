@@ -42,6 +42,7 @@ from rlenv.sandbox.mechanism import (
     hide_list,
     launch,
     mechanism_notes,
+    own_budget_works,
     within,
 )
 from rlenv.world import seccomp
@@ -241,6 +242,9 @@ def _wrapper_spec(
         "env": _sandbox_env(limits, inside_workdir, env, notes, site_inside),
         "cwd": inside_workdir,
         "uid": SANDBOX_UID if root else None,
+        # As root, a user namespace of its own, so its processes count against its own
+        # max_processes and not against every sandbox's on the machine (`wrapper.own_budget`).
+        "own_budget": root and own_budget_works(),
         # Non-root without a user namespace: RLIMIT_NPROC would count all the caller's
         # processes, so it is left out there.
         "rlimits": _rlimits(limits, nproc=root or mechanism != "rlimits"),

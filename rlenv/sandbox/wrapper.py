@@ -3,16 +3,16 @@
 (unshare only) sets the hostname and covers the /tmp-like dirs, the closed dirs and the hidden
 paths, and mounts a size-capped tmpfs over the workdir; (bwrap and unshare) fills the workdir
 from the seed archive; then sets the rlimits and no_new_privs (setuid binaries cannot
-elevate), drops to the sandbox uid, closes every inherited descriptor above stderr, restores
-default signal dispositions (Python ignores SIGPIPE/SIGXFSZ and exec would inherit that) and
-execs the program with a clean environment.
+elevate), drops to the sandbox uid (as root, in a user namespace of its own), closes every
+inherited descriptor above stderr, restores default signal dispositions (Python ignores
+SIGPIPE/SIGXFSZ and exec would inherit that) and execs the program with a clean environment.
 
 The sandbox runs this file under the sandboxed interpreter (a bwrap sandbox gets a copy at
 ``WRAPPER_INSIDE``, unshare reads it from a memfd), so it imports only the standard library
 (and not ``typing``, to keep the start fast). The spec is the JSON ``rlenv.sandbox.run``
-writes into the memfd ``SPEC_FD``: argv, env, cwd, uid, rlimits, hostname, hide, cover, keep,
-init, seed_fd, tmpfs, seccomp (a classic-BPF filter in hex, installed last: the kernel keyring
-and SysV/POSIX IPC refused to the program and everything it starts).
+writes into the memfd ``SPEC_FD``: argv, env, cwd, uid, own_budget, rlimits, hostname, hide,
+cover, keep, init, seed_fd, tmpfs, seccomp (a classic-BPF filter in hex, installed last: the
+kernel keyring and SysV/POSIX IPC refused to the program and everything it starts).
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 1, 2, 4, 32, 4096, 16384
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+CLONE_NEWUSER = 0x10000000
+CAPABILITY_VERSION_3 = 0x20080522
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -148,6 +150,51 @@ def drop_to(uid: int) -> None:
     os.setuid(uid)
 
 
+def own_budget(uid: int) -> None:
+    """(root) Enter a user namespace of this sandbox's own in which ``uid`` is host ``uid``.
+
+    RLIMIT_NPROC counts the processes of a (user namespace, uid) pair. Run as host ``uid``
+    in the host's namespace, every sandbox on the machine would draw on one budget of
+    ``max_processes`` (two code verifiers at once: a program's fork fails or not by what the
+    other does). A namespace made by root is limited at its own level only (its parent
+    level is root's, unlimited), so each sandbox counts its own processes; the program still
+    is ``uid`` inside, its files are owned by ``uid`` on the host, and it has no capability.
+    A child of ours, still root in the parent namespace, writes the maps (a namespace's
+    maps can name another uid only from outside it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    me = os.getpid()
+    ready, go = os.pipe()
+    helper = os.fork()
+    if not helper:
+        os.close(go)
+        if os.read(ready, 1) != b"1":
+            os._exit(1)
+        try:
+            for name in ("uid_map", "gid_map"):
+                fd = os.open(f"/proc/{me}/{name}", os.O_WRONLY)
+                os.write(fd, f"{uid} {uid} 1\n".encode())
+                os.close(fd)
+        except OSError as exc:
+            _fail(f"sandbox: cannot map the sandbox uid: {exc}\n", 125)
+        os._exit(0)
+    os.close(ready)
+    made = libc.unshare(CLONE_NEWUSER) == 0
+    error = ctypes.get_errno()
+    os.write(go, b"1" if made else b"0")
+    os.close(go)
+    _, status = os.waitpid(helper, 0)
+    if not made:
+        _fail(f"sandbox: cannot make a user namespace: {os.strerror(error)}\n", 125)
+    if status:
+        os._exit(125)  # the helper said why
+    drop_to(uid)
+    # Root in the parent namespace made this one: we hold every capability in it until the
+    # program's exec, and the init of an unshare sandbox never execs. Drop them all now.
+    header = ctypes.create_string_buffer(CAPABILITY_VERSION_3.to_bytes(4, sys.byteorder) + bytes(4))
+    if libc.capset(header, ctypes.create_string_buffer(24)) != 0:
+        _fail(f"sandbox: cannot drop capabilities: {os.strerror(ctypes.get_errno())}\n", 125)
+
+
 def fork_as_init() -> None:
     """We are pid 1 of a fresh pid namespace (unshare). The kernel shields pid 1 from default
     signal actions (SIGXCPU, SIGTERM, SIGPIPE...), so run the program as our child, reap
@@ -189,7 +236,9 @@ def main(spec: dict[str, Any]) -> NoReturn:
         resource.setrlimit(getattr(resource, name), tuple(value))
     entered = try_enter(spec["cwd"])
     set_no_new_privs()
-    if spec.get("uid") is not None:
+    if spec.get("own_budget"):
+        own_budget(spec["uid"])
+    elif spec.get("uid") is not None:
         drop_to(spec["uid"])
     if not entered:
         os.chdir(spec["cwd"])
