@@ -279,3 +279,42 @@ def test_a_drifted_tool_schema_is_one_line_at_validate_and_record(
         assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
         assert "tools[0].parameters" in lines[0] and "properties.b.type" in lines[0], lines[0]
         assert "'string'" in lines[0] and "'integer'" in lines[0], lines[0]
+
+
+def _cassette_entry(key: str, result: dict[str, Any]) -> bytes:
+    from rlenv.canonical import canonical_bytes
+
+    request = {"tool": "add", "arguments": {"a": 1, "b": 2}}
+    return canonical_bytes({"key": key, "request": request, "result": result}) + b"\n"
+
+
+def test_a_recorded_double_past_2_53_folds_and_replays_as_that_double(tmp_path: Path) -> None:
+    """RFC 8785 writes 1e20 as 100000000000000000000: rlenv's own cassette is read back as the
+    double it wrote (folded again to the same bytes, replayed as 1e20), not as an integer
+    canonical JSON cannot hold (the fold raised IntegerDomainError, after the recording)."""
+    from rlenv.world.mcp import load_cassette, merge_recording
+    from rlenv.world.scrub import Scrubber
+
+    result = {"content": [], "structuredContent": {"result": 1e20, "small": 0.5}}
+    recorded, target = tmp_path / "recorded.jsonl", tmp_path / "add.jsonl"
+    recorded.write_bytes(_cassette_entry("k1", result))
+    assert b"100000000000000000000" in recorded.read_bytes()
+    assert merge_recording(recorded, target, Scrubber()) == (1, 1)
+    assert target.read_bytes() == recorded.read_bytes()
+    replayed = load_cassette(target)["k1"]["structuredContent"]["result"]
+    assert replayed == 1e20 and type(replayed) is float
+    assert merge_recording(recorded, target, Scrubber()) == (1, 0)  # kept and folded again
+    assert target.read_bytes() == recorded.read_bytes()
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", "12345678901234567890"])
+def test_a_cassette_number_canonical_json_cannot_hold_is_one_line(tmp_path: Path, bad: str) -> None:
+    from rlenv.errors import UserError
+    from rlenv.world.mcp import load_cassette
+
+    target = tmp_path / "add.jsonl"
+    good = _cassette_entry("k1", {"content": [{"type": "text", "text": "3"}]})
+    target.write_bytes(good + good.replace(b'"k1"', b'"k2"').replace(b'"3"', bad.encode()))
+    with pytest.raises(UserError) as raised:
+        load_cassette(target)
+    assert "MCP cassette line 2" in str(raised.value), raised.value

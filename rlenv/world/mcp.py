@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from rlenv.canonical import canonical_bytes, sha256_json
 from rlenv.errors import UserError
+from rlenv.jsonl import parse_json_line
 from rlenv.world.mcp_client import call_server_tool, list_server_tools, server_label
 from rlenv.world.replay import FixtureEvent, miss_error
 from rlenv.world.scrub import Scrubber
@@ -161,6 +162,13 @@ def tool_value(result: dict[str, Any]) -> Any:
     return content
 
 
+def _cassette_line(line: str) -> Any:
+    """One line of an MCP cassette, which rlenv wrote canonically: a double past 2**53 (1e20,
+    written 100000000000000000000) is read back as that double, not as an integer canonical
+    JSON cannot hold; NaN, infinities and other integers past 2**53 are refused."""
+    return parse_json_line(line, own_file=True)
+
+
 def load_cassette(path: Path | None) -> dict[str, dict[str, Any]]:
     """An MCP cassette (JSON lines `{key, request, result}`) as key -> result."""
     if path is None or not path.is_file():
@@ -170,7 +178,7 @@ def load_cassette(path: Path | None) -> dict[str, dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            entry = _cassette_line(line)
             entries[str(entry["key"])] = dict(entry["result"])
         except (ValueError, KeyError, TypeError) as exc:
             raise UserError(
@@ -277,11 +285,11 @@ def merge_recording(
         load_cassette(target)  # a broken cassette is refused, not folded in
         for line in target.read_text(encoding="utf-8").splitlines():
             if line.strip():
-                entries[json.loads(line)["key"]] = line.encode("utf-8") + b"\n"
+                entries[_cassette_line(line)["key"]] = line.encode("utf-8") + b"\n"
     before = len(entries)
     for line in recorded.read_text(encoding="utf-8").splitlines() if recorded.is_file() else []:
         if line.strip():
-            entry = redact(json.loads(line), scrubber)
+            entry = redact(_cassette_line(line), scrubber)
             entries.setdefault(entry["key"], canonical_bytes(entry) + b"\n")
     target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, b"".join(entries[key] for key in sorted(entries)))
@@ -297,7 +305,7 @@ def cassette_findings(path: Path, scrubber: Scrubber) -> list[str]:
     pairs = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
         if line.strip():
-            entry = json.loads(line)
+            entry = _cassette_line(line)
             request = SimpleNamespace(
                 uri=f"mcp:tools/call/{entry['request'].get('tool', '')}",
                 headers={},
