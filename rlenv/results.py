@@ -337,21 +337,25 @@ class ResultsWriter:
         self.path = path
         self.handle: IO[bytes] = open(path, "ab", buffering=0)
         self.on_line = on_line
+        # where the next line starts: this writer is the file's only one (the run directory's
+        # lock), so its size is known without asking the file system at every line
+        self.size = os.fstat(self.handle.fileno()).st_size
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one line whole, or not at all: a write that fails part-way (disk full) is
         cut back off, so the file never ends in a torn line."""
         encoded = encode_record(record)
-        line = memoryview(encoded.line + b"\n")
-        start = os.fstat(self.handle.fileno()).st_size
+        whole = encoded.line + b"\n"
+        line = memoryview(whole)
         try:
             while line:
                 written = self.handle.write(line) or 0
                 line = line[written:]
         except OSError:
             with contextlib.suppress(OSError):
-                os.ftruncate(self.handle.fileno(), start)
+                os.ftruncate(self.handle.fileno(), self.size)
             raise
+        self.size += len(whole)
         if self.on_line is not None:
             self.on_line(encoded)
 
