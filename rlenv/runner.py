@@ -29,6 +29,7 @@ from rlenv.executors import (
     make_executor,
     world_modes,
 )
+from rlenv.executors.early import early_pool_size, early_workers
 from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import select
 from rlenv.providers.base import ModelReply, Provider, check_reference
@@ -161,9 +162,6 @@ def run(
     it (and `--resume` must give it again).
     """
     settings = settings or RunSettings()
-    reference = settings.reference
-    retry = settings.retry
-    retry = tuple(sorted(set(retry)))
     _check_options(
         settings.concurrency,
         settings.workers,
@@ -173,9 +171,23 @@ def run(
         settings.limit,
         settings.expensive_fraction,
     )
-    if settings.model and reference:  # a mismatched pair is said before the env is even loaded
-        check_reference(settings.model, reference)
-    _check_retry(retry, settings.resume)
+    if settings.model and settings.reference:  # a mismatched pair: said before the env loads
+        check_reference(settings.model, settings.reference)
+    _check_retry(tuple(settings.retry), settings.resume)
+    # the workers start while the env loads (`rlenv.executors.early`)
+    pool = early_pool_size(settings, default_workers(settings.concurrency))
+    with early_workers(spec_path, pool, _work_parent()) as early:
+        return _run(spec_path, settings, progress, early)
+
+
+def _run(
+    spec_path: str | Path,
+    settings: RunSettings,
+    progress: Callable[[int, int], None] | None,
+    early: Executor | None,
+) -> RunResult:
+    reference = settings.reference
+    retry = tuple(sorted(set(settings.retry)))
     purpose: Purpose = "record" if settings.record_dir is not None else "run"
     # the checks that import the env's modules run in the workers, which import them anyway
     world_checks = {
@@ -287,6 +299,7 @@ def run(
                         workers=1 if settings.record_dir is not None else settings.workers,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
                         on_line=written.add_line,
+                        early=early,
                     )
                 finally:
                     shutil.rmtree(work_root, ignore_errors=True)
@@ -446,6 +459,7 @@ def _run_tasks(
     advance: Callable[[int], None],
     on_line: Callable[[WrittenLine], None] | None = None,
     workers: int | None = None,
+    early: Executor | None = None,
 ) -> None:
     """Start the workers (`workers`, default `default_workers`), run the tasks `concurrency`
     at a time multiplexed over them, append each record (and give its line to `on_line`)."""
@@ -456,7 +470,7 @@ def _run_tasks(
         if tasks:
             pool = default_workers(concurrency) if workers is None else workers
             executor = make_executor(
-                kind, config, min(pool, len(tasks)), address, exact=workers is not None
+                kind, config, min(pool, len(tasks)), address, exact=workers is not None, early=early
             )
             try:
                 with asyncio.Runner(loop_factory=_loop_factory(kind)) as runner:

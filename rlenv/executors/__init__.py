@@ -41,6 +41,7 @@ def make_executor(
     address: str | None = None,
     *,
     exact: bool = False,
+    early: Executor | None = None,
 ) -> Executor:
     """Start `workers` frozen-world workers of `kind` (local: at most one per CPU unless
     `exact`, the user's `--workers`; a Ray cluster caps the actors at its own CPU count)."""
@@ -50,7 +51,8 @@ def make_executor(
         return RayExecutor(config, workers, address)
     from rlenv.executors.local import LocalExecutor
 
-    return LocalExecutor(config, workers if exact else min(workers, os.cpu_count() or 1))
+    given = early if isinstance(early, LocalExecutor) else None  # workers started before
+    return LocalExecutor(config, workers if exact else min(workers, os.cpu_count() or 1), given)
 
 
 def world_modes(executor: str = "local") -> dict[str, str]:

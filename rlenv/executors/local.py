@@ -82,7 +82,40 @@ def _without_main(preparation: Any) -> Any:
     return prepared
 
 
-def _with_frozen_clock(variables: dict[str, str], config: WorkerConfig) -> dict[str, str]:
+def world_command(spec_time: str, work_root: str, live_tools: bool) -> _Command:
+    """How a worker is started: the command (ending with the interpreter) and its whole
+    environment (None: the orchestrator's), for a spec whose instant is `spec_time` (ISO
+    8601). The worker interpreter is started through no script (one in a place a rollout may
+    write ran with the orchestrator's keys: issue 26) and, outside recording, with only the
+    world's variables from its first exec on (`_spawn_with`): no OPENAI_API_KEY, no secret
+    the orchestrator holds. Recording is the exception: its tools call the live APIs with the
+    user's keys. -P: a module in the cwd never shadows what the worker imports (rlenv,
+    multiprocessing)."""
+    command: list[str] = []
+    environment: dict[str, str] | None = None
+    if not live_tools:
+        world = _with_frozen_clock(world_environment(), spec_time)
+        world.update(protocol.ALLOCATOR_VARIABLES)  # the worker's alone (`protocol.serve`)
+        prefix = netns_prefix()
+        scratch = _private_scratch(prefix, work_root)
+        preload = world.pop("LD_PRELOAD", None) if scratch else None
+        variables = sorted(world.items())
+        environment = dict(variables)
+        env = shutil.which("env") or "/usr/bin/env"
+        command = [env, "-i", *(f"{name}={value}" for name, value in variables)]
+        command += prefix + scratch
+        if preload is not None:  # libfaketime for the worker only, whose shm is its own
+            command += ["env", f"LD_PRELOAD={preload}"]
+    return _Command([*command, sys.executable, "-P"], environment)
+
+
+@dataclass(frozen=True)
+class _Command:
+    argv: list[str]
+    environment: dict[str, str] | None
+
+
+def _with_frozen_clock(variables: dict[str, str], spec_time: str) -> dict[str, str]:
     """The world's variables plus libfaketime's at the spec's instant: the worker's clock
     below Python (C code, a new file's times, SQLite, NumPy) reads the spec's instant too;
     freezegun keeps Python's view. Only the realtime clock is faked, so the worker's timers
@@ -90,14 +123,13 @@ def _with_frozen_clock(variables: dict[str, str], config: WorkerConfig) -> dict[
     whose TLS certificates are checked against it)."""
     from rlenv.sandbox import faketime_env
 
-    assert config.loaded_spec is not None  # `LocalExecutor` loads it
-    clock = faketime_env(config.loaded_spec.spec.time.isoformat(), "UTC")
+    clock = faketime_env(spec_time, "UTC")
     if clock and variables.get("PYTHONPATH"):
         clock["PYTHONPATH"] += os.pathsep + variables["PYTHONPATH"]
     return {**variables, **clock}
 
 
-def _private_scratch(prefix: list[str], config: WorkerConfig) -> list[str]:
+def _private_scratch(prefix: list[str], work_root: str) -> list[str]:
     """The command that gives a worker its own empty /dev/shm (a tmpfs in the mount namespace
     `--mount-proc` made), so a file one worker's rollout leaves there (and libfaketime's
     ``faketime_shm_*``) is not another worker's to read; the worker empties it after each
@@ -107,7 +139,7 @@ def _private_scratch(prefix: list[str], config: WorkerConfig) -> list[str]:
     mount = shutil.which("mount")
     if "--mount-proc" not in prefix or mount is None or not Path("/dev/shm").is_dir():
         return []
-    if Path(config.work_root).resolve().is_relative_to("/dev/shm"):
+    if Path(work_root).resolve().is_relative_to("/dev/shm"):
         return []
     options = "mode=1777,nosuid,nodev,size=256m"
     script = (
@@ -151,7 +183,11 @@ def _expire(waiter: asyncio.Future[None]) -> None:
 class LocalExecutor:
     """Spawned worker processes, each entering the frozen world once at start."""
 
-    def __init__(self, config: WorkerConfig, workers: int) -> None:
+    def __init__(
+        self, config: WorkerConfig, workers: int, early: LocalExecutor | None = None
+    ) -> None:
+        """`early`: workers started before `config` was made (`LocalExecutor.early`), taken
+        over and given it when they were started alike; else let go, and workers started."""
         self.workers = max(1, workers)
         from rlenv.spec import load_spec
 
@@ -159,37 +195,15 @@ class LocalExecutor:
         self.config = dataclasses.replace(
             config, parent_pid=os.getpid(), loaded_spec=load_spec(config.spec_path)
         )
+        assert self.config.loaded_spec is not None
+        self.given: WorkerConfig | None = self.config  # what a worker is started with
         self.context = multiprocessing.get_context("spawn")
-        # The worker interpreter is started through no script (one in a place a rollout may
-        # write ran with the orchestrator's keys: issue 26) and, outside recording, with only
-        # the world's variables from its first exec on (`_spawn_with`): no OPENAI_API_KEY, no
-        # secret the orchestrator holds. Recording is the exception: its tools call the live
-        # APIs with the user's keys. -P: a module in the cwd never shadows what the worker
-        # imports (rlenv, multiprocessing).
-        command: list[str] = []
-        self.environment: dict[str, str] | None = None  # None: the orchestrator's
-        if not config.live_tools:
-            world = _with_frozen_clock(world_environment(), self.config)
-            world.update(protocol.ALLOCATOR_VARIABLES)  # the worker's alone (`protocol.serve`)
-            prefix = netns_prefix()
-            scratch = _private_scratch(prefix, config)
-            preload = world.pop("LD_PRELOAD", None) if scratch else None
-            variables = sorted(world.items())
-            self.environment = dict(variables)
-            env = shutil.which("env") or "/usr/bin/env"
-            command = [env, "-i", *(f"{name}={value}" for name, value in variables)]
-            command += prefix + scratch
-            if preload is not None:  # libfaketime for the worker only, whose shm is its own
-                command += ["env", f"LD_PRELOAD={preload}"]
-        self.command = [*command, sys.executable, "-P"]
-        # starting and stopping workers happens in threads, so the event loop never blocks on
-        # one (a call's answer is awaited on the loop itself: `_answer`)
-        self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
-        self.all: list[_Worker] = []
-        self.idle: asyncio.Queue[_Worker] | None = None
-        self.finishes = FinishQueue(self)
+        spec_time = self.config.loaded_spec.spec.time.isoformat()
+        self.command = world_command(spec_time, config.work_root, config.live_tools)
+        self._pool()
         try:
-            started = [self._start() for _ in range(self.workers)]
+            started = self._take(early) if early is not None else []
+            started += [self._start() for _ in range(self.workers - len(started))]
             deadline = time.monotonic() + START_TIMEOUT_S
             for slot in started:
                 self._check_started(slot, self._receive(slot, deadline - time.monotonic()))
@@ -197,6 +211,60 @@ class LocalExecutor:
             self.close()
             raise
         self.free = started
+
+    def _pool(self) -> None:
+        # starting and stopping workers happens in threads, so the event loop never blocks on
+        # one (a call's answer is awaited on the loop itself: `_answer`)
+        self.threads = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="rlenv-w")
+        self.all: list[_Worker] = []
+        self.idle: asyncio.Queue[_Worker] | None = None
+        self.finishes = FinishQueue(self)
+
+    @classmethod
+    def early(cls, spec_time: str, work_root: str, workers: int) -> LocalExecutor:
+        """`workers` workers started before the run's config exists, for a spec whose instant
+        is `spec_time`: each starts its interpreter and imports the world's code (~0.3 s of
+        CPU), then waits for its config (`protocol.serve`), while the orchestrator loads the
+        env. A `LocalExecutor` made with them as `early` takes them over; `let_go` kills the
+        rest."""
+        self = cls.__new__(cls)
+        self.workers = max(1, workers)
+        self.given = None  # `protocol.serve` waits for it
+        self.context = multiprocessing.get_context("spawn")
+        self.command = world_command(spec_time, work_root, False)
+        self._pool()
+        try:
+            self.free = [self._start() for _ in range(self.workers)]
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _take(self, early: LocalExecutor) -> list[_Worker]:
+        """Up to `self.workers` of `early`'s workers, given this run's config, when they were
+        started as this run's would be (same command, same variables); none else. `early` is
+        closed: what this executor did not take is stopped."""
+        taken: list[_Worker] = []
+        try:
+            if early.command == self.command:
+                for slot in early.free[: self.workers]:
+                    try:
+                        slot.connection.send(self.config)
+                    except OSError:
+                        break  # a worker that died waiting: found dead, or started anew
+                    early.all.remove(slot)
+                    self.all.append(slot)
+                    taken.append(slot)
+        finally:
+            early.let_go()
+        return taken
+
+    def let_go(self) -> None:
+        """Kill every worker at once and everything under it (workers started early that no
+        run took: nothing of theirs to wait for)."""
+        for slot in list(self.all):
+            self._stop(slot)
+        self.threads.shutdown(wait=False, cancel_futures=True)
 
     # -- workers ------------------------------------------------------------------------------
 
@@ -207,8 +275,8 @@ class LocalExecutor:
 
         phase = self.context.RawValue("i", 0)
         ours, theirs = self.context.Pipe(duplex=True)
-        process = self.context.Process(
-            target=protocol.serve, args=(theirs, self.config, phase), name="rlenv-worker"
+        process = self.context.Process(  # no config yet: an early worker, sent it later
+            target=protocol.serve, args=(theirs, self.given, phase), name="rlenv-worker"
         )
         with _SPAWN_LOCK:  # os.environ and spawn's globals are the process's: one at a time
             process = self._spawn(process)
@@ -225,10 +293,10 @@ class LocalExecutor:
         os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreter (hash seed!)
         previous_executable = spawn.get_executable()
         command_line, spawnv = spawn.get_command_line, util.spawnv_passfds
-        spawn.set_executable(self.command[0])
-        spawn.get_command_line = _prefixed(command_line, self.command)
-        if self.environment is not None:
-            util.spawnv_passfds = _spawn_with(self.environment)
+        spawn.set_executable(self.command.argv[0])
+        spawn.get_command_line = _prefixed(command_line, self.command.argv)
+        if self.command.environment is not None:
+            util.spawnv_passfds = _spawn_with(self.command.environment)
         preparation = spawn.get_preparation_data
         spawn.get_preparation_data = _without_main(preparation)  # type: ignore[assignment]
         try:
