@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, conversation_loop, rollout_loop
 from rlenv.audit_reader import read_baseline, seal_run_json
 from rlenv.clock import monotonic
 from rlenv.env import Environment, Purpose, load_environment, policy_sources
-from rlenv.errors import InfraError, UserError, WorkerLost
+from rlenv.errors import UserError, WorkerLost
 from rlenv.executors import (
     MAX_WORKERS,
     Executor,
@@ -32,7 +31,8 @@ from rlenv.executors import (
 from rlenv.executors.early import early_pool_size, early_workers
 from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import select
-from rlenv.providers.base import ModelReply, Provider, check_reference
+from rlenv.outside_rollout import RunConstants, outside_rollout
+from rlenv.providers.base import Provider, check_reference
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import (
     ResultsWriter,
@@ -48,16 +48,13 @@ from rlenv.run_dir import (
     _writes_to,
     default_run_dir,
 )
-from rlenv.seeding import derive_seed
 from rlenv.spec import MAX_ROLLOUTS
 from rlenv.summary import _Totals, build_summary, judges_block
 from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.verifiers.judge import judging_writer
 from rlenv.worker.config import GC_THRESHOLD, PendingTasks, RolloutTask, WorkerConfig
 from rlenv.worker.lost import lost_record
-from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
 from rlenv.worker.timers import timeout_message
-from rlenv.worker.tools import tool_schemas
 
 DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1024  # rollouts in flight at most (workers: `--workers`, default cores)
@@ -523,7 +520,7 @@ async def _execute(
     queue: Iterator[RolloutTask] = iter(tasks)
     finished = 0
     timeout_s = prepared.loaded.spec.limits.timeout_s
-    shared = _RunConstants.of(prepared)
+    shared = RunConstants.of(prepared)
 
     def done(task: RolloutTask, record: RolloutRecord | WorkerLost, started: float) -> None:
         nonlocal finished
@@ -543,7 +540,7 @@ async def _execute(
         for task in queue:
             started = monotonic()
             try:
-                record = await _outside_rollout(prepared, provider, executor, task, shared)
+                record = await outside_rollout(prepared, provider, executor, task, shared)
             except WorkerLost as lost:
                 done(task, lost, started)
             else:
@@ -585,77 +582,3 @@ async def _execute(
             await asyncio.gather(*(consumer() for _ in range(min(concurrency, len(tasks)))))
     finally:
         await provider.aclose()
-
-
-@dataclass(frozen=True)
-class _RunConstants:
-    """What every outside rollout of a run starts from, made once per run (a pydantic dump
-    and the tools' schemas per rollout were a share of the orchestrator's CPU at 256 in
-    flight); each rollout gets its own copies (`json_copy`), as it got fresh ones before."""
-
-    tools: list[dict[str, Any]]
-    decoding: dict[str, Any]
-
-    @classmethod
-    def of(cls, prepared: Environment) -> _RunConstants:
-        spec = prepared.loaded.spec
-        return cls(tool_schemas(prepared.loaded), spec.decoding.model_dump())
-
-
-async def _outside_rollout(
-    prepared: Environment,
-    provider: Provider,
-    executor: Executor,
-    task: RolloutTask,
-    shared: _RunConstants | None = None,
-) -> RolloutRecord:
-    """Model calls here (outside the frozen world); tool calls and grading in a worker."""
-    spec = prepared.loaded.spec
-    shared = shared or _RunConstants.of(prepared)
-    record = prepared.inputs[task.input_index]
-    seed = derive_seed(spec.seed, record.id, task.rollout)
-    messages = record.messages(spec.system_prompt, spec.prompt)
-    request = request_maker(
-        json_copy(shared.tools), json_copy(shared.decoding), seed, record.id, task.rollout
-    )
-
-    def remaining() -> float:
-        left = deadline - monotonic()
-        if left <= 0:
-            raise RolloutTimeout(timeout_message(spec.limits.timeout_s))
-        return left
-
-    async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
-        made = request(current, turn)
-        left = remaining()
-        try:  # (not wait_for: a task of its own per call)
-            async with asyncio.timeout(left):
-                return await provider.complete(made)
-        except TimeoutError:
-            raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
-
-    async def call_tool(call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
-        return await executor.tool(task, call, turn, number, remaining())
-
-    async def call_user(current: list[dict[str, Any]], user_turn: int) -> str | None:
-        return await executor.user(task, current, user_turn, remaining())
-
-    await executor.prepare(task)
-    deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
-    tools, turns = numbered_tool_calls(call_tool), spec.limits.max_turns
-    try:
-        if spec.user is None:
-            trajectory = await rollout_loop(messages, turns, call_model, tools)
-        else:  # the user's turns are made in a worker, as tool calls are
-            trajectory = await conversation_loop(
-                messages, spec.user, turns, call_model, tools, call_user
-            )
-    except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
-        trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
-    except RolloutTimeout:  # in a user's turn (the agent loop classifies its own)
-        trajectory = Trajectory(messages=messages, status="timeout")
-    left = deadline - monotonic()
-    if left <= 0:  # the worker makes the timeout record (and removes the workdir)
-        trajectory = Trajectory(messages=messages, status="timeout")
-    # grading is part of the rollout's time (a timed-out rollout is not graded)
-    return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from rlenv import runner
+from rlenv import outside_rollout, runner
 from rlenv.results import read_results
 from rlenv.runner import RunSettings, run
 from tests.chat_server import ChatServer
@@ -87,7 +87,7 @@ def test_each_rollout_gets_its_own_tools_and_decoding(
     server = chat()
     spec = _spec(env_builder)
     seen: list[tuple[int, int]] = []
-    original = runner.request_maker
+    original = outside_rollout.request_maker
 
     def spoiling(tools: list[dict[str, Any]], decoding: dict[str, Any], *rest: Any) -> Any:
         seen.append((id(tools), id(decoding)))
@@ -101,13 +101,13 @@ def test_each_rollout_gets_its_own_tools_and_decoding(
 
         return request
 
-    runner.request_maker = spoiling  # type: ignore[assignment]
+    outside_rollout.request_maker = spoiling  # type: ignore[assignment]
     try:
         summary = run(
             spec, RunSettings(model="openai:tiny", base_url=server.base_url, out=tmp_path / "r")
         ).summary
     finally:
-        runner.request_maker = original  # type: ignore[assignment]
+        outside_rollout.request_maker = original  # type: ignore[assignment]
     assert len(set(seen)) == len(seen) == 12
     assert summary["counts"] == {"ok": 12}
     first_turns = [body for body in server.received if body["messages"][-1]["role"] == "user"]

@@ -1,0 +1,96 @@
+"""A rollout whose policy is outside the frozen world (an API model, a local checkpoint): its
+model calls made here, in the orchestrator; its tool calls, a simulated user's turns and its
+grading in a worker (`rlenv.runner` runs these beside the in-world batches)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, conversation_loop, rollout_loop
+from rlenv.clock import monotonic
+from rlenv.env import Environment
+from rlenv.errors import InfraError
+from rlenv.executors import Executor
+from rlenv.providers.base import ModelReply, Provider
+from rlenv.results import RolloutRecord
+from rlenv.seeding import derive_seed
+from rlenv.worker.config import RolloutTask
+from rlenv.worker.policy_calls import json_copy, numbered_tool_calls, request_maker
+from rlenv.worker.timers import timeout_message
+from rlenv.worker.tools import tool_schemas
+
+
+@dataclass(frozen=True)
+class RunConstants:
+    """What every outside rollout of a run starts from, made once per run (a pydantic dump
+    and the tools' schemas per rollout were a share of the orchestrator's CPU at 256 in
+    flight); each rollout gets its own copies (`json_copy`), as it got fresh ones before."""
+
+    tools: list[dict[str, Any]]
+    decoding: dict[str, Any]
+
+    @classmethod
+    def of(cls, prepared: Environment) -> RunConstants:
+        spec = prepared.loaded.spec
+        return cls(tool_schemas(prepared.loaded), spec.decoding.model_dump())
+
+
+async def outside_rollout(
+    prepared: Environment,
+    provider: Provider,
+    executor: Executor,
+    task: RolloutTask,
+    shared: RunConstants | None = None,
+) -> RolloutRecord:
+    """Model calls here (outside the frozen world); tool calls and grading in a worker."""
+    spec = prepared.loaded.spec
+    shared = shared or RunConstants.of(prepared)
+    record = prepared.inputs[task.input_index]
+    seed = derive_seed(spec.seed, record.id, task.rollout)
+    messages = record.messages(spec.system_prompt, spec.prompt)
+    request = request_maker(
+        json_copy(shared.tools), json_copy(shared.decoding), seed, record.id, task.rollout
+    )
+
+    def remaining() -> float:
+        left = deadline - monotonic()
+        if left <= 0:
+            raise RolloutTimeout(timeout_message(spec.limits.timeout_s))
+        return left
+
+    async def call_model(current: list[dict[str, Any]], turn: int) -> ModelReply:
+        made = request(current, turn)
+        left = remaining()
+        try:  # (not wait_for: a task of its own per call)
+            async with asyncio.timeout(left):
+                return await provider.complete(made)
+        except TimeoutError:
+            raise RolloutTimeout(timeout_message(spec.limits.timeout_s)) from None
+
+    async def call_tool(call: dict[str, Any], turn: int, number: int) -> ToolOutcome:
+        return await executor.tool(task, call, turn, number, remaining())
+
+    async def call_user(current: list[dict[str, Any]], user_turn: int) -> str | None:
+        return await executor.user(task, current, user_turn, remaining())
+
+    await executor.prepare(task)
+    deadline = monotonic() + spec.limits.timeout_s  # from when a worker took the rollout
+    tools, turns = numbered_tool_calls(call_tool), spec.limits.max_turns
+    try:
+        if spec.user is None:
+            trajectory = await rollout_loop(messages, turns, call_model, tools)
+        else:  # the user's turns are made in a worker, as tool calls are
+            trajectory = await conversation_loop(
+                messages, spec.user, turns, call_model, tools, call_user
+            )
+    except InfraError as exc:  # pragma: no cover - rollout_loop classifies these
+        trajectory = Trajectory(messages=messages, status="infra_error", error=str(exc))
+    except RolloutTimeout:  # in a user's turn (the agent loop classifies its own)
+        trajectory = Trajectory(messages=messages, status="timeout")
+    left = deadline - monotonic()
+    if left <= 0:  # the worker makes the timeout record (and removes the workdir)
+        trajectory = Trajectory(messages=messages, status="timeout")
+    # grading is part of the rollout's time (a timed-out rollout is not graded)
+    return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))
