@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,13 +17,14 @@ from pathlib import Path
 from typing import IO, Any, Literal, NotRequired, TypedDict, overload
 
 from rlenv.canonical import canonical_bytes, sha256_bytes
-from rlenv.errors import UserError
 from rlenv.result_lines import (  # re-exported: the results line is part of the record's API
     WrittenLine,
-    decode_line,
     encode_fields,
     encode_line,
 )
+from rlenv.result_lines import decode_line as decode_line
+from rlenv.results_read import iter_results as iter_results  # re-exported: reading it back
+from rlenv.results_read import read_results as read_results
 
 
 class Status(StrEnum):
@@ -124,7 +124,7 @@ class RolloutRecord(TypedDict):
     extra: NotRequired[dict[str, Any]]
     kl: NotRequired[dict[str, Any]]
     output: NotRequired[dict[str, Any]]  # {"stdout", "stderr", "truncated"}; not digested
-    digest: NotRequired[str]  # added by seal() where the record is made
+    digest: NotRequired[str]  # added by seal(), and by the writer of results.jsonl
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,9 @@ def seal(record: RolloutRecord) -> RolloutRecord: ...
 @overload
 def seal(record: dict[str, Any]) -> dict[str, Any]: ...
 def seal(record: RolloutRecord | dict[str, Any]) -> RolloutRecord | dict[str, Any]:
-    """Add the record's own digest (computed where the record is made, in the workers)."""
+    """Add the record's own digest: where a record is made for a reader other than the results
+    file (`rlenv grade`, TRL, a Ray actor); the results file's writer seals every line again
+    from what it holds (:func:`encode_record`)."""
     record["digest"] = record_digest(record)
     return record
 
@@ -306,24 +308,31 @@ TALLIED_FIELDS = frozenset(
 :func:`components`): not the messages, the world or the output, most of a line."""
 
 _NOT_OUTCOME = frozenset((*VOLATILE_FIELDS, *MODEL_SCORES))
+_NOT_SEALED = frozenset(VOLATILE_FIELDS)
 
 
-_NOT_OUTCOME = frozenset((*VOLATILE_FIELDS, *MODEL_SCORES))
-
-
-def encode_record(record: Mapping[str, Any]) -> WrittenLine:
-    """:func:`encode_line` of `record`, with its outcome digest and its tallied fields from the
-    same bytes: the line is encoded a field at a time, and a field's bytes are its canonical
-    (RFC 8785) bytes too unless they hold a number that may be written otherwise (a float, a
-    long run of digits) or a character past U+FFFF (keys sort otherwise); only those fields
-    are serialised again, canonically. Anything the fast path does not take is written by
-    :func:`encode_line` and tallied from the line, as before (same bytes either way:
-    tests/test_lines_pinned.py, tests/test_canonical_fast.py)."""
-    try:
-        return encode_fields(record, TALLIED_FIELDS, _NOT_OUTCOME)
-    except Exception:  # not a dict of plain JSON: the reference path
-        line = encode_line(record)
-        return WrittenLine(line, line, None)
+def encode_record(given: Mapping[str, Any]) -> WrittenLine:
+    """:func:`encode_line` of `record`, sealed here (its ``digest`` made from its content,
+    whatever digest it came with: what the line says is what it holds), with its outcome
+    digest and its tallied fields from the same bytes: the line is encoded a field at a time,
+    and a field's bytes are its canonical (RFC 8785) bytes too unless they hold a number that
+    may be written otherwise (a float, a long run of digits) or a character past U+FFFF (keys
+    sort otherwise); only those fields are serialised again, canonically. Anything the fast
+    path does not take is sealed by :func:`record_digest`, written by :func:`encode_line` and
+    tallied from the line, as before (same bytes either way: tests/test_lines_pinned.py,
+    tests/test_canonical_fast.py)."""
+    record = given if isinstance(given, dict) else dict(given)
+    if "digest" not in record:
+        record["digest"] = ""  # made below: a worker's batch sends its records unsealed
+    if type(record) is dict:
+        try:
+            return encode_fields(record, TALLIED_FIELDS, _NOT_OUTCOME, _NOT_SEALED)
+        except Exception:  # not a dict of plain JSON: the reference path
+            pass
+    with contextlib.suppress(Exception):  # what canonical JSON cannot hold keeps its digest
+        record["digest"] = record_digest(record)
+    line = encode_line(record)
+    return WrittenLine(line, line, None)
 
 
 class ResultsWriter:
@@ -364,57 +373,6 @@ class ResultsWriter:
             os.fsync(self.handle.fileno())
         finally:
             self.handle.close()
-
-
-def read_results(path: Path, *, repair: bool = False) -> list[RolloutRecord]:
-    """Read results.jsonl; a torn last line (crash mid-write) is dropped, and cut off if repair.
-
-    With `repair` (`--resume`), a line that does not parse with lines after it is no torn
-    write but a change made after the run wrote it: UserError naming it, nothing cut (cutting
-    there would lose every record after it)."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    records: list[RolloutRecord] = []
-    good_end = 0
-    position = 0
-    lines = data.splitlines(keepends=True)
-    for number, line in enumerate(lines, start=1):
-        end = position + len(line)
-        if line.endswith(b"\n"):
-            try:
-                records.append(decode_line(line))
-                good_end = end
-            except json.JSONDecodeError:
-                if repair and number < len(lines):
-                    raise UserError(
-                        "not a JSON record, and not the last line (a write cut short is"
-                        " always last): the file was changed after the run wrote it",
-                        where=f"{path}:{number}",
-                    ) from None
-                break
-        position = end
-    if repair and good_end < len(data):
-        with open(path, "r+b") as handle:
-            handle.truncate(good_end)
-    return records
-
-
-def iter_results(path: Path, end: int | None = None) -> Iterator[RolloutRecord]:
-    """Records of results.jsonl one at a time, stopping at a torn last line (and, given `end`,
-    at that byte offset: the lines that were there before a run appended its own)."""
-    if not path.exists():
-        return
-    with open(path, "rb") as handle:
-        position = 0
-        for line in handle:
-            position += len(line)
-            if not line.endswith(b"\n") or (end is not None and position > end):
-                return
-            try:
-                yield decode_line(line)
-            except json.JSONDecodeError:
-                return
 
 
 _COMPACT_KEYS = (

@@ -92,10 +92,11 @@ class _Totals:
         self.digests.add(row.input_index, row.rollout, row.digest, row.outcome)
 
     def add_line(self, line: bytes | WrittenLine) -> None:
-        """A line this process just appended to results.jsonl. Its digest was sealed where the
-        record was made (the worker) and is not recomputed here: later readers recompute it
-        from the file. What the summary checks of every record is checked too, at its end
-        (:meth:`admit_written`): a rollout record, with a digest, in its place in the run.
+        """A line this process just appended to results.jsonl. Its digest was made as the line
+        was written (`rlenv.results.encode_record`) and is not recomputed here: later readers
+        recompute it from the file. What the summary checks of every record is checked too, at
+        its end (:meth:`admit_written`): a rollout record, with a digest, in its place in the
+        run.
         Given as :func:`rlenv.results.encode_record` made it, only the fields the summary
         reads are parsed (their bytes as in the line), and its outcome digest is taken as
         computed from the same serialisation."""

@@ -3,7 +3,9 @@ reference serialisers (rfc8785, json.dumps), and raises where they raise."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import hashlib
 import json
 from typing import Any
 
@@ -15,7 +17,7 @@ from hypothesis import strategies as st
 from rlenv import canonical
 from rlenv.canonical import canonical_bytes, fast_json, plain_json
 from rlenv.result_lines import _reference_line, decode_line, encode_line
-from rlenv.results import TALLIED_FIELDS, encode_record, outcome_digest
+from rlenv.results import TALLIED_FIELDS, VOLATILE_FIELDS, encode_record, outcome_digest
 
 
 class Colour(enum.StrEnum):
@@ -53,6 +55,11 @@ values = st.recursive(
     ),
     max_leaves=25,
 )
+
+
+def _reference_digest(record: dict[Any, Any]) -> str:
+    stable = {key: value for key, value in record.items() if key not in VOLATILE_FIELDS}
+    return hashlib.sha256(rfc8785.dumps(canonical._clean(stable))).hexdigest()
 
 
 def _outcome(function: Any, value: Any) -> tuple[str, Any]:
@@ -245,8 +252,13 @@ def test_a_long_digit_run_is_read_by_json_loads() -> None:
 
 
 def _encoded_reference(record: dict[Any, Any]) -> tuple[bytes, bytes, str]:
-    """What `rlenv run` wrote and tallied before `encode_record`: the line, the record
-    decoded back from it, and the outcome digest of that."""
+    """What `rlenv run` wrote and tallied before `encode_record`: the line of the record
+    sealed by the reference serialiser (its digest made from its content: `seal`, else left
+    as it came where canonical JSON cannot hold it), the record decoded back from it, and the
+    outcome digest of that."""
+    record = {**record, "digest": record.get("digest", "")}
+    with contextlib.suppress(Exception):
+        record["digest"] = _reference_digest(record)
     line = encode_line(record)
     decoded = decode_line(line)
     tallied = {key: value for key, value in decoded.items() if key in TALLIED_FIELDS}

@@ -27,6 +27,7 @@ from rlenv.results import (
     encode_line,
     iter_results,
     read_results,
+    record_digest,
     seal,
 )
 
@@ -91,7 +92,10 @@ def test_each_line_is_on_disk_when_write_returns(tmp_path: Path) -> None:
     path = tmp_path / "results.jsonl"
     writer = ResultsWriter(path)
     writer.write({"input_id": "a", "rollout": 0})
-    assert path.read_bytes() == b'{"input_id":"a","rollout":0}\n'  # before close: not buffered
+    sealed = f'{{"digest":"{record_digest({"input_id": "a", "rollout": 0})}",'
+    # before close: not buffered
+    assert path.read_bytes() == sealed.encode() + b'"input_id":"a","rollout":0}\n'
+
     writer.write({"input_id": "a", "rollout": 1})
     assert path.read_bytes().count(b"\n") == 2
     writer.close()
@@ -231,3 +235,22 @@ def test_the_reader_reads_what_the_writer_wrote_with_repair(tmp_path: Path) -> N
     size = os.path.getsize(path)
     assert read_results(path, repair=True) == records
     assert os.path.getsize(path) == size
+
+
+@pytest.mark.parametrize("came_with", ["f" * 64, "", None])
+def test_the_writer_seals_each_line_from_its_content(tmp_path: Path, came_with: Any) -> None:
+    """A worker's batch sends its records unsealed, and in-world code could forge a digest:
+    the line's digest is made where it is written, from what the line holds, whatever the
+    record came with (the fast path and the reference path alike)."""
+    record: dict[str, Any] = {"input_id": "a", "rollout": 0, "answer": "x", "reward": 0.25}
+    if came_with is not None:
+        record["digest"] = came_with
+    odd = {**record, "input_id": "b", "extra": {"n": 2**60}}  # the reference path
+    path = tmp_path / "results.jsonl"
+    writer = ResultsWriter(path)
+    writer.write(record)
+    writer.write(odd)
+    writer.close()
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert first["digest"] == record_digest(first) != came_with
+    assert second["digest"] == (came_with or "")  # canonical JSON cannot hold 2**60: as it came

@@ -554,7 +554,8 @@ def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
         took.append(time.clock_gettime(time.CLOCK_MONOTONIC) - started)
     try:
         with rollout_timer(timeout_s - sum(took)):
-            return runtime.finish(task, trajectory, model)
+            # unsealed: the orchestrator's writer makes its digest, from the line it writes
+            return runtime.finish(task, trajectory, model, sealed=False)
     except RolloutTimeout:  # the timer fired after grading, while the record was being made
         runtime.release(task)
         return _timeout_record(task, model)

@@ -290,10 +290,13 @@ class WorldRuntime:
     def lost(self, task: RolloutTask, model: str, status: str, error: str) -> RolloutRecord:
         return lost_record(self.loaded, self.inputs, task, model, status, error)
 
-    def finish(self, task: RolloutTask, trajectory: Trajectory, model: str) -> RolloutRecord:
+    def finish(
+        self, task: RolloutTask, trajectory: Trajectory, model: str, *, sealed: bool = True
+    ) -> RolloutRecord:
         """Verifiers first, reward model second, then the record; the workdir is removed.
         Under the rollout's timer: a rollout whose timer fired (in the policy, a tool, a
-        verifier or the reward model, caught by env code or not) is a timeout record."""
+        verifier or the reward model, caught by env code or not) is a timeout record.
+        `sealed`: with its digest (else the orchestrator's writer makes it, from the line)."""
         workdir = self.workdir_of(task)
         expired = trajectory.status == "timeout"
         self.tools.after_rollout(trajectory.tool_calls)
@@ -314,12 +317,16 @@ class WorldRuntime:
         for result in verdict.results:
             if result["detail"]:
                 result["detail"] = self.sanitise(result["detail"])
-        record = self.inputs[task.input_index]
-        return seal(
-            rollout_record(
-                record, task, self.seed_of(task), model, trajectory, verdict, self.sanitise
-            )
+        made = rollout_record(
+            self.inputs[task.input_index],
+            task,
+            self.seed_of(task),
+            model,
+            trajectory,
+            verdict,
+            self.sanitise,
         )
+        return seal(made) if sealed else made
 
     def _judge(self, task: RolloutTask, trajectory: Trajectory) -> Verdict:
         """Grade a finished rollout in its workdir (the current directory)."""
