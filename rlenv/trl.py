@@ -36,7 +36,7 @@ from rlenv.env import Environment, load_environment
 from rlenv.errors import UserError
 from rlenv.grade_cache import component_failure
 from rlenv.inputs import EnvInput, load_inputs
-from rlenv.results import ToolCallRecord
+from rlenv.results import ToolCallRecord, seal
 from rlenv.tool_methods import tool_method
 from rlenv.verifiers.judge import Judges
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -162,7 +162,7 @@ class FrozenWorld:
     def finish(self, task: RolloutTask, trajectory: Trajectory) -> dict[str, Any]:
         timeout = self.loaded.spec.limits.timeout_s
         record = self._run(self.executor.finish(task, trajectory, MODEL, timeout))
-        return self.judges.settle(record)
+        return seal(self.judges.settle(record))  # its digest, as its results line would hold
 
     def close(self) -> None:
         executor = getattr(self, "executor", None)

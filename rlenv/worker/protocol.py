@@ -272,13 +272,14 @@ def _user(
 
 
 def _finish(task: RolloutTask, trajectory: Trajectory, model: str, timeout: float) -> RolloutRecord:
-    """Grade a rollout driven from outside; the sealed record, with all its calls' output."""
+    """Grade a rollout driven from outside; the record (unsealed: the results file's writer or
+    the TRL adapter seals it), with all its calls' output."""
     _prepared(task)
     runtime = _get()
     with _in_world() as printed:
         try:
-            with rollout_timer(timeout):
-                record = runtime.finish(task, trajectory, model)
+            with rollout_timer(timeout):  # unsealed: its reader seals it (`encode_record`)
+                record = runtime.finish(task, trajectory, model, sealed=False)
         except RolloutTimeout:  # the timer fired after grading, while the record was made
             runtime.release(task)
             record = _timeout_record(task, model)
