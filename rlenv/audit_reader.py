@@ -213,6 +213,12 @@ def baseline_of(meta: dict[str, Any], run_dir: Path) -> BaselineRecords | None:
     return baseline
 
 
+SUMMARY_FLOAT_TOLERANCE = 1e-9
+"""How far (relative) a summary's float may be from the one recomputed: a run written on one
+machine is checked on another, whose NumPy (version, vector unit) may end a standard deviation
+in another last bit; a forged figure moves far more. Digests, counts and flags are exact."""
+
+
 def _compare_summary(summary: dict[str, Any], recomputed: dict[str, Any], where: Path) -> None:
     """TamperedRun naming the first field (in summary.json's order, dotted path) whose value
     is not the one recomputed from the records."""
@@ -223,7 +229,10 @@ def _compare_summary(summary: dict[str, Any], recomputed: dict[str, Any], where:
     keys = [key for key in dict.fromkeys(order) if key not in skipped]
     for key in keys:
         found = first_difference(
-            summary.get(key, "<missing>"), recomputed.get(key, "<missing>"), key
+            summary.get(key, "<missing>"),
+            recomputed.get(key, "<missing>"),
+            key,
+            float_tolerance=SUMMARY_FLOAT_TOLERANCE,
         )
         if found:
             field_path, stored, computed = found

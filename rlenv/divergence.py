@@ -28,11 +28,19 @@ def _keys_in_order(keys: set[str], top: bool) -> list[str]:
     return first + sorted(keys - set(first))
 
 
-def first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:
+def first_difference(
+    left: Any, right: Any, path: str = "", *, float_tolerance: float = 0.0
+) -> tuple[str, Any, Any] | None:
+    """(dotted path, left's value, right's) where the two first differ; None when equal. With
+    `float_tolerance`, two floats that close (relative) are equal: figures a summary computed
+    through NumPy, whose last bits differ with its version and the CPU's vector unit."""
     if isinstance(left, dict) and isinstance(right, dict):
         for key in _keys_in_order(set(left) | set(right), top=not path):
             found = first_difference(
-                left.get(key), right.get(key), f"{path}.{key}" if path else key
+                left.get(key),
+                right.get(key),
+                f"{path}.{key}" if path else key,
+                float_tolerance=float_tolerance,
             )
             if found:
                 return found
@@ -41,13 +49,22 @@ def first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, A
         for index in range(max(len(left), len(right))):
             a = left[index] if index < len(left) else "<missing>"
             b = right[index] if index < len(right) else "<missing>"
-            found = first_difference(a, b, f"{path}[{index}]")
+            found = first_difference(a, b, f"{path}[{index}]", float_tolerance=float_tolerance)
             if found:
                 return found
+        return None
+    if float_tolerance and _close_floats(left, right, float_tolerance):
         return None
     if canonical_bytes(left) != canonical_bytes(right):
         return path, left, right
     return None
+
+
+def _close_floats(left: Any, right: Any, tolerance: float) -> bool:
+    kinds = {type(left), type(right)}
+    if not kinds <= {float, int} or float not in kinds:  # a bool or an integer is exact
+        return False
+    return math.isclose(left, right, rel_tol=tolerance, abs_tol=tolerance * 1e-3)
 
 
 def first_divergence(
