@@ -386,6 +386,7 @@ def spec_indexes(loaded: LoadedSpec, scrubber: Scrubber) -> dict[str, ToolIndex]
     if user is not None and user.cassette is not None:  # a model user's replies: like a tool's
         path = loaded.resolve(user.cassette.path)
         indexes[USER_CASSETTE] = ToolIndex(USER_CASSETTE, path, scrubber).load()
+    scrubber.values.compile()  # every request is scrubbed to be keyed: once, not per child
     return indexes
 
 
