@@ -14,7 +14,7 @@ import hashlib
 import json
 import pickle
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,7 @@ from rlenv.canonical import canonical_bytes, sha256_file, sha256_json
 from rlenv.errors import FixtureMiss, SpecError
 from rlenv.files import atomic_write, default_cache_dir
 from rlenv.spec_user import USER_CASSETTE
+from rlenv.world.packed import PackedResponses
 from rlenv.world.replay_patch import import_vcr, late_patches, skipped_patchers
 from rlenv.world.scrub import Scrubber
 
@@ -149,13 +150,14 @@ def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
             "names": scrubber.names.pattern,
             "headers": sorted(scrubber.headers),
             "extra": sorted(scrubber.extra),
-            "format": 3,  # 3: each response pickled on its own (`ToolIndex.response`)
+            # 3: each response pickled on its own (`ToolIndex.response`); 4: packed together
+            "format": 4,
         }
     )
     return default_cache_dir() / "cassette-index" / f"{cassette_sha}-{config[:16]}.pickle"
 
 
-def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, bytes], list[str]]:
+def load_index(path: Path, scrubber: Scrubber) -> tuple[Mapping[str, bytes], list[str]]:
     """A cassette's request-key index (each response pickled: `ToolIndex.response`) and its
     secret findings, cached by the file's hash.
 
@@ -163,16 +165,18 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, bytes], list[s
     once per cassette version and loaded from the cache by every worker and later run. A
     response is kept as one bytes object and unpacked when it is served: as vcrpy's nested
     dicts, 10 000 of them took 16 MB of every worker (and a served response can no longer be
-    changed in place for the next request that gets it).
+    changed in place for the next request that gets it); the responses are held together, in
+    three objects (`rlenv.world.packed`).
     """
     from rlenv.world.scrub import find_secrets
 
     cache = _index_cache_path(sha256_file(path), scrubber)
     try:
         with open(cache, "rb") as handle:
-            cached: tuple[dict[str, bytes], list[str]] = pickle.load(handle)
-        return cached
-    except (OSError, EOFError, pickle.UnpicklingError, ValueError):
+            cached: tuple[Mapping[str, bytes], list[str]] = pickle.load(handle)
+        if isinstance(cached[0], PackedResponses):
+            return cached
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError):
         pass
     interactions = load_interactions(path)
     index = ToolIndex("", None, scrubber)
@@ -190,10 +194,12 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[dict[str, bytes], list[s
         first.setdefault(key, number)
         responses.setdefault(key, response)
     findings = find_secrets(interactions, scrubber)
-    packed = {
-        key: pickle.dumps(response, protocol=pickle.HIGHEST_PROTOCOL)
-        for key, response in responses.items()
-    }
+    packed = PackedResponses(
+        {
+            key: pickle.dumps(response, protocol=pickle.HIGHEST_PROTOCOL)
+            for key, response in responses.items()
+        }
+    )
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(cache, pickle.dumps((packed, findings), protocol=pickle.HIGHEST_PROTOCOL))
@@ -210,7 +216,8 @@ class ToolIndex:
     path: Path | None
     scrubber: Scrubber
     fallback: dict[str, Any] | None = None
-    responses: dict[str, bytes] = field(default_factory=dict)  # request key -> packed response
+    # request key -> packed response (`PackedResponses` once loaded)
+    responses: Mapping[str, bytes] = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
 
     def load(self) -> ToolIndex:
@@ -379,6 +386,7 @@ def spec_indexes(loaded: LoadedSpec, scrubber: Scrubber) -> dict[str, ToolIndex]
     if user is not None and user.cassette is not None:  # a model user's replies: like a tool's
         path = loaded.resolve(user.cassette.path)
         indexes[USER_CASSETTE] = ToolIndex(USER_CASSETTE, path, scrubber).load()
+    scrubber.values.compile()  # every request is scrubbed to be keyed: once, not per child
     return indexes
 
 

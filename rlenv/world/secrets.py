@@ -108,6 +108,13 @@ class ValueRedactor:
             self.secrets |= new
             self._text = self._bytes = None
 
+    def compile(self) -> None:
+        """Build the search patterns now (they are built when first needed): a frozen-world
+        worker builds them before it forks the template every rollout's child is forked from,
+        so no child builds them again (two regular expressions compiled per rollout, in
+        every child, and the pages that compiling touched copied in each)."""
+        self._patterns()
+
     def _patterns(self) -> tuple[re.Pattern[str] | None, re.Pattern[bytes] | None]:
         if self._text is None and self.secrets:
             # longest first, so a form that is a prefix of another never matches half of it
