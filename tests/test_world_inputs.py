@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import pickle
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,10 +43,8 @@ def test_the_worker_reads_the_records_the_orchestrator_checked(tmp_path: Path) -
         assert held[1:3] == checked[1:3]
 
 
-def test_the_worker_holds_the_inputs_as_the_files_bytes(tmp_path: Path) -> None:
-    """10,000 small records (~70 bytes a line) take less than 100 bytes a record; a list of a
-    string a line took ~115."""
-    count = 10_000
+def _small_inputs(tmp_path: Path, count: int) -> Path:
+    """An inputs file of `count` small records (~70 bytes a line)."""
     path = tmp_path / "inputs.jsonl"
     path.write_text(
         "".join(
@@ -53,12 +53,25 @@ def test_the_worker_holds_the_inputs_as_the_files_bytes(tmp_path: Path) -> None:
             for n in range(count)
         )
     )
+    return path
+
+
+def _held(path: Path, load: Callable[[Path], Any]) -> tuple[Any, int]:
+    """What `load` made of `path`, and the bytes it holds (tracemalloc)."""
     tracemalloc.start()
     try:
-        held = WorldInputs(path, templated=False)
+        held = load(path)
         size, _ = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    return held, size
+
+
+def test_the_worker_holds_the_inputs_as_the_files_bytes(tmp_path: Path) -> None:
+    """10,000 small records (~70 bytes a line) take less than 100 bytes a record; a list of a
+    string a line took ~115."""
+    count = 10_000
+    held, size = _held(_small_inputs(tmp_path, count), lambda p: WorldInputs(p, templated=False))
     assert len(held) == count and held[count - 1].id == f"i{count - 1:07d}"
     assert size < 100 * count, size / count
 
@@ -67,20 +80,7 @@ def test_the_orchestrator_holds_each_input_as_its_line(tmp_path: Path) -> None:
     """`load_inputs` keeps each JSONL record's line, parsed again when its data is read: 10,000
     small records take less than 300 bytes each (parsed, ~430), and read the same."""
     count = 10_000
-    path = tmp_path / "inputs.jsonl"
-    path.write_text(
-        "".join(
-            json.dumps({"id": f"i{n:07d}", "prompt": f"echo k{n:07d}", "answer": f"v{n:07d}"})
-            + "\n"
-            for n in range(count)
-        )
-    )
-    tracemalloc.start()
-    try:
-        records = load_inputs(path)
-        size, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    records, size = _held(_small_inputs(tmp_path, count), load_inputs)
     assert size < 300 * count, size / count
     last = records[count - 1]
     assert (last.index, last.id) == (count - 1, f"i{count - 1:07d}")
