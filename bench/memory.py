@@ -172,6 +172,12 @@ def main() -> None:
             f" {big.peak_pss_mb:.0f} / {small.peak_pss_mb:.0f} MB ="
             f" {ratio:.2f}x  {common.verdict(ratio <= TARGET_RATIO)}"
         )
+        print(  # the docstring's second target, dropped from the output when the first moved to PSS
+            f"target: {INPUTS * large} rollouts' orchestrator (largest process) within"
+            f" {TARGET_RATIO}x of 1k's: {orchestrator_kib(big) / 1024:.1f} /"
+            f" {orchestrator_kib(small) / 1024:.1f} MB = {largest_ratio:.2f}x"
+            f"  {common.verdict(largest_ratio <= TARGET_RATIO)}"
+        )
         missed = ratio > TARGET_RATIO or largest_ratio > TARGET_RATIO
         if missed and not args.quick:
             print()
