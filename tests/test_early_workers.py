@@ -125,3 +125,32 @@ def test_the_pool_started_early(tmp_path: Path) -> None:
     record = dataclasses.replace(settings, record_dir=Path(tempfile.gettempdir()))
     assert early_pool_size(record, 2) == 0
     assert early_pool_size(dataclasses.replace(settings, workers=3), 2) == 3
+
+
+MULTIPROCESSING_POLICY = """
+import multiprocessing
+
+def policy(messages, tools, ctx):
+    lock = multiprocessing.get_context("spawn").Lock()  # a named semaphore, registered
+    with lock:
+        return messages[-1]["content"].split()[-1]
+"""
+
+
+def test_a_run_starts_no_resource_tracker_and_env_code_may_use_semaphores(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workers are spawned with /dev/null for multiprocessing's resource tracker (a Python
+    process, ~7 MB of a run's peak, was started for every run); env code that makes a named
+    semaphore in the world still runs, its registration written to /dev/null."""
+    from multiprocessing import resource_tracker
+
+    # a tracker of this test's own, not started: any spawn that wants one starts it
+    tracker = resource_tracker.ResourceTracker()
+    monkeypatch.setattr(resource_tracker, "_resource_tracker", tracker)
+    monkeypatch.setattr(resource_tracker, "getfd", tracker.getfd)
+    monkeypatch.setattr(resource_tracker, "ensure_running", tracker.ensure_running)
+    spec = EnvBuilder(tmp_path / "env").write(MULTIPROCESSING_POLICY)
+    result = runner.run(spec, RunSettings(out=tmp_path / "run", concurrency=2))
+    assert result.summary["counts"] == {"ok": 4}
+    assert tracker._pid is None, "a resource tracker was started"

@@ -38,6 +38,7 @@ from rlenv.errors import RunFailed, WorkerLost
 from rlenv.executors import replies, wire
 from rlenv.executors.base import CALLS, START_TIMEOUT_S, backstop, death_error
 from rlenv.executors.finishes import FinishQueue
+from rlenv.executors.spawning import no_tracker, prefixed, spawn_with, without_main
 from rlenv.results import RolloutRecord
 from rlenv.worker import protocol, timers
 from rlenv.worker.config import RolloutTask, WorkerConfig
@@ -65,29 +66,12 @@ class _Worker:
     ended: str | None = None  # "dead": the pipe closed; "unsafe": it carried what is not data
 
 
-def _without_main(preparation: Any) -> Any:
-    """multiprocessing's preparation data for a spawned worker, without the caller's main
-    module: spawn runs the parent's ``__main__`` file again in the child (as ``__mp_main__``),
-    so a training script that calls rlenv (the TRL callback, `runner.run`) without an
-    ``if __name__ == "__main__"`` guard ran again inside every frozen-world worker (training
-    again, or failing there); a script read from stdin could not start a worker at all. A
-    worker runs rlenv's own code only."""
-
-    def prepared(name: str) -> dict[str, Any]:
-        data: dict[str, Any] = preparation(name)
-        data.pop("init_main_from_path", None)
-        data.pop("init_main_from_name", None)
-        return data
-
-    return prepared
-
-
 def world_command(spec_time: str, work_root: str, live_tools: bool) -> _Command:
     """How a worker is started: the command (ending with the interpreter) and its whole
     environment (None: the orchestrator's), for a spec whose instant is `spec_time` (ISO
     8601). The worker interpreter is started through no script (one in a place a rollout may
     write ran with the orchestrator's keys: issue 26) and, outside recording, with only the
-    world's variables from its first exec on (`_spawn_with`): no OPENAI_API_KEY, no secret
+    world's variables from its first exec on (`spawn_with`): no OPENAI_API_KEY, no secret
     the orchestrator holds. Recording is the exception: its tools call the live APIs with the
     user's keys. -P: a module in the cwd never shadows what the worker imports (rlenv,
     multiprocessing)."""
@@ -147,32 +131,6 @@ def _private_scratch(prefix: list[str], work_root: str) -> list[str]:
         ' 2>/dev/null; exec "$@"'
     )
     return ["/bin/sh", "-c", script, "sh"]
-
-
-def _prefixed(command_line: Any, command: list[str]) -> Any:
-    """multiprocessing's command line for a spawned worker with `command` (ending with the
-    interpreter) in place of its interpreter."""
-
-    def prefixed(**keywords: Any) -> list[str]:
-        return [*command, *command_line(**keywords)[1:]]
-
-    return prefixed
-
-
-def _spawn_with(environment: dict[str, str]) -> Any:
-    """multiprocessing's `spawnv_passfds` with `environment` instead of the orchestrator's."""
-
-    def spawnv_passfds(path: str, args: list[str], passfds: Any) -> int:
-        passed = sorted({int(fd) for fd in passfds})
-        for fd in passed:
-            os.set_inheritable(fd, True)
-        try:
-            return os.posix_spawn(path, args, environment)
-        finally:
-            for fd in passed:
-                os.set_inheritable(fd, False)
-
-    return spawnv_passfds
 
 
 def _expire(waiter: asyncio.Future[None]) -> None:
@@ -288,20 +246,22 @@ class LocalExecutor:
     def _spawn(self, process: Any) -> Any:
         from multiprocessing import resource_tracker, spawn, util
 
-        resource_tracker.ensure_running()  # started by its own interpreter, not `self.command`
         saved = {key: os.environ.get(key) for key in FROZEN_ENV}
         os.environ.update(FROZEN_ENV)  # inherited by the spawned interpreter (hash seed!)
         previous_executable = spawn.get_executable()
         command_line, spawnv = spawn.get_command_line, util.spawnv_passfds
         spawn.set_executable(self.command.argv[0])
-        spawn.get_command_line = _prefixed(command_line, self.command.argv)
+        spawn.get_command_line = prefixed(command_line, self.command.argv)
         if self.command.environment is not None:
-            util.spawnv_passfds = _spawn_with(self.command.environment)
+            util.spawnv_passfds = spawn_with(self.command.environment)
         preparation = spawn.get_preparation_data
-        spawn.get_preparation_data = _without_main(preparation)  # type: ignore[assignment]
+        spawn.get_preparation_data = without_main(preparation)  # type: ignore[assignment]
+        tracker = resource_tracker.getfd
+        resource_tracker.getfd = no_tracker  # type: ignore[assignment]
         try:
             process.start()
         finally:
+            resource_tracker.getfd = tracker  # type: ignore[assignment]
             spawn.get_preparation_data = preparation  # type: ignore[assignment]
             spawn.get_command_line = command_line
             util.spawnv_passfds = spawnv
