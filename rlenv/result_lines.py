@@ -95,24 +95,24 @@ def encode_fields(
     record: dict[str, Any],
     tallied_fields: frozenset[str],
     not_outcome: frozenset[str],
-    not_sealed: frozenset[str] | None = None,
+    not_sealed: frozenset[str],
 ) -> WrittenLine:
-    """:func:`encode_line` of `record` a field at a time, with the outcome digest (the SHA-256
-    of the canonical record without the fields `not_outcome`) and the fields `tallied_fields`
-    from the same bytes (`rlenv.results.encode_record`); raises on what it does not take.
-
-    With `not_sealed`, the record's own ``digest`` field (which it must hold) is made here too,
-    from the same canonical bytes: the SHA-256 of the canonical record without the fields
-    `not_sealed` (`rlenv.results.record_digest`), written into the line and the record."""
+    """:func:`encode_line` of `record` a field at a time, sealed: its own ``digest`` field
+    (which it must hold) made from its canonical bytes, the SHA-256 of the canonical record
+    without the fields `not_sealed` (`rlenv.results.record_digest`), and written into the line
+    and the record; with the outcome digest (the same without the fields `not_outcome`, a
+    superset of `not_sealed`) and the fields `tallied_fields`, all from the same bytes
+    (`rlenv.results.encode_record`). Raises on what it does not take."""
     plan = _PLANS.get((names := tuple(record), not_sealed))
     if plan is None:
         plan = _plan(names, tallied_fields, not_outcome, not_sealed)
-    values, members, tallied, outcome, sealed = plan
+    values, members, tallied, outcome, (digest_at, stable) = plan
     dumps, options = orjson.dumps, _LINE_OPTIONS
-    parts = [dumps(value, option=options) for value in values(record)]
+    got = values(record)
+    parts = [dumps(value, option=options) for value in got]
     raw = parts.copy()  # orjson's bytes of each field (`parts` become the line's)
     canonical = parts.copy()  # each field's canonical bytes, when they are its line bytes
-    for at, value in enumerate(values(record)):
+    for at, value in enumerate(got):
         kind = type(value)
         if kind is str or kind is bool or value is None:
             continue
@@ -128,20 +128,12 @@ def encode_fields(
             canonical[at] = b""
         elif b"u" in mask or b"1111111111111111" in mask:
             canonical[at] = b""
-    try:
-        fields = {
-            at: members[at] + (canonical[at] or _canonical_field(raw[at], values(record)[at]))
-            for at in (outcome if sealed is None else sealed[1])
-        }
-    except Exception:  # the reference decides (and raises) from the whole line
-        if sealed is not None:
-            raise
-        line = b"{" + b",".join(m + part for m, part in zip(members, parts, strict=True)) + b"}"
-        return WrittenLine(line, line, None)
-    if sealed is not None:  # the record's own digest, written into it
-        own = sha256_bytes(b"{" + b",".join([fields[at] for at in sealed[1]]) + b"}")
-        record["digest"] = own
-        parts[sealed[0]] = b'"' + own.encode() + b'"'
+    fields = {
+        at: members[at] + (canonical[at] or _canonical_field(raw[at], got[at])) for at in stable
+    }
+    own = sha256_bytes(b"{" + b",".join([fields[at] for at in stable]) + b"}")
+    record["digest"] = own  # the record's own digest, written into it
+    parts[digest_at] = b'"' + own.encode() + b'"'
     entries = [member + part for member, part in zip(members, parts, strict=True)]
     line = b"{" + b",".join(entries) + b"}"
     digest = sha256_bytes(b"{" + b",".join([fields[at] for at in outcome]) + b"}")
@@ -164,7 +156,7 @@ def _canonical_field(written: bytes, value: Any) -> bytes:
 
 _CANONICAL_FIELDS: dict[bytes, bytes] = {}
 
-_PLANS: dict[tuple[tuple[Any, ...], frozenset[str] | None], Any] = {}
+_PLANS: dict[tuple[tuple[Any, ...], frozenset[str]], Any] = {}
 """By a record's keys in their order (and what its digest leaves out): how to encode it (a
 run's records share a few; one caller, with the same field sets every time)."""
 
@@ -173,13 +165,12 @@ def _plan(
     names: tuple[Any, ...],
     tallied_fields: frozenset[str],
     not_outcome: frozenset[str],
-    not_sealed: frozenset[str] | None = None,
+    not_sealed: frozenset[str],
 ) -> Any:
     """(the record's values in sorted-key order, each key's '"key":', the places of the
-    tallied fields, those of the outcome's, and with `not_sealed` (the place of its digest,
-    those of what its digest covers)); TypeError for keys that are not all strings,
-    ValueError where RFC 8785's key order (UTF-16) may differ from the line's, KeyError for
-    a record to seal without a digest field."""
+    tallied fields, those of the outcome's, (the place of its digest, those of what its
+    digest covers)); TypeError for keys that are not all strings, ValueError where RFC 8785's
+    key order (UTF-16) may differ from the line's or the record has no digest field."""
     if any(type(name) is not str for name in names):
         raise TypeError("keys that are not strings")
     if not all(name.isascii() for name in names):
@@ -191,9 +182,7 @@ def _plan(
         [orjson.dumps(key) + b":" for key in keys],
         [at for at, key in enumerate(keys) if key in tallied_fields],
         [at for at, key in enumerate(keys) if key not in not_outcome],
-        None
-        if not_sealed is None
-        else (keys.index("digest"), [at for at, key in enumerate(keys) if key not in not_sealed]),
+        (keys.index("digest"), [at for at, key in enumerate(keys) if key not in not_sealed]),
     )
     if len(_PLANS) < 64:
         _PLANS[(names, not_sealed)] = plan
