@@ -12,7 +12,6 @@ and the run starts its own, as before.
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime
@@ -53,8 +52,8 @@ def early_workers(
 ) -> Iterator[LocalExecutor | None]:
     """`workers` local workers started now for the spec at `spec_path` (None when its instant
     cannot be read ahead); whatever the run did not take over is stopped on the way out."""
-    instant = spec_instant(spec_path)
-    if instant is None or workers < 1:
+    instant = spec_instant(spec_path) if workers > 0 else None  # no spec read for none
+    if instant is None:
         yield None
         return
     from rlenv.executors.local import LocalExecutor
@@ -74,7 +73,5 @@ def early_pool_size(settings: Any, default: int) -> int:
     remaining rollouts may be fewer than its workers, or none)."""
     if settings.executor != "local" or settings.record_dir is not None or settings.resume:
         return 0
-    pool = default if settings.workers is None else settings.workers
-    if settings.limit is not None:
-        pool = min(pool, settings.limit)
-    return pool if settings.workers is not None else min(pool, os.cpu_count() or 1)
+    pool = default if settings.workers is None else settings.workers  # default: capped
+    return pool if settings.limit is None else min(pool, settings.limit)
