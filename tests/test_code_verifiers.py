@@ -11,6 +11,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,18 +106,8 @@ def test_python_tests_verifier_in_the_sandbox(
         control = control_run(answers[escape], tmp_path / f"control-{escape}")
         assert control.returncode == 0, (escape, control.stderr)
     assert accepted(server) == 1, "the control run reached the loopback server"
-    spec = env_builder.write(
-        POLICY.format(answers=json.dumps(answers)),
-        inputs=[{"id": key, "prompt": key, "tests": TESTS} for key in answers],
-        verifiers=[
-            {
-                "name": "unit",
-                "type": "python_tests",
-                "expected_field": "tests",
-                "options": {"cpu_seconds": 2, "wall_seconds": 5, "memory_mb": 256},
-            }
-        ],
-        rollouts=1,
+    spec = _unit_tested(
+        env_builder, answers, {"cpu_seconds": 2, "wall_seconds": 5, "memory_mb": 256}, 1
     )
     result = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json")
     assert result.returncode == 0, result.stderr
@@ -133,6 +124,21 @@ def test_python_tests_verifier_in_the_sandbox(
     assert accepted(server) == 0, "nothing from inside the sandbox reached the server"
     again = cli("run", str(spec), "--out", str(tmp_path / "again"), "--json")
     assert json.loads(again.stdout)["digest"] == summary["digest"]
+
+
+def _unit_tested(
+    env_builder: EnvBuilder, answers: dict[str, str], options: dict[str, Any], rollouts: int
+) -> Path:
+    """An env whose policy gives `answers` (by input id), each graded by a python_tests
+    verifier with sandbox `options`."""
+    return env_builder.write(
+        POLICY.format(answers=json.dumps(answers)),
+        inputs=[{"id": key, "prompt": key, "tests": TESTS} for key in answers],
+        verifiers=[
+            {"name": "unit", "type": "python_tests", "expected_field": "tests", "options": options}
+        ],
+        rollouts=rollouts,
+    )
 
 
 DOUBLER = """
@@ -180,18 +186,11 @@ def test_a_sandboxed_program_may_start_while_the_run_has_many_workers(
     that real uid on the machine. Each worker's template process ran as nobody too: with as
     many workers as the verifier's `max_processes`, the sandboxed program could not exec
     ("hit the processes limit") and every good answer failed."""
-    spec = env_builder.write(
-        POLICY.format(answers=json.dumps({"good": ANSWERS["good"]})),
-        inputs=[{"id": "good", "prompt": "good", "tests": TESTS}],
-        verifiers=[
-            {
-                "name": "unit",
-                "type": "python_tests",
-                "expected_field": "tests",
-                "options": {"cpu_seconds": 2, "wall_seconds": 10, "max_processes": 4},
-            }
-        ],
-        rollouts=3,
+    spec = _unit_tested(
+        env_builder,
+        {"good": ANSWERS["good"]},
+        {"cpu_seconds": 2, "wall_seconds": 10, "max_processes": 4},
+        3,
     )
     result = cli("run", str(spec), "--out", str(tmp_path / "run"), "--json", "--workers", "4")
     assert result.returncode == 0, result.stderr
