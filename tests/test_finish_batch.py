@@ -6,6 +6,10 @@ its batch changes nothing but its own rollout's record."""
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,3 +130,52 @@ def test_a_forged_reply_for_the_next_rollout_changes_nothing_but_its_own(
     assert (victim["status"], victim["passed"], victim["answer"]) == ("ok", False, "nope")
     for name in ("h", "i"):
         assert results[IDS.index(name)]["passed"] is True, name
+
+
+INERT_PROBE = """
+import json, sys, tempfile
+from rlenv.agent import Trajectory
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask, WorkerConfig
+
+root = tempfile.mkdtemp()
+config = WorkerConfig(spec_path=sys.argv[1], work_root=root, empty_workdir=True)
+protocol.init_worker(config)
+touched = []
+
+def audit(event, args):
+    if args and isinstance(args[0], str) and args[0].startswith(root):
+        touched.append(event)
+
+sys.addaudithook(audit)
+said = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "GOLD"}]
+records = [
+    protocol.handle("finish", RolloutTask(index, 0), Trajectory(messages=said), "openai:x", 30.0)
+    for index in range(3)
+]
+print(json.dumps({"passed": [r["passed"] for r in records], "touched": touched}), file=sys.stderr)
+"""
+
+
+def test_an_inert_world_grades_without_touching_its_work_root(
+    env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """An outside policy, text verifiers only, no tool, no snapshot: its rollouts have no workdir
+    (`WorldRuntime.inert`), so grading one asks nothing of the work root (a look for the
+    workdir, a removal of an output file no call of its could have left, and a look for that
+    file were a fifth of a worker's CPU at 256 in flight). A real worker's calls, with an audit
+    hook on every path under the work root."""
+    inputs = [{"id": name, "prompt": name, "answer": "GOLD"} for name in ("a", "b", "c")]
+    spec = env_builder.write("", inputs=inputs, model="openai:x", rollouts=1)
+    probe = tmp_path / "probe.py"
+    probe.write_text(INERT_PROBE)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"passed": [True, True, True], "touched": []}

@@ -236,6 +236,8 @@ def _prepared(task: RolloutTask) -> None:
     if _in_child:  # its worker prepared it before the fork (the child cannot reach it)
         return
     runtime = _get()
+    if runtime.inert:  # its rollouts have no workdir (`WorldRuntime.inert`): nothing to make
+        return
     if runtime.snapshot_path is None and not runtime.real_workdir_of(task).exists():
         _prepare(task)
     runtime.show_workdir(task)  # prepared by another worker, perhaps: shown in this one's view
@@ -283,7 +285,9 @@ def _finish(task: RolloutTask, trajectory: Trajectory, model: str, timeout: floa
         except RolloutTimeout:  # the timer fired after grading, while the record was made
             runtime.release(task)
             record = _timeout_record(task, model)
-    return _with_output(record, merge_output(_take_output(task), printed.output))
+    # an inert world's calls print nothing the worker keeps (`_in_world`): no output waits
+    earlier = None if runtime.inert else _take_output(task)
+    return _with_output(record, merge_output(earlier, printed.output))
 
 
 def _grade(record: RolloutRecord, timeout: float) -> tuple[RolloutRecord, int, int]:
