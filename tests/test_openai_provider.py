@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from rlenv.errors import InfraError, ModelOutputError, UserError
+from rlenv.providers import http1
 from rlenv.providers.base import ModelReply, ModelRequest
 from rlenv.providers.openai import OpenAIProvider
 from rlenv.providers.registry import resolve_provider
@@ -52,6 +53,14 @@ DECODING = {
 }
 FAST = {"backoff_base": 0.01, "max_retries": 4, "request_timeout": 5.0}
 CLI_ENV = {"RLENV_BACKOFF_BASE": "0.01"}
+
+
+@pytest.fixture(autouse=True, params=["http1", "aiohttp"])
+def http_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test against each client of a plain-HTTP endpoint: the light one
+    (`rlenv.providers.http1`, the default) and aiohttp's (RLENV_HTTP_CLIENT=aiohttp)."""
+    monkeypatch.setenv("RLENV_HTTP_CLIENT", request.param)
+    return str(request.param)
 
 
 def closed_port() -> int:
@@ -439,17 +448,26 @@ def test_unreachable_endpoint_is_an_infra_error() -> None:
 
 
 def test_64_concurrent_requests_share_one_client(
-    chat: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch
+    chat: Callable[..., ChatServer], monkeypatch: pytest.MonkeyPatch, http_client: str
 ) -> None:
     server = chat(latency_s=0.05)
-    created: list[aiohttp.ClientSession] = []
-    session_class = aiohttp.ClientSession
+    created: list[Any] = []
+    if http_client == "aiohttp":
+        session_class = aiohttp.ClientSession
 
-    def counted_session(*args: Any, **kwargs: Any) -> aiohttp.ClientSession:
-        created.append(session_class(*args, **kwargs))
-        return created[-1]
+        def counted_session(*args: Any, **kwargs: Any) -> aiohttp.ClientSession:
+            created.append(session_class(*args, **kwargs))
+            return created[-1]
 
-    monkeypatch.setattr(aiohttp, "ClientSession", counted_session)
+        monkeypatch.setattr(aiohttp, "ClientSession", counted_session)
+    else:
+
+        class Counted(http1.Http1Pool):  # the provider tells its client by its class
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                created.append(self)
+
+        monkeypatch.setattr(http1, "Http1Pool", Counted)
     provider = provider_for(server, request_timeout=60.0, max_retries=0)  # no hidden retries
 
     async def wave(seeds: range) -> list[ModelReply]:

@@ -210,6 +210,22 @@ class OpenAIProvider:
             if credentials is not None:
                 headers["Authorization"] = _basic(*credentials)
         self._proxy = _env_proxy(self.base_url)
+        parts = urlsplit(f"{self.base_url}/chat/completions")
+        # a plain-HTTP endpoint without a proxy: the lighter client, unless the user asks for
+        # aiohttp's (RLENV_HTTP_CLIENT=aiohttp: a server this client does not get on with)
+        light = os.environ.get("RLENV_HTTP_CLIENT", "").strip().lower() != "aiohttp"
+        if light and parts.scheme == "http" and self._proxy[0] is None:
+            from rlenv.providers.http1 import Http1Pool
+
+            target = parts.path + (f"?{parts.query}" if parts.query else "")
+            return Http1Pool(
+                str(parts.hostname),
+                parts.port or _DEFAULT_PORTS["http"],
+                target,
+                headers,
+                limit=max(1, -(-self.max_connections // self.pools)),
+                timeout=self.request_timeout,
+            )
         if self._url is None:  # parsed once: aiohttp parses a URL given as text per request
             from yarl import URL
 
@@ -310,8 +326,13 @@ class OpenAIProvider:
     async def _post_once(self, body: dict[str, Any]) -> Any:
         import aiohttp
 
+        from rlenv.providers.http1 import Http1Pool
+
         client = self._client_for_loop()
         payload = _BODY_ENCODER.encode(body)
+        if isinstance(client, Http1Pool):
+            status, retry_header, content = await self._post_http1(client, payload)
+            return self._checked_reply(status, retry_header, content)
         try:
             proxy, proxy_credentials = self._proxy
             secure = self.base_url.startswith("https:")
@@ -342,6 +363,25 @@ class OpenAIProvider:
             raise _Transient("connection error", f"ConnectError: {exc}") from None
         except aiohttp.ClientError as exc:  # the connection broke, a malformed reply
             raise _Transient("connection error", f"{type(exc).__name__}: {exc}") from None
+        return self._checked_reply(status, retry_header, content)
+
+    async def _post_http1(self, client: Any, payload: str) -> tuple[int, str | None, bytes]:
+        """One POST through the plain-HTTP client (`rlenv.providers.http1`): status, the
+        Retry-After of a 429, the body; its failures worded as aiohttp's are above."""
+        from rlenv.providers.http1 import WireError
+
+        try:
+            reply = await client.post(payload.encode("utf-8"))
+        except TimeoutError as exc:
+            detail = str(exc) or f"no reply within {self.request_timeout:g} s"
+            raise _Transient("timeout", f"ReadTimeout: {detail}") from None
+        except WireError as exc:
+            raise _Transient("connection error", str(exc)) from None
+        retry_header = reply.retry_after if reply.status == 429 else None
+        return reply.status, retry_header, reply.content
+
+    def _checked_reply(self, status: int, retry_header: str | None, content: bytes) -> Any:
+        """The reply's JSON, or the failure its status or body is (retried or not)."""
         if status in _RETRIED_STATUS or status >= 500:
             retry_after = _retry_after(retry_header) if status == 429 else None
             raise _Transient(
