@@ -10,10 +10,11 @@ last C requests (ramp-up and drain): rate = (n - 2C) / (t_(n-C) - t_C). This
 is the steady state, with rlenv's start (spawning workers, loading the spec) and its end
 (summary, digest) left out; the whole-process rate (rollouts / wall time) is printed beside it.
 Target: steady-state throughput at C=64 and C=256 >= 90 % of the limit, at 100 ms and at 500 ms
-latency. Beside it, the server's own ceiling: a bare aiohttp client (no rlenv) firing the same
-load at the same server, so a miss can be told apart from the server's (or the machine's) limit;
-and httpx split over 8 pools (what rlenv's provider used before aiohttp) for contrast. The
-server and rlenv share this machine's cores.
+latency. Beside it, the server's own ceiling: a bare client (no rlenv) firing the same load at
+the same server, so a miss can be told apart from the server's (or the machine's) limit: the
+better of aiohttp (what the provider uses for HTTPS and proxies) and `rlenv.providers.http1`
+(its plain-HTTP client, used here); and httpx split over 8 pools (what rlenv's provider used
+before aiohttp) for contrast. The server and rlenv share this machine's cores.
 
 CPU per rollout, in the same steady-state window (from the C-th to the (n-C)-th arrival): the
 orchestrator's own CPU (the `rlenv run` process: event loop, HTTP client, checks of each
@@ -48,7 +49,8 @@ CONCURRENCIES = (1, 8, 64, 256)
 TARGET_CONCURRENCIES = (64, 256)
 LATENCIES_MS = (100.0, 500.0)  # --quick: the first only
 SECONDS_PER_RUN = 4.0  # seconds of requests at the limit for each run (quick: 2)
-CLIENT_KINDS = ("httpx-8-pools", "aiohttp")  # aiohttp: the server's ceiling
+# the server's ceiling: the best of aiohttp and rlenv's own plain-HTTP client used bare
+CLIENT_KINDS = ("httpx-8-pools", "aiohttp", "http1")
 BODY = {
     "model": "bench",
     "messages": [{"role": "user", "content": "echo k0000001"}],
@@ -236,6 +238,27 @@ async def _client(kind: str, base_url: str, concurrency: int, requests: int) -> 
 
     url = f"{base_url}/v1/chat/completions"
     queue = iter(range(requests))
+    if kind == "http1":  # rlenv's client for a plain-HTTP endpoint (rlenv.providers.http1)
+        from urllib.parse import urlsplit
+
+        import orjson
+
+        from rlenv.providers.http1 import Http1Pool
+
+        parts = urlsplit(url)
+        headers = {"Content-Type": "application/json"}
+        pool = Http1Pool(
+            str(parts.hostname), int(parts.port or 80), parts.path, headers, limit=256, timeout=60
+        )
+        body = orjson.dumps(BODY)
+
+        async def http1_task() -> None:
+            for _ in queue:
+                orjson.loads((await pool.post(body)).content)
+
+        await asyncio.gather(*(http1_task() for _ in range(concurrency)))
+        await pool.close()
+        return
     if kind == "aiohttp":
         import aiohttp
 
@@ -354,8 +377,8 @@ def main() -> None:
                 ceiling = float("nan")
                 for kind in CLIENT_KINDS:
                     client_rows.append(run_client(kind, latency_ms, top))
-                    if kind == "aiohttp":
-                        ceiling = float(client_rows[-1][5])
+                    if kind in ("aiohttp", "http1"):
+                        ceiling = max(float(client_rows[-1][5]), ceiling if ceiling > 0 else 0.0)
                 limit = top / (latency_ms / 1000)
                 rate = rates[top]
                 verdicts.append(
@@ -399,10 +422,14 @@ def main() -> None:
         )
     )
     print()
-    print("the HTTP client alone (no rlenv), same server: the server's ceiling (aiohttp)")
+    print(
+        "the HTTP client alone (no rlenv), same server: the server's ceiling (the better of"
+        " aiohttp and http1)"
+    )
     print(
         "(httpx-8-pools: 8 httpx AsyncClients of C/8 connections, tasks spread over them;"
-        " aiohttp: one ClientSession, as rlenv's provider now uses)"
+        " aiohttp: one ClientSession, what rlenv's provider uses for HTTPS and proxies;"
+        " http1: rlenv's own plain-HTTP client, what it uses here)"
     )
     print(
         common.table(
