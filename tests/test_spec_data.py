@@ -5,8 +5,11 @@ as the models they mirror wherever the worker reads them."""
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -91,7 +94,7 @@ def _spec(env_builder: EnvBuilder) -> Path:
             {"id": "b", "prompt": "look x up", "answer": GOLD},
         ],
         tools=[{"name": "lookup", "function": "MOD:lookup", "cassette": {"path": cassette.name}}],
-        verifiers=VERIFIERS,
+        verifiers=copy.deepcopy(VERIFIERS),  # `write` fills the module's name in
         rollouts=1,
     )
 
@@ -140,6 +143,7 @@ def test_records_behave_as_the_models_they_mirror(env_builder: EnvBuilder) -> No
             if model.when is not None:
                 for row in ({"kind": None}, {"kind": "x"}, {}, {"other": 1}):
                     assert record.when.applies(row) == model.when.applies(row)
+    assert data.spec.model_dump() == loaded.spec.model_dump()  # every field, nested ones too
     # `equals: null` set by the user differs from no `equals` at all
     unset, nulled = data.spec.verifiers[-1].when, data.spec.verifiers[-2].when
     assert isinstance(unset, Record) and unset.applies({"kind": 1})
@@ -160,3 +164,33 @@ def test_an_expensive_verifiers_record_keys_the_grader_cache_as_its_model(
     model = load_spec(spec).spec.verifiers[0]
     record = pickle.loads(pickle.dumps(as_data(model)))
     assert verifier_identity(record, "abc") == verifier_identity(model, "abc")
+
+
+UNSENT_PROBE = """
+import json, sys, tempfile
+from rlenv.worker import protocol
+from rlenv.worker.config import RolloutTask, WorkerConfig
+
+config = WorkerConfig(spec_path=sys.argv[1], work_root=tempfile.mkdtemp(), model_uri=sys.argv[2])
+protocol.init_worker(config)
+record = protocol.handle("run_rollout", RolloutTask(0, 0))
+runtime = protocol._get()
+kinds = [type(runtime.loaded).__name__, type(runtime.loaded.spec.verifiers[-1].when).__name__]
+print(json.dumps({"status": record["status"], "kinds": kinds}), file=sys.stderr)
+"""
+
+
+def test_a_worker_that_loads_its_spec_itself_reads_it_as_records(env_builder: EnvBuilder) -> None:
+    """A worker not sent its spec (a Ray actor, an unpacked bundle) loads it, with pydantic,
+    and reads it as records all the same: one code path in the world."""
+    spec = _spec(env_builder)
+    result = subprocess.run(
+        [sys.executable, "-c", UNSENT_PROBE, str(spec), f"python:{env_builder.module}:policy"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=spec.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    assert seen == {"status": "ok", "kinds": ["LoadedData", "WhenRecord"]}
