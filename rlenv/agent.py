@@ -9,14 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rlenv.bounds import bounds_problem, reply_problem
 from rlenv.canonical import MAX_DEPTH
 from rlenv.errors import FixtureMiss, InfraError, ModelOutputError, PolicyCrash
 from rlenv.providers.base import ModelReply
 from rlenv.results import ToolCallRecord
-from rlenv.spec_user import SimulatedUser
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec_user import SimulatedUser
 
 T = TypeVar("T")
 

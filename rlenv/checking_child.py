@@ -14,12 +14,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.errors import Problems, SpecError, UserError
-from rlenv.spec import LoadedSpec
 
-ResultsOf = Callable[[LoadedSpec, Any, "str | None", bool], "dict[str, list[UserError] | None]"]
+if TYPE_CHECKING:
+    from rlenv.spec import LoadedSpec
+
+ResultsOf = Callable[["LoadedSpec", Any, "str | None", bool], "dict[str, list[UserError] | None]"]
 """`rlenv.env`'s in-world checks of a purpose, run here: each check's problems (None: skipped)."""
 
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from rlenv.checking_child import (
@@ -45,7 +45,10 @@ from rlenv.extras import check_extras
 from rlenv.files import sys_path
 from rlenv.fingerprint import fingerprint, policy_sources, python_sources
 from rlenv.seeding import derive_seed, seed_everything
-from rlenv.spec import LoadedSpec, load_spec, signature
+from rlenv.spec_data import signature
+
+if TYPE_CHECKING:  # a worker runs the in-world checks on records (`rlenv.spec_data`)
+    from rlenv.spec import LoadedSpec
 
 
 def check_verifiers_apply(env: Environment) -> None:
@@ -435,6 +438,8 @@ def load_environment(
     modules anyway and report the same problems when they start ("workers": `rlenv run`),
     or run in this process ("here": the child itself, and a worker).
     """
+    from rlenv.spec import load_spec
+
     try:
         loaded = load_spec(spec_path)
     except Problems as exc:

@@ -9,13 +9,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from rlenv.canonical import manifest_hash, sha256_bytes, sha256_file, unsafe_entries
 from rlenv.errors import Problems, SpecError, UserError
 from rlenv.files import atomic_write
 from rlenv.inputs import EnvInput, check_templates, dataset_rows, load_inputs
-from rlenv.spec import LoadedSpec, line_of
+from rlenv.spec_data import line_of
+
+if TYPE_CHECKING:  # a worker runs the in-world checks on records (`rlenv.spec_data`)
+    from rlenv.spec import LoadedSpec
 
 Purpose = Literal["validate", "run", "record", "grade", "probe"]
 PURPOSES: tuple[Purpose, ...] = ("validate", "run", "record", "grade", "probe")

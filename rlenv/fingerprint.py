@@ -12,10 +12,13 @@ import ast
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rlenv.canonical import canonical_bytes, sha256_bytes, sha256_file
 from rlenv.files import sys_path
-from rlenv.spec import LoadedSpec
+
+if TYPE_CHECKING:  # a worker reads the sources of records (`rlenv.spec_data`)
+    from rlenv.spec import LoadedSpec
 
 
 def python_sources(loaded: LoadedSpec) -> dict[str, str]:

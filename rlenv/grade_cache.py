@@ -71,8 +71,12 @@ class GraderCache:
 
 
 def verifier_identity(config: Any, module_hash: str | None) -> dict[str, Any]:
-    """The verifier's configuration, its declared version and its module's source hash."""
-    identity = {"config": json.loads(config.model_dump_json(by_alias=True))}
+    """The verifier's configuration, its declared version and its module's source hash.
+    `config`: a `Verifier`, or its record (`rlenv.spec_data`), which holds that dump."""
+    dumped = getattr(config, "dumped", None)
+    if dumped is None:
+        dumped = json.loads(config.model_dump_json(by_alias=True))
+    identity = {"config": dumped}
     if module_hash:
         identity["source"] = module_hash
     return identity

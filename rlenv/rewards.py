@@ -6,11 +6,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.errors import UserError
 from rlenv.refs import import_ref
-from rlenv.spec import CompositeReward, RewardModel
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import CompositeReward, RewardModel
 
 
 @dataclass

@@ -27,15 +27,24 @@ from rlenv.spec_base import (  # noqa: F401  (re-exported: rlenv.spec is where t
     Strict,
     signature,
 )
+from rlenv.spec_data import (  # noqa: F401  (re-exported: worker code reads them from spec_data)
+    DEFAULT_MARKERS,
+    DEFAULT_NORMALISE,
+    SERVICE_DOMAIN,
+    JudgeRules,
+    LoadedRules,
+    Marker,
+    Normalise,
+    ServiceRules,
+    VerifierRules,
+    WhenRules,
+    line_of,
+)
 from rlenv.spec_user import SimulatedUser
 
 # YAML (`rlenv.user_yaml`, `rlenv.spec_compose`) is imported where a spec file is read: a
 # frozen-world worker is sent its spec as data (`WorkerConfig.loaded_spec`) and reads none
 
-Normalise = Literal["lower", "strip", "whitespace", "punctuation", "articles"]
-DEFAULT_NORMALISE: tuple[Normalise, ...] = ("lower", "strip", "whitespace")
-Marker = Literal["boxed", "####", "answer"]
-DEFAULT_MARKERS: tuple[Marker, ...] = ("boxed", "####", "answer")
 NUMERIC_OPTIONS = ("extract", "markers", "locale", "base")
 
 
@@ -98,7 +107,7 @@ class Tool(Strict):
         return self
 
 
-class Judge(Strict):
+class Judge(Strict, JudgeRules):
     """A model-graded verifier's judge: an OpenAI-compatible chat model and a rubric (jinja2 over
     the input's fields, ``answer`` and ``prompt``); its replies are recorded by `rlenv record`
     into ``cassette`` and replayed by `rlenv run`. ``mode``: ``replay`` (only the cassette),
@@ -129,13 +138,8 @@ class Judge(Strict):
             raise ValueError(f"judge.score_pattern: {exc}") from None
         return self
 
-    @property
-    def cassette_path(self) -> str:
-        """The cassette's path as written in the spec ("" in live mode without one)."""
-        return self.cassette.path if self.cassette is not None else ""
 
-
-class When(Strict):
+class When(Strict, WhenRules):
     """A verifier applies to an input when its `field` is present (and not null), or, with
     `equals`/`in`, when the field has that value / one of those values."""
 
@@ -151,17 +155,8 @@ class When(Strict):
             raise ValueError("when: give 'equals' or 'in', not both")
         return self
 
-    def applies(self, data: dict[str, Any]) -> bool:
-        if self.field not in data or data[self.field] is None:
-            return False
-        if self.in_ is not None:
-            return data[self.field] in self.in_
-        if "equals" in self.model_fields_set:
-            return bool(data[self.field] == self.equals)
-        return True
 
-
-class Verifier(Strict):
+class Verifier(Strict, VerifierRules):
     type: Literal[
         "exact_match",
         "regex",
@@ -266,10 +261,6 @@ class Verifier(Strict):
         if self.base != 10 and "locale" in declared:
             raise ValueError("locale: only for base 10 (other bases read integers)")
 
-    @property
-    def label(self) -> str:
-        return self.name or self.type
-
 
 class RewardModel(Strict):
     """The second stage: a held-out reward model scoring each rollout after the verifiers.
@@ -321,10 +312,6 @@ class Scrub(Strict):
         return value
 
 
-SERVICE_DOMAIN = "rlenv.internal"
-"""Logical hosts of the spec's services: `http://NAME.rlenv.internal`, never a real port."""
-
-
 class Ready(Strict):
     """When a started service counts as up: an HTTP path answering 2xx, or its TCP port open."""
 
@@ -339,7 +326,7 @@ class Ready(Strict):
         return self
 
 
-class Service(Strict):
+class Service(Strict, ServiceRules):
     """A local service `rlenv record` starts itself (under libfaketime at the spec's instant) and
     stops afterwards. `command` runs in the spec's directory with `{port}` (and `$PORT`) set to
     a free loopback port; tools reach it at the logical `base_url`, which is all a cassette
@@ -349,19 +336,6 @@ class Service(Strict):
     command: list[str] = Field(min_length=1)
     ready: Ready = Field(default_factory=lambda: Ready.model_validate({"tcp": True}))
     env: dict[str, str] = Field(default_factory=dict)
-
-    @property
-    def host(self) -> str:
-        return f"{self.name}.{SERVICE_DOMAIN}"
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}"
-
-    @property
-    def variable(self) -> str:
-        """The environment variable a tool may read the base URL from: RLENV_<NAME>_URL."""
-        return f"RLENV_{self.name.upper().replace('-', '_')}_URL"
 
 
 class Limits(Strict):
@@ -483,48 +457,17 @@ class EnvSpec(Strict):
         return self
 
 
-class LoadedSpec:
-    """A validated spec together with where it came from and its resolved files."""
+class LoadedSpec(LoadedRules):
+    """A validated spec together with where it came from and its resolved files (the paths:
+    `rlenv.spec_data.LoadedRules`; sent to a worker as `rlenv.spec_data.as_data` of it)."""
+
+    spec: EnvSpec
 
     def __init__(self, spec: EnvSpec, path: Path, raw: dict[str, Any]) -> None:
         self.spec = spec
         self.path = path
         self.root = path.parent
         self.raw = raw
-
-    def resolve(self, relative: str) -> Path:
-        return (self.root / relative).resolve()
-
-    @property
-    def inputs_path(self) -> Path:
-        return self.source_path(self.spec.inputs)
-
-    @property
-    def train_inputs_path(self) -> Path | None:
-        train = self.spec.train_inputs
-        return None if train is None else self.source_path(train)
-
-    def source_path(self, inputs: Inputs) -> Path:
-        """The file inputs are read from: the spec's file, or a datasets split's rows as
-        written to the cache under their pinned hash (`rlenv.inputs.materialise` writes it)."""
-        if inputs.path is not None:
-            return self.resolve(inputs.path)
-        from rlenv.canonical import sha256_json
-        from rlenv.files import default_cache_dir
-
-        assert inputs.dataset is not None
-        source = sha256_json(inputs.dataset.model_dump(mode="json"))[:16]
-        return default_cache_dir() / "datasets" / f"{source}-{inputs.sha256}.jsonl"
-
-    @property
-    def snapshot_path(self) -> Path | None:
-        return self.resolve(self.spec.snapshot.path) if self.spec.snapshot else None
-
-    def python_paths(self) -> list[Path]:
-        return [self.resolve(entry) for entry in self.spec.python_path]
-
-    def cassette_path(self, tool: Tool) -> Path | None:
-        return self.resolve(tool.cassette.path) if tool.cassette else None
 
     def canonical(self) -> dict[str, Any]:
         """The spec as plain JSON data (defaults filled in, aliases used); an env without
@@ -543,19 +486,6 @@ class LoadedSpec:
             if component.get("fallback") is None:
                 component.pop("fallback", None)
         return data
-
-
-def line_of(loaded: LoadedSpec, loc: tuple[Any, ...]) -> int | None:
-    """The 1-based line of a field path (``("tools", 0, "function")``) in a loaded spec file."""
-    import yaml
-
-    from rlenv.user_yaml import line_at
-
-    try:
-        node = yaml.compose(loaded.path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    return line_at(node, loc)
 
 
 def json_schema() -> dict[str, Any]:

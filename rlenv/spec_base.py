@@ -8,29 +8,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlenv.canonical import SAFE_INTEGER
+from rlenv.spec_data import CALLABLES, signature  # noqa: F401  (re-exported)
 
 IMPORT_REF = r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$"
-
-# How rlenv calls each kind of python callable a spec names: the one statement of it, used by
-# the JSON Schema (`rlenv schema`), the signature checks (`rlenv.env.check_signatures`) and the
-# README's table (a test keeps the three equal): kind -> (call, returns).
-CALLABLES: dict[str, tuple[str, str]] = {
-    "tool": ("tool(arguments: dict, ctx)", "str | JSON value"),
-    "verifier": (
-        "check(answer: str | None, input: dict, ctx, **options)",
-        "bool | float | (bool, detail) | {passed, score?, detail?}",
-    ),
-    "reward_model": ("score(prompt: list[message], answer: str | None, ctx, **options)", "float"),
-    "policy": ("policy(messages: list[message], tools: list[tool schema], ctx)", "str | message"),
-    "reward_component": ("fn(prompt: list[message], answer: str | None, ctx)", "float"),
-    "user": ("user(messages: list[message], input: dict, ctx)", "str | None"),
-}
-
-
-def signature(kind: str) -> str:
-    """``def CALL -> RETURNS`` for a kind of callable (:data:`CALLABLES`)."""
-    call, returns = CALLABLES[kind]
-    return f"def {call} -> {returns}"
 
 
 class Strict(BaseModel):

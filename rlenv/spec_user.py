@@ -13,8 +13,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from rlenv.spec_base import IMPORT_REF, FileRef, Strict, signature
-
-USER_CASSETTE = "user"  # the name its recorded HTTP is kept under, beside the tools'
+from rlenv.spec_data import USER_CASSETTE  # noqa: F401  (re-exported)
 
 
 class SimulatedUser(Strict):

@@ -148,10 +148,12 @@ class LocalExecutor:
         over and given it when they were started alike; else let go, and workers started."""
         self.workers = max(1, workers)
         from rlenv.spec import load_spec
+        from rlenv.spec_data import as_data
 
-        # workers die with us; the spec is loaded here once and sent to each worker as data
+        # workers die with us; the spec is loaded here once and sent to each worker as data:
+        # records (`rlenv.spec_data`), which the worker reads without importing pydantic
         self.config = dataclasses.replace(
-            config, parent_pid=os.getpid(), loaded_spec=load_spec(config.spec_path)
+            config, parent_pid=os.getpid(), loaded_spec=as_data(load_spec(config.spec_path))
         )
         assert self.config.loaded_spec is not None
         self.given: WorkerConfig | None = self.config  # what a worker is started with

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.results import VerifierRecord
-from rlenv.spec import Verifier
 from rlenv.verifiers.numbers import Rule, Unreadable, read_gold
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Verifier
 
 
 @dataclass

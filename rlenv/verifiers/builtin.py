@@ -11,13 +11,12 @@ import math
 import re
 import string
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.canonical import sha256_file
 from rlenv.errors import FixtureMiss, UserError, VerifierCrash, env_frames
 from rlenv.refs import import_ref
 from rlenv.results import VERIFIER_ERROR
-from rlenv.spec import Verifier
 from rlenv.verifiers.base import (
     Grader,
     LiveJudgment,
@@ -27,6 +26,9 @@ from rlenv.verifiers.base import (
 )
 from rlenv.verifiers.numbers import Rule, Unreadable, read_gold, read_number
 from rlenv.verifiers.text import skeleton
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Verifier
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = str.maketrans("", "", string.punctuation)

@@ -22,7 +22,7 @@ import traceback
 import types
 import unittest
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.errors import UserError
 from rlenv.sandbox import (
@@ -35,8 +35,10 @@ from rlenv.sandbox import (
     sandbox_python,
 )
 from rlenv.sandbox.mechanism import WEAK_SANDBOX_VARIABLE
-from rlenv.spec import Verifier
 from rlenv.verifiers.base import Grader, VerifierContext, expected_value
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Verifier
 
 __all__ = [
     "SolutionError",

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.errors import UserError
 from rlenv.json_schema import schema_formats
-from rlenv.spec import Verifier
 from rlenv.verifiers.base import Grader, VerifierContext
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Verifier
 
 _FENCE = re.compile(r"\s*```(?:json)?[ \t]*\n(?P<body>.*?)\n?```\s*", re.DOTALL | re.IGNORECASE)
 

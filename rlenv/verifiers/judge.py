@@ -34,13 +34,15 @@ import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.canonical import canonical_bytes, sha256_bytes
 from rlenv.errors import FixtureMiss, UserError
 from rlenv.jsonl import json_lines, parse_json_line
-from rlenv.spec import Judge, LoadedSpec, Verifier
 from rlenv.verifiers.base import Grader, LiveJudgment, VerifierContext
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Judge, LoadedSpec, Verifier
 
 PENDING_JUDGMENT = "judge: awaiting a live judgment"
 """A judge verifier's detail when the world left the judgment to the orchestrator."""

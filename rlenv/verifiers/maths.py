@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.errors import UserError
-from rlenv.spec import Verifier
 from rlenv.verifiers.base import Grader, VerifierContext, expected_value
 from rlenv.verifiers.numbers import Unreadable, marked_answers
 from rlenv.verifiers.text import visible
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Verifier
 
 MATH_EXTRA = "pip install 'rlenv[math]'"
 

@@ -21,10 +21,13 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rlenv.spec import DEFAULT_MARKERS, Verifier
+from rlenv.spec_data import DEFAULT_MARKERS
 from rlenv.verifiers.text import visible
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Verifier
 
 # locale -> (digit-group separators, decimal mark); an example of each is in LOCALE_EXAMPLES
 LOCALES: dict[str, tuple[str, str]] = {

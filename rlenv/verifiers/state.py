@@ -32,11 +32,13 @@ import math
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.canonical import sha256_file
-from rlenv.spec import Verifier
 from rlenv.verifiers.base import Grader, VerifierContext, expected_value
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import Verifier
 
 SHOWN = 50  # rows (or leaves) of each kind kept in a record's diff; the counts are exact
 

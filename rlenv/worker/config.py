@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from rlenv.spec import LoadedSpec
+    from rlenv.spec_data import LoadedData
 
 
 @dataclass
@@ -39,8 +40,22 @@ class WorkerConfig:
     # worker neither reads nor validates it again (building the spec's validators was a third
     # of a worker's start). None: the worker loads `spec_path` itself. Set by whoever has just
     # loaded that very path (the local executor); a config sent elsewhere (a Ray actor, which
-    # unpacks the spec under another path) leaves it None.
-    loaded_spec: LoadedSpec | None = None
+    # unpacks the spec under another path) leaves it None. The local executor sends it as
+    # records (`rlenv.spec_data.as_data`): a worker reads them without importing pydantic.
+    loaded_spec: LoadedSpec | LoadedData | None = None
+
+
+def spec_records(config: WorkerConfig) -> LoadedSpec:
+    """The worker's spec as records (`rlenv.spec_data`), read alike however it came: as sent
+    (`loaded_spec`), or loaded here (a Ray actor, an unpacked bundle: pydantic is imported
+    then) and made records. Typed as the models the records mirror."""
+    from rlenv.spec_data import as_data
+
+    if config.loaded_spec is not None:
+        return as_data(config.loaded_spec)  # type: ignore[no-any-return]
+    from rlenv.spec import load_spec
+
+    return as_data(load_spec(config.spec_path))  # type: ignore[no-any-return]
 
 
 @dataclass(slots=True)

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.agent import ToolCrash, UserCall, conversation_loop
 from rlenv.errors import FixtureMiss, env_frames
 from rlenv.refs import import_ref
-from rlenv.spec import LoadedSpec
-from rlenv.spec_user import USER_CASSETTE, SimulatedUser
+from rlenv.spec_data import USER_CASSETTE
 from rlenv.worker.config import WorkerConfig
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import LoadedSpec
+    from rlenv.spec_user import SimulatedUser
 
 __all__ = ["UserCall", "WorldUser", "conversation_loop"]
 

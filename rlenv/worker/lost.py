@@ -5,14 +5,17 @@ stopped the rollout."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rlenv.agent import Trajectory
 from rlenv.grade_cache import PENDING
 from rlenv.inputs import EnvInput
 from rlenv.results import RolloutRecord, seal
 from rlenv.seeding import derive_seed
-from rlenv.spec import LoadedSpec
 from rlenv.worker.config import RolloutTask
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import LoadedSpec
 
 
 def lost_record(

@@ -51,9 +51,8 @@ from rlenv.providers.registry import make_in_world_policy
 from rlenv.results import RolloutRecord, VerifierRecord, seal
 from rlenv.rewards import RewardContext, build_components, build_reward_model, composite
 from rlenv.seeding import derive_seed, seed_everything, seed_globals
-from rlenv.spec import load_spec
 from rlenv.verifiers import VerifierContext
-from rlenv.worker.config import RolloutTask, WorkerConfig
+from rlenv.worker.config import RolloutTask, WorkerConfig, spec_records
 from rlenv.worker.conversation import WorldUser, conversation_loop
 from rlenv.worker.inputs import WorldInputs
 from rlenv.worker.lost import lost_record
@@ -82,7 +81,7 @@ class WorldRuntime:
             from rlenv.sandbox.mechanism import WEAK_SANDBOX_VARIABLE  # not verifiers.code: 0.1 s
 
             os.environ[WEAK_SANDBOX_VARIABLE] = "1"  # read by the code verifiers, in this worker
-        self.loaded = config.loaded_spec or load_spec(config.spec_path)
+        self.loaded = spec_records(config)
         spec = self.loaded.spec
         # tools see each service at its logical URL, whatever the host's environment says
         os.environ.update(service_variables(spec.services))

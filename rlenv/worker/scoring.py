@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlenv.agent import Trajectory
 from rlenv.errors import VerifierCrash
@@ -22,10 +22,12 @@ from rlenv.grade_cache import (
 )
 from rlenv.inputs import EnvInput
 from rlenv.results import RolloutRecord, VerifierRecord
-from rlenv.spec import LoadedSpec
 from rlenv.verifiers import VerifierContext, build_verifiers
 from rlenv.worker.config import RolloutTask, WorkerConfig
 from rlenv.worker.timers import set_phase
+
+if TYPE_CHECKING:  # records of the spec in a worker (`rlenv.spec_data`), typed as its models
+    from rlenv.spec import LoadedSpec
 
 
 @dataclass

@@ -13,10 +13,10 @@ from rlenv.agent import RolloutTimeout, ToolCrash, ToolOutcome, parse_arguments
 from rlenv.bounds import OutOfBounds, tool_content
 from rlenv.errors import env_frames
 from rlenv.providers.base import import_ref
-from rlenv.spec import LoadedSpec, Tool
 from rlenv.worker.config import WorkerConfig
 
 if TYPE_CHECKING:  # replay, scrubbing and MCP are imported by a world that has tools (~40 ms)
+    from rlenv.spec import LoadedSpec, Tool
     from rlenv.world.mcp import McpTool
     from rlenv.world.replay import FixtureEvent
 

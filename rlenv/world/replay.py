@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from rlenv.canonical import canonical_bytes, sha256_file, sha256_json
 from rlenv.errors import FixtureMiss, SpecError
 from rlenv.files import atomic_write, default_cache_dir
-from rlenv.spec_user import USER_CASSETTE
+from rlenv.spec_data import USER_CASSETTE
 from rlenv.world.packed import PackedResponses
 from rlenv.world.replay_patch import import_vcr, late_patches, skipped_patchers
 from rlenv.world.scrub import Scrubber
