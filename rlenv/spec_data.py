@@ -168,21 +168,24 @@ class Record:
     (name, value) pairs, as a pydantic model does (``dict(record)``). Pickled by reference to
     this module."""
 
-    __slots__ = ("kind", "values", "model_fields_set")
+    # the fields live in the instance's own __dict__: read as plain attributes (~30 ns, as a
+    # pydantic model's), where a `__getattr__` over a dict took ~450 ns for every field read
+    __slots__ = ("kind", "model_fields_set", "__dict__")
     kind: str
-    values: dict[str, Any]
     model_fields_set: frozenset[str]
 
     def __init__(self, kind: str, values: dict[str, Any], fields_set: frozenset[str]) -> None:
         object.__setattr__(self, "kind", kind)
-        object.__setattr__(self, "values", values)
         object.__setattr__(self, "model_fields_set", fields_set)
+        self.__dict__.update(values)
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.values[name]
-        except KeyError:
-            raise AttributeError(f"{self.kind!r} record has no attribute {name!r}") from None
+    @property
+    def values(self) -> dict[str, Any]:
+        """The fields by name (the record's own: not to be changed)."""
+        return self.__dict__
+
+    def __getattr__(self, name: str) -> Any:  # only for what is not a field
+        raise AttributeError(f"{self.kind!r} record has no attribute {name!r}")
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"{self.kind} is frozen")
@@ -203,7 +206,7 @@ class Record:
         return f"{self.kind}({shown})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.kind, self.values, self.model_fields_set))
+        return (type(self), (self.kind, dict(self.values), self.model_fields_set))
 
     def model_dump(self) -> dict[str, Any]:
         """The fields as plain data, records in them too (pydantic's ``model_dump()``)."""
@@ -242,7 +245,7 @@ class VerifierRecord(Record, VerifierRules):
         object.__setattr__(self, "dumped", dumped)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.kind, self.values, self.model_fields_set, self.dumped))
+        return (type(self), (self.kind, dict(self.values), self.model_fields_set, self.dumped))
 
 
 class JudgeRecord(Record, JudgeRules):
