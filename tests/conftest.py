@@ -202,6 +202,30 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def probe_report(args: list[str], cwd: Path) -> Any:
+    """Run a probe (`python ARGS...`) in a fresh interpreter from `cwd`; what it printed last on
+    stderr, as JSON (its exit code must be 0)."""
+    result = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=120, cwd=cwd
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stderr.strip().splitlines()[-1])
+
+
+def lookup_cassette(path: Path, api: str) -> Path:
+    """A vcrpy cassette of one GET API/v1/lookup answered {"kind": "fruit"}."""
+    interaction = {
+        "request": {"method": "GET", "uri": f"{api}/v1/lookup", "body": None, "headers": {}},
+        "response": {
+            "status": {"code": 200, "message": "OK"},
+            "headers": {"Content-Type": ["application/json"]},
+            "body": {"string": json.dumps({"kind": "fruit"})},
+        },
+    }
+    path.write_text(yaml.safe_dump({"version": 1, "interactions": [interaction]}))
+    return path
+
+
 @pytest.fixture
 def chat() -> Any:
     """Start real chat-completions servers on 127.0.0.1:0; all are stopped after the test."""

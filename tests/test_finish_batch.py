@@ -6,9 +6,6 @@ its batch changes nothing but its own rollout's record."""
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +16,7 @@ from rlenv.errors import WorkerLost
 from rlenv.executors import make_executor
 from rlenv.executors.local import LocalExecutor
 from rlenv.worker.config import RolloutTask, WorkerConfig
-from tests.conftest import EnvBuilder
+from tests.conftest import EnvBuilder, probe_report
 
 VERIFIER = """
 import os, pickle, struct
@@ -169,13 +166,5 @@ def test_an_inert_world_grades_without_touching_its_work_root(
     spec = env_builder.write("", inputs=inputs, model="openai:x", rollouts=1)
     probe = tmp_path / "probe.py"
     probe.write_text(INERT_PROBE)
-    result = subprocess.run(
-        [sys.executable, str(probe), str(spec)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=spec.parent,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    seen = probe_report([str(probe), str(spec)], spec.parent)
     assert seen == {"passed": [True, True, True], "touched": []}

@@ -122,6 +122,18 @@ def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
+def post_once(pool: Http1Pool) -> Any:
+    """One POST through a new `pool`, closed after it: its reply."""
+
+    async def go() -> Any:
+        try:
+            return await pool.post(b"{}")
+        finally:
+            await pool.close()
+
+    return run(go())
+
+
 def test_requests_reuse_one_keep_alive_connection(serve: Callable[[Handler], Server]) -> None:
     seen: list[bytes] = []
 
@@ -211,15 +223,8 @@ def test_a_connection_closed_mid_reply_is_a_disconnect(
 
     server = serve(cut)
 
-    async def go() -> None:
-        pool = server.pool()
-        try:
-            await pool.post(b"{}")
-        finally:
-            await pool.close()
-
     with pytest.raises(WireError, match="ServerDisconnectedError"):
-        run(go())
+        post_once(server.pool())
     assert server.connections == 1, "a reply begun is not sent again"
 
 
@@ -320,14 +325,7 @@ def test_retry_after_of_a_429_is_read(serve: Callable[[Handler], Server]) -> Non
 
     server = serve(busy)
 
-    async def go() -> Any:
-        pool = server.pool()
-        try:
-            return await pool.post(b"{}")
-        finally:
-            await pool.close()
-
-    reply = run(go())
+    reply = post_once(server.pool())
     assert (reply.status, reply.retry_after, reply.content) == (429, "7", b"{}")
 
 
@@ -365,14 +363,8 @@ def test_a_closed_port_is_a_connect_error() -> None:
         port = probe.getsockname()[1]
     pool = Http1Pool("127.0.0.1", port, "/", {}, limit=2, timeout=2.0)
 
-    async def go() -> None:
-        try:
-            await pool.post(b"{}")
-        finally:
-            await pool.close()
-
     with pytest.raises(WireError, match="ConnectError: Cannot connect to host 127.0.0.1"):
-        run(go())
+        post_once(pool)
 
 
 def test_a_malformed_reply_is_a_response_error(serve: Callable[[Handler], Server]) -> None:
@@ -383,15 +375,8 @@ def test_a_malformed_reply_is_a_response_error(serve: Callable[[Handler], Server
 
     server = serve(garbage)
 
-    async def go() -> None:
-        pool = server.pool()
-        try:
-            await pool.post(b"{}")
-        finally:
-            await pool.close()
-
     with pytest.raises(WireError, match="ClientResponseError: malformed HTTP reply"):
-        run(go())
+        post_once(server.pool())
 
 
 def test_waiting_requests_get_the_place_a_failed_one_freed(

@@ -8,16 +8,13 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rlenv.grade_cache import verifier_identity
 from rlenv.spec import load_spec
-from tests.conftest import EnvBuilder, cli, read_jsonl
+from tests.conftest import EnvBuilder, cli, lookup_cassette, probe_report, read_jsonl
 
 API = "http://api.example.test"
 
@@ -72,22 +69,9 @@ VERIFIERS = [
 ]
 
 
-def _cassette(path: Path) -> Path:
-    interaction = {
-        "request": {"method": "GET", "uri": f"{API}/v1/lookup", "body": None, "headers": {}},
-        "response": {
-            "status": {"code": 200, "message": "OK"},
-            "headers": {"Content-Type": ["application/json"]},
-            "body": {"string": json.dumps({"kind": "fruit"})},
-        },
-    }
-    path.write_text(yaml.safe_dump({"version": 1, "interactions": [interaction]}))
-    return path
-
-
 def _spec(env_builder: EnvBuilder) -> Path:
     env_builder.root.mkdir(parents=True, exist_ok=True)
-    cassette = _cassette(env_builder.root / "lookup.yaml")
+    cassette = lookup_cassette(env_builder.root / "lookup.yaml", API)
     return env_builder.write(
         CODE,
         inputs=[
@@ -185,15 +169,8 @@ def test_a_worker_that_loads_its_spec_itself_reads_it_as_records(env_builder: En
     """A worker not sent its spec (a Ray actor, an unpacked bundle) loads it, with pydantic,
     and reads it as records all the same: one code path in the world."""
     spec = _spec(env_builder)
-    result = subprocess.run(
-        [sys.executable, "-c", UNSENT_PROBE, str(spec), f"python:{env_builder.module}:policy"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=spec.parent,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    seen = json.loads(result.stderr.strip().splitlines()[-1])
+    model = f"python:{env_builder.module}:policy"
+    seen = probe_report(["-c", UNSENT_PROBE, str(spec), model], spec.parent)
     assert seen == {"status": "ok", "kinds": ["LoadedData", "WhenRecord"]}
 
 

@@ -16,9 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from tests.conftest import EnvBuilder, cli, read_jsonl
+from tests.conftest import EnvBuilder, cli, lookup_cassette, read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1]
 API = "http://api.example.test"
@@ -107,16 +106,7 @@ print("OUTCOME " + json.dumps(outcome))
 
 
 def _cassette(path: Path) -> Path:
-    interaction = {
-        "request": {"method": "GET", "uri": f"{API}/v1/lookup", "body": None, "headers": {}},
-        "response": {
-            "status": {"code": 200, "message": "OK"},
-            "headers": {"Content-Type": ["application/json"]},
-            "body": {"string": json.dumps({"kind": "fruit"})},
-        },
-    }
-    path.write_text(yaml.safe_dump({"version": 1, "interactions": [interaction]}))
-    return path
+    return lookup_cassette(path, API)
 
 
 def _late(cassette: Path, library: str) -> subprocess.CompletedProcess[str]:

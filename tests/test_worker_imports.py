@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EnvBuilder
+from tests.conftest import EnvBuilder, probe_report
 
 PROBE = """
 import json, sys, tempfile
@@ -39,15 +39,7 @@ def _loaded(spec: Path, model: str, tmp_path: Path, code: str = PROBE) -> dict:
     stderr, as JSON."""
     probe = tmp_path / "probe.py"
     probe.write_text(code)
-    result = subprocess.run(
-        [sys.executable, str(probe), str(spec), model],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=spec.parent,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stderr.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return probe_report([str(probe), str(spec), model], spec.parent)  # type: ignore[no-any-return]
 
 
 def test_a_worker_without_tools_loads_no_schema_validator_nor_httpx_cli(
@@ -151,15 +143,7 @@ def _probe(tmp_path: Path, config: Any, code: str, cwd: Path) -> Any:
     sent.write_bytes(pickle.dumps(config))
     probe = tmp_path / "probe.py"
     probe.write_text(code)
-    result = subprocess.run(
-        [sys.executable, str(probe), str(sent)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stderr.strip().splitlines()[-1])
+    return probe_report([str(probe), str(sent)], cwd)
 
 
 SENT_PROBE = """
