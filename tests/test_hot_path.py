@@ -4,6 +4,7 @@ local run gives the records asyncio's gives, and the per-run constants stay per 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -115,3 +116,39 @@ def test_each_rollout_gets_its_own_tools_and_decoding(
     for body in first_turns:  # each rollout's first request: one spoiled tool, not many
         assert [tool["function"]["name"] for tool in body["tools"]] == ["search", "spoiled"]
         assert body["temperature"] == 2.0
+
+
+PRINTING_CODE = """
+def search(args, ctx):
+    print("tool saw " + args["query"])
+    return "result for " + args["query"]
+"""
+
+
+def test_what_an_outside_rollouts_tool_prints_reaches_its_record(
+    chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """A tool call driven from outside prints (Python's buffered `print`) in its call's child;
+    the output waits in the worker (a file in the work root) until the rollout's finish puts
+    it in the record. The child ends with `os._exit`, which flushes nothing: before the fix,
+    every such print was lost and the record had no `output`."""
+    server = chat()
+    tools = [
+        {
+            "name": "search",
+            "function": "MOD:search",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "required": ["query"],
+            },
+        }
+    ]
+    spec = env_builder.write(PRINTING_CODE, inputs=INPUTS, tools=tools, rollouts=1)
+    settings = RunSettings(model="openai:tiny", base_url=server.base_url, concurrency=4)
+    run(spec, dataclasses.replace(settings, out=tmp_path / "out"))
+    records = read_results(tmp_path / "out" / "results.jsonl")
+    assert len(records) == len(INPUTS)
+    for record in records:
+        assert record["answer"] == f"result for {record['messages'][0]['content']}"
+        assert record["output"]["stdout"] == f"tool saw {record['messages'][0]['content']}\n"

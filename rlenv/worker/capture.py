@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import sys
 import termios
+from pathlib import Path
 from typing import Any
 
 OUTPUT_LIMIT = 16 * 1024
@@ -171,3 +173,18 @@ def merge_output(
             text, merged["truncated"] = text[:OUTPUT_LIMIT], True
         merged[stream] = text
     return merged
+
+
+def keep_output(path: Path, output: dict[str, Any]) -> None:
+    """`output` added to what waits at `path` (a rollout's earlier calls' output)."""
+    earlier = json.loads(path.read_text()) if path.exists() else None
+    path.write_text(json.dumps(merge_output(earlier, output)))
+
+
+def take_output(path: Path) -> dict[str, Any] | None:
+    """What waits at `path`, removed; None when nothing does."""
+    if not path.exists():
+        return None
+    output = json.loads(path.read_text())
+    path.unlink()
+    return output  # type: ignore[no-any-return]

@@ -51,6 +51,7 @@ import select
 import shutil
 import signal
 import socket
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -549,6 +550,11 @@ def _answer(body: Callable[[], Any], write_fd: int) -> None:
             reply = ("raise", exc)
         except BaseException as exc:  # SystemExit from env code that escaped its handler
             reply = ("raise", RuntimeError(f"{type(exc).__name__}: {exc}"))
+        # what env code printed through Python's buffers reaches the worker's drains before
+        # the answer does: `os._exit` below flushes nothing (a tool's `print` was lost)
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            with contextlib.suppress(Exception):
+                stream.flush()  # type: ignore[union-attr]
         try:
             data = _encode(reply)
         except Exception as exc:  # what does not encode as JSON: not the call's answer

@@ -6,7 +6,6 @@ one table of entry points.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -18,7 +17,7 @@ from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
 from rlenv.results import RolloutRecord
 from rlenv.worker import isolate
-from rlenv.worker.capture import CapturedOutput, merge_output
+from rlenv.worker.capture import CapturedOutput, keep_output, merge_output, take_output
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import late_grade_lost
 from rlenv.worker.runtime import WorldChecksFailed, WorldRuntime
@@ -185,20 +184,8 @@ def _output_path(task: RolloutTask) -> Path:
 
 
 def _keep_output(task: RolloutTask, output: dict[str, Any] | None) -> None:
-    if output is None:
-        return
-    path = _output_path(task)
-    earlier = json.loads(path.read_text()) if path.exists() else None
-    path.write_text(json.dumps(merge_output(earlier, output)))
-
-
-def _take_output(task: RolloutTask) -> dict[str, Any] | None:
-    path = _output_path(task)
-    if not path.exists():
-        return None
-    output = json.loads(path.read_text())
-    path.unlink()
-    return output  # type: ignore[no-any-return]
+    if output is not None:
+        keep_output(_output_path(task), output)
 
 
 def _with_output(record: RolloutRecord, output: dict[str, Any] | None) -> RolloutRecord:
@@ -286,7 +273,7 @@ def _finish(task: RolloutTask, trajectory: Trajectory, model: str, timeout: floa
             runtime.release(task)
             record = _timeout_record(task, model)
     # an inert world's calls print nothing the worker keeps (`_in_world`): no output waits
-    earlier = None if runtime.inert else _take_output(task)
+    earlier = None if runtime.inert else take_output(_output_path(task))
     return _with_output(record, merge_output(earlier, printed.output))
 
 
