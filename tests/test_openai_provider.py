@@ -703,3 +703,27 @@ def test_a_broken_reply_body_raises_as_json_loads_raises(body: bytes) -> None:
     with pytest.raises((ValueError, RecursionError)) as reference:
         json.loads(body)
     assert type(ours.value) is type(reference.value)
+
+
+@pytest.mark.parametrize(
+    "key", ["sk-a\r\nX-Injected: 1", "sk-\u2603"], ids=["line-break", "not-latin-1"]
+)
+def test_an_api_key_no_header_can_carry_is_a_user_error(key: str) -> None:
+    """Sent as `Authorization: Bearer KEY`: a line break would add a header of its own (the
+    plain-HTTP client writes the head itself), and a character outside latin-1 cannot be sent
+    at all. One line naming the key, before any request."""
+    with pytest.raises(UserError, match="the API key .OPENAI_API_KEY. holds a line break"):
+        OpenAIProvider("openai:tiny", "tiny", base_url="http://127.0.0.1:1", api_key=key)
+    with pytest.raises(ValueError, match="holds a line break"):
+        http1.Http1Pool("127.0.0.1", 1, "/", {"Authorization": key}, limit=1, timeout=1.0)
+
+
+def test_a_base_url_path_with_a_space_is_sent_escaped(chat: Callable[..., ChatServer]) -> None:
+    """Both clients send the path as yarl escapes it (a space as %20): the server names the
+    path it was asked for, not a request line it could not read."""
+    server = chat()
+    provider = OpenAIProvider(
+        "openai:tiny", "tiny", base_url=f"{server.base_url}/v1 x", max_retries=0
+    )
+    with pytest.raises(InfraError, match="HTTP 404.*no route /v1%20x/v1/chat/completions"):
+        complete(provider, request())

@@ -188,6 +188,12 @@ class Http1Pool:
         limit: int,
         timeout: float,
     ) -> None:
+        for name, value in headers.items():  # no header of the caller's may inject another
+            text = name + value
+            if any(char in text for char in "\r\n\0") or not text.isascii() and max(text) > "\xff":
+                raise ValueError(
+                    f"header {name!r} holds a line break or a character outside latin-1"
+                )
         authority = host if ":" not in host else f"[{host}]"
         lines = [f"POST {target} HTTP/1.1", f"Host: {authority}:{port}"]
         lines += [f"{name}: {value}" for name, value in headers.items()]

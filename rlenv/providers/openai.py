@@ -22,7 +22,7 @@ import logging
 import os
 import random
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import orjson
 
@@ -146,6 +146,11 @@ class OpenAIProvider:
         )
         if max_retries < 0:
             raise UserError("openai: max_retries must be >= 0")
+        if self.api_key and not _header_safe(self.api_key):  # sent as a header's value
+            raise UserError(
+                "openai: the API key (OPENAI_API_KEY) holds a line break or a character an HTTP"
+                " header cannot carry (not latin-1)"
+            )
         self.max_retries = max_retries
         self.request_timeout = request_timeout
         if backoff_base is None:
@@ -180,8 +185,6 @@ class OpenAIProvider:
 
     def _redact(self, text: str) -> str:
         """An error message without the provider's secrets (raw or URL-encoded)."""
-        from urllib.parse import quote
-
         for secret in self._secrets:
             text = text.replace(secret, "REDACTED").replace(quote(secret, safe=""), "REDACTED")
         return text
@@ -218,6 +221,8 @@ class OpenAIProvider:
             from rlenv.providers.http1 import Http1Pool
 
             target = parts.path + (f"?{parts.query}" if parts.query else "")
+            # as yarl sends it: a space or a non-ASCII character escaped, an escape kept
+            target = quote(target, safe="/?&=%:@!$'()*+,;~-._")
             return Http1Pool(
                 str(parts.hostname),
                 parts.port or _DEFAULT_PORTS["http"],
@@ -520,6 +525,15 @@ def _json_body(content: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(content)
+
+
+def _header_safe(value: str) -> bool:
+    """Whether `value` can stand in an HTTP/1.1 header as it is: latin-1, no CR, LF or NUL."""
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return not any(char in value for char in "\r\n\0")
 
 
 def _env_proxy(base_url: str) -> tuple[Any, dict[str, str] | None]:
