@@ -181,11 +181,16 @@ class EnvBuilder:
             "rollouts": 2,
         }
         document.update(spec)
-        for tool in document.get("tools", []):
-            tool["function"] = tool["function"].replace("MOD", self.module)
-        for verifier in document.get("verifiers", []):
-            if "function" in verifier:
-                verifier["function"] = verifier["function"].replace("MOD", self.module)
+        # MOD named in copies: a caller's dicts (a module-level tool or verifier list) are left
+        # as given, for the next test's builder to fill with its own module
+        for key in ("tools", "verifiers"):
+            if key in document:
+                document[key] = [
+                    {**item, "function": item["function"].replace("MOD", self.module)}
+                    if "function" in item
+                    else item
+                    for item in document[key]
+                ]
         if isinstance(document.get("model"), str):
             document["model"] = document["model"].replace("MOD", self.module)
         spec_path = self.root / "env.yaml"
@@ -210,6 +215,18 @@ def probe_report(args: list[str], cwd: Path) -> Any:
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stderr.strip().splitlines()[-1])
+
+
+SEARCH_TOOL: dict[str, Any] = {
+    "name": "search",
+    "function": "MOD:search",
+    "parameters": {
+        "type": "object",
+        "properties": {"query": {"type": "string"}},
+        "required": ["query"],
+    },
+}
+"""A tool `search(query)` of the env module (`EnvBuilder` names the module for MOD)."""
 
 
 def lookup_cassette(path: Path, api: str) -> Path:

@@ -4,7 +4,6 @@ local run gives the records asyncio's gives, and the per-run constants stay per 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ from rlenv import outside_rollout, runner
 from rlenv.results import read_results
 from rlenv.runner import RunSettings, run
 from tests.chat_server import ChatServer
-from tests.conftest import EnvBuilder
+from tests.conftest import SEARCH_TOOL, EnvBuilder
 
 SEARCH_CODE = """
 def search(args, ctx):
@@ -25,20 +24,11 @@ INPUTS = [
     {"id": f"q{index}", "prompt": f"say {index}", "answer": f"say {index}"} for index in range(6)
 ]
 
+SEARCH_TOOLS = [SEARCH_TOOL]
+
 
 def _spec(env_builder: EnvBuilder) -> Path:
-    tools = [
-        {
-            "name": "search",
-            "function": "MOD:search",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-            },
-        }
-    ]
-    return env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=tools, rollouts=2)
+    return env_builder.write(SEARCH_CODE, inputs=INPUTS, tools=SEARCH_TOOLS, rollouts=2)
 
 
 def _run(spec: Path, out: Path, base_url: str, loops: list[str]) -> dict[str, Any]:
@@ -133,20 +123,9 @@ def test_what_an_outside_rollouts_tool_prints_reaches_its_record(
     it in the record. The child ends with `os._exit`, which flushes nothing: before the fix,
     every such print was lost and the record had no `output`."""
     server = chat()
-    tools = [
-        {
-            "name": "search",
-            "function": "MOD:search",
-            "parameters": {
-                "type": "object",
-                "properties": {"query": {"type": "string"}},
-                "required": ["query"],
-            },
-        }
-    ]
-    spec = env_builder.write(PRINTING_CODE, inputs=INPUTS, tools=tools, rollouts=1)
-    settings = RunSettings(model="openai:tiny", base_url=server.base_url, concurrency=4)
-    run(spec, dataclasses.replace(settings, out=tmp_path / "out"))
+    spec = env_builder.write(PRINTING_CODE, inputs=INPUTS, tools=SEARCH_TOOLS, rollouts=1)
+    out = tmp_path / "out"
+    run(spec, RunSettings(model="openai:tiny", base_url=server.base_url, concurrency=4, out=out))
     records = read_results(tmp_path / "out" / "results.jsonl")
     assert len(records) == len(INPUTS)
     for record in records:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.chat_server import ChatServer
-from tests.conftest import EnvBuilder, cli, read_jsonl, sha256
+from tests.conftest import SEARCH_TOOL, EnvBuilder, cli, read_jsonl, sha256
 
 FAST = {"RLENV_BACKOFF_BASE": "0.01"}
 
@@ -227,15 +227,6 @@ ECHO_TOOLS = """
 def search(args, ctx):
     return "result for " + args["query"]
 """
-SEARCH_TOOL = {
-    "name": "search",
-    "function": "MOD:search",
-    "parameters": {
-        "type": "object",
-        "properties": {"query": {"type": "string"}},
-        "required": ["query"],
-    },
-}
 INPUTS = [
     {"id": "a", "prompt": "say a", "answer": "result for say a"},
     {"id": "b", "prompt": "say b", "answer": "result for say b"},
@@ -243,7 +234,7 @@ INPUTS = [
 
 
 def _api_env(builder: EnvBuilder) -> Path:
-    return builder.write(ECHO_TOOLS, inputs=INPUTS, tools=[dict(SEARCH_TOOL)])
+    return builder.write(ECHO_TOOLS, inputs=INPUTS, tools=[SEARCH_TOOL])
 
 
 def _run_api(

@@ -25,7 +25,7 @@ from rlenv.results import RolloutRecord  # noqa: E402
 from rlenv.runner import RunResult, RunSettings, run  # noqa: E402
 from rlenv.worker.config import RolloutTask, WorkerConfig  # noqa: E402
 from tests.chat_server import ChatServer  # noqa: E402
-from tests.conftest import ROOT, EnvBuilder, cli, local_ray, read_jsonl  # noqa: E402
+from tests.conftest import ROOT, SEARCH_TOOL, EnvBuilder, cli, local_ray, read_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -173,17 +173,7 @@ def test_model_outside_tools_in_actors_match_local(
     spec = env_builder.write(
         OUTSIDE_TOOL,
         inputs=inputs,
-        tools=[
-            {
-                "name": "search",
-                "function": "MOD:search",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"query": {"type": "string"}},
-                    "required": ["query"],
-                },
-            }
-        ],
+        tools=[SEARCH_TOOL],
         verifiers=[
             {"type": "exact_match", "expected_field": "answer"},
             {"type": "file_state", "path": "seen.txt", "expected": "say a"},

@@ -5,7 +5,6 @@ as the models they mirror wherever the worker reads them."""
 
 from __future__ import annotations
 
-import copy
 import json
 import pickle
 from pathlib import Path
@@ -79,7 +78,7 @@ def _spec(env_builder: EnvBuilder) -> Path:
             {"id": "b", "prompt": "look x up", "answer": GOLD},
         ],
         tools=[{"name": "lookup", "function": "MOD:lookup", "cassette": {"path": cassette.name}}],
-        verifiers=copy.deepcopy(VERIFIERS),  # `write` fills the module's name in
+        verifiers=VERIFIERS,
         rollouts=1,
     )
 
