@@ -27,7 +27,7 @@ from rlenv.providers.base import ModelReply, ModelRequest
 from rlenv.providers.openai import OpenAIProvider
 from rlenv.providers.registry import resolve_provider
 from tests.chat_server import ChatServer
-from tests.conftest import EnvBuilder, cli, read_jsonl
+from tests.conftest import EnvBuilder, cli, probe_report, read_jsonl
 
 SEARCH_TOOL = {
     "type": "function",
@@ -727,3 +727,39 @@ def test_a_base_url_path_with_a_space_is_sent_escaped(chat: Callable[..., ChatSe
     )
     with pytest.raises(InfraError, match="HTTP 404.*no route /v1%20x/v1/chat/completions"):
         complete(provider, request())
+
+
+LOADS_PROBE = """
+import asyncio, json, sys
+from rlenv.providers.base import ModelRequest
+from rlenv.providers.openai import OpenAIProvider
+
+provider = OpenAIProvider("openai:tiny", "tiny", base_url=sys.argv[1], max_retries=0)
+request = ModelRequest(
+    messages=[{"role": "user", "content": "hi"}], tools=[], decoding={}, seed=1,
+    input_id="a", rollout=0, turn=0,
+)
+
+async def go():
+    try:
+        return await provider.complete(request)
+    finally:
+        await provider.aclose()
+
+reply = asyncio.run(go())
+print(json.dumps({"answered": bool(reply.message["content"]), "aiohttp": "aiohttp" in sys.modules}),
+      file=sys.stderr)
+"""
+
+
+def test_the_light_clients_run_never_imports_aiohttp(
+    chat: Callable[..., ChatServer], tmp_path: Path, http_client: str
+) -> None:
+    """aiohttp costs the orchestrator ~10 MB of heap and 0.12 s to import: a run through the
+    plain-HTTP client, no proxy named, never imports it (not to read the proxy either);
+    through aiohttp's, it does."""
+    server = chat()
+    probe = tmp_path / "probe.py"
+    probe.write_text(LOADS_PROBE)
+    seen = probe_report([str(probe), server.base_url], tmp_path)
+    assert seen == {"answered": True, "aiohttp": http_client == "aiohttp"}

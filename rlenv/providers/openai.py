@@ -199,10 +199,9 @@ class OpenAIProvider:
         return self._clients[self._turn]
 
     def _new_client(self) -> Any:
-        """An aiohttp session (httpx alone reached 57 % of the latency limit at 64 requests in
-        flight on the 2-core machine, aiohttp 98 %: bench/concurrency.py)."""
-        import aiohttp
-
+        """The light client of a plain-HTTP endpoint without a proxy (`rlenv.providers.http1`),
+        else an aiohttp session (httpx alone reached 57 % of the latency limit at 64 requests
+        in flight on the 2-core machine, aiohttp 98 %: bench/concurrency.py)."""
         from rlenv.version import __version__
 
         headers = {"User-Agent": f"rlenv/{__version__}", "Content-Type": "application/json"}
@@ -212,8 +211,10 @@ class OpenAIProvider:
             credentials = self._basic_auth or _netrc_credentials(self.base_url)
             if credentials is not None:
                 headers["Authorization"] = _basic(*credentials)
-        self._proxy = _env_proxy(self.base_url)
+        # aiohttp is imported to read the proxy only when the environment names one
+        self._proxy = _env_proxy(self.base_url) if _proxy_named(self.base_url) else (None, None)
         parts = urlsplit(f"{self.base_url}/chat/completions")
+        per_pool = max(1, -(-self.max_connections // self.pools))
         # a plain-HTTP endpoint without a proxy: the lighter client, unless the user asks for
         # aiohttp's (RLENV_HTTP_CLIENT=aiohttp: a server this client does not get on with)
         light = os.environ.get("RLENV_HTTP_CLIENT", "").strip().lower() != "aiohttp"
@@ -228,14 +229,15 @@ class OpenAIProvider:
                 parts.port or _DEFAULT_PORTS["http"],
                 target,
                 headers,
-                limit=max(1, -(-self.max_connections // self.pools)),
+                limit=per_pool,
                 timeout=self.request_timeout,
             )
+        import aiohttp
+
         if self._url is None:  # parsed once: aiohttp parses a URL given as text per request
             from yarl import URL
 
             self._url = URL(f"{self.base_url}/chat/completions")
-        per_pool = max(1, -(-self.max_connections // self.pools))
         return aiohttp.ClientSession(
             headers=headers,
             connector=aiohttp.TCPConnector(limit=per_pool, limit_per_host=0),
@@ -329,8 +331,6 @@ class OpenAIProvider:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _post_once(self, body: dict[str, Any]) -> Any:
-        import aiohttp
-
         from rlenv.providers.http1 import Http1Pool
 
         client = self._client_for_loop()
@@ -338,6 +338,8 @@ class OpenAIProvider:
         if isinstance(client, Http1Pool):
             status, retry_header, content = await self._post_http1(client, payload)
             return self._checked_reply(status, retry_header, content)
+        import aiohttp  # only here: the plain-HTTP client's runs never import it (~10 MB)
+
         try:
             proxy, proxy_credentials = self._proxy
             secure = self.base_url.startswith("https:")
@@ -534,6 +536,18 @@ def _header_safe(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return not any(char in value for char in "\r\n\0")
+
+
+def _proxy_named(base_url: str) -> bool:
+    """Whether the environment names a proxy for `base_url` that NO_PROXY does not bypass, as
+    urllib reads it, which is how aiohttp's `get_env_proxy_for_url` reads it too (`_env_proxy`
+    then says which, and with what credentials)."""
+    from urllib.request import getproxies, proxy_bypass
+
+    parts = urlsplit(base_url)
+    if parts.hostname and proxy_bypass(parts.hostname):
+        return False
+    return parts.scheme in getproxies()
 
 
 def _env_proxy(base_url: str) -> tuple[Any, dict[str, str] | None]:
