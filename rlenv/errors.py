@@ -14,6 +14,18 @@ class UserError(Exception):
         self.message = message
         super().__init__(f"{where}: {message}" if where else message)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole (class, message, where, any attribute of a subclass): a run's
+        results writer raises it from another process (rlenv.results_aside)."""
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[Exception], args: tuple[Any, ...], state: dict[str, Any]) -> Exception:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class SpecError(UserError):
     """A problem in an env spec or a file it references."""

@@ -353,7 +353,10 @@ class ResultsWriter:
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one line whole, or not at all: a write that fails part-way (disk full) is
         cut back off, so the file never ends in a torn line."""
-        encoded = encode_record(record)
+        self.write_encoded(encode_record(record))
+
+    def write_encoded(self, encoded: WrittenLine) -> None:
+        """:meth:`write` of a line :func:`encode_record` made already."""
         whole = encoded.line + b"\n"
         line = memoryview(whole)
         try:

@@ -40,6 +40,7 @@ from rlenv.results import (
     WrittenLine,
     iter_results,
 )
+from rlenv.results_aside import ResultsAside, writes_aside
 from rlenv.run_dir import (
     _discard_if_empty,
     _open_run_dir,
@@ -284,7 +285,21 @@ def _run(
                     config.service_routes = dict(settings.service_routes or {})
                     config.world_checks = world_checks
                     config.allow_weak_sandbox = weak
-                    _run_tasks(
+
+                    def summarize() -> dict[str, Any]:
+                        # only the lines that were there before are read again (and their
+                        # digests recomputed): those this run wrote were tallied as written
+                        return build_summary(
+                            prepared,
+                            meta,
+                            iter_results(results, end=earlier),
+                            model_uri,
+                            str(results),
+                            baseline=base,
+                            written=written,
+                        )
+
+                    summary = _run_tasks(
                         prepared,
                         provider,
                         tasks,
@@ -296,21 +311,11 @@ def _run(
                         workers=1 if settings.record_dir is not None else settings.workers,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
                         on_line=written.add_line,
+                        summarize=summarize,
                         early=early,
                     )
                 finally:
                     shutil.rmtree(work_root, ignore_errors=True)
-                # only the lines that were there before are read again (and their digests
-                # recomputed): those this process wrote were tallied as they were written
-                summary = build_summary(
-                    prepared,
-                    meta,
-                    iter_results(results, end=earlier),
-                    model_uri,
-                    str(results),
-                    baseline=base,
-                    written=written,
-                )
                 judged = judges_block(meta, run_dir)
                 if judged is not None:
                     summary["judges"] = judged
@@ -455,14 +460,23 @@ def _run_tasks(
     concurrency: int,
     advance: Callable[[int], None],
     on_line: Callable[[WrittenLine], None] | None = None,
+    summarize: Callable[[], dict[str, Any]],
     workers: int | None = None,
     early: Executor | None = None,
-) -> None:
+) -> dict[str, Any]:
     """Start the workers (`workers`, default `default_workers`), run the tasks `concurrency`
-    at a time multiplexed over them, append each record (and give its line to `on_line`)."""
-    writer = ResultsWriter(results_path, on_line)
+    at a time multiplexed over them, append each record (and give its line to `on_line`);
+    then `summarize()` once every line is written (returned). The lines are written, and
+    the summary made, by a forked process when the rollouts call a model from here
+    (rlenv.results_aside: this process's one core is then what limits the run)."""
+    inline = ResultsWriter(results_path, on_line)
+    base: ResultsWriter | ResultsAside = inline
+    if tasks and writes_aside(provider, kind):
+        with contextlib.suppress(OSError):  # no fork to be had: written here, as it can be
+            base = ResultsAside(inline, summarize)
+    writer: Any = base
     if not config.live_tools:  # a judge's live judgments are made here, outside the world
-        writer = judging_writer(prepared.loaded, prepared.inputs, writer, results_path.parent)
+        writer = judging_writer(prepared.loaded, prepared.inputs, base, results_path.parent)
     try:
         if tasks:
             pool = default_workers(concurrency) if workers is None else workers
@@ -476,8 +490,11 @@ def _run_tasks(
                     )
             finally:
                 executor.close()
+        if isinstance(base, ResultsAside):
+            return base.finish()
     finally:
         writer.close()
+    return summarize()
 
 
 def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

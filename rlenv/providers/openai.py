@@ -99,6 +99,9 @@ class OpenAIProvider:
     """A chat-completions endpoint, called once per turn with the spec's decoding."""
 
     in_world = False
+    remote = True
+    """Its calls wait on the network: the run's results are written by a process of their own
+    (rlenv.results_aside), leaving the orchestrator's one core to the calls."""
 
     def __init__(
         self,

@@ -1,0 +1,309 @@
+"""results.jsonl written, tallied and summarised by a forked child (rlenv.results_aside) when a
+run's rollouts call a model from the orchestrator: the same lines and summary as in process,
+every failure raised where it was before, nothing handed over lost if the orchestrator dies."""
+
+from __future__ import annotations
+
+import errno
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rlenv.audit_records import TamperedRun
+from rlenv.results import ResultsWriter
+from rlenv.results_aside import RESULTS_WRITER_VARIABLE, ResultsAside, WriterFailed
+from rlenv.summary import _Totals
+from tests.chat_server import ChatServer
+from tests.conftest import ROOT, SEARCH_TOOL, EnvBuilder, cli, probe_report, read_jsonl
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="forks a writer")
+
+
+def _records(inputs: int = 5, rollouts: int = 2) -> list[dict[str, Any]]:
+    return [
+        {
+            "input_id": f"i{index}",
+            "input_index": index,
+            "rollout": rollout,
+            "status": "ok",
+            "passed": (index + rollout) % 2 == 0,
+            "reward": 0.25 * rollout,
+            "answer": f"answer {index}.{rollout} é",
+            "messages": [{"role": "user", "content": f"q{index}"}],
+            "extra": {"sent": {"temperature": 0.7, "top_p": 1.0, "seed": 2**53 + index}},
+            "usage": {"completion_tokens": 3 + index, "prompt_tokens": 2},
+            "timing": {"grader_cache": {"hits": 0, "misses": 1}, "wall_s": 0.125},
+            "tool_calls": [],
+            "verifiers": [{"name": "exact", "passed": True, "score": 1.0, "type": "exact_match"}],
+        }
+        for index in range(inputs)
+        for rollout in range(rollouts)
+    ]
+
+
+def _tallied(totals: _Totals) -> dict[str, Any]:
+    return {
+        "digests": totals.digests.hexdigests(),
+        "written": totals.written,
+        "records": totals.tally.records,
+        "pid": os.getpid(),
+    }
+
+
+def _inline(path: Path, records: list[Any]) -> dict[str, Any]:
+    totals = _Totals(2, range(5))
+    writer = ResultsWriter(path, totals.add_line)
+    for record in records:
+        writer.write(record)
+    writer.close()
+    return _tallied(totals)
+
+
+def _aside(
+    path: Path, summarize: Callable[[_Totals], dict[str, Any]] = _tallied
+) -> tuple[ResultsAside, _Totals]:
+    totals = _Totals(2, range(5))
+    return ResultsAside(ResultsWriter(path, totals.add_line), lambda: summarize(totals)), totals
+
+
+def test_the_child_writes_the_same_lines_and_builds_the_summary(tmp_path: Path) -> None:
+    records = _records()
+    expected = _inline(tmp_path / "inline.jsonl", records)
+    aside, totals = _aside(tmp_path / "aside.jsonl")
+    for record in records:
+        aside.write(record)
+    summary = aside.finish()
+    assert (tmp_path / "aside.jsonl").read_bytes() == (tmp_path / "inline.jsonl").read_bytes()
+    assert summary["pid"] not in (os.getpid(), expected["pid"])  # built in the child
+    assert {**summary, "pid": 0} == {**expected, "pid": 0}
+    assert totals.written == 0  # this process tallied nothing
+    assert gc.get_freeze_count() == 0  # this process's collector as it was
+
+
+def test_a_record_pickle_cannot_carry_is_written_as_its_line(tmp_path: Path) -> None:
+    class Local(dict):  # type: ignore[type-arg]  # a class pickle cannot name
+        pass
+
+    records: list[Any] = _records()
+    records[3] = {**records[3], "extra": Local(note="kept")}
+    expected = _inline(tmp_path / "inline.jsonl", records)
+    aside, _ = _aside(tmp_path / "aside.jsonl")
+    for record in records:
+        aside.write(record)
+    assert {**aside.finish(), "pid": 0} == {**expected, "pid": 0}
+    assert (tmp_path / "aside.jsonl").read_bytes() == (tmp_path / "inline.jsonl").read_bytes()
+    assert b'"note":"kept"' in (tmp_path / "aside.jsonl").read_bytes()
+
+
+def test_a_full_disk_in_the_child_is_raised_here_as_the_writes_error(tmp_path: Path) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    aside, _ = _aside(Path("/dev/full"))
+    with pytest.raises(OSError) as raised:
+        for record in _records(5, 2) * 50:  # the error arrives at a later record or the end
+            aside.write(record)
+        aside.finish()
+    assert raised.value.errno == errno.ENOSPC
+    aside.close()  # raised once: closing after it is quiet
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_user_error_from_the_summary_keeps_its_class_and_place(tmp_path: Path) -> None:
+    def refuse(totals: _Totals) -> dict[str, Any]:
+        raise TamperedRun("duplicate record", where="results.jsonl:3")
+
+    aside, _ = _aside(tmp_path / "r.jsonl", refuse)
+    aside.write(_records()[0])
+    with pytest.raises(TamperedRun) as raised:
+        aside.finish()
+    assert raised.value.where == "results.jsonl:3"
+    assert raised.value.message == "duplicate record"
+    assert str(raised.value) == "results.jsonl:3: duplicate record"
+
+
+def test_an_error_that_cannot_travel_is_sent_as_its_message(tmp_path: Path) -> None:
+    class Odd(Exception):  # a local class: pickle cannot name it
+        pass
+
+    def fail(totals: _Totals) -> dict[str, Any]:
+        raise Odd("the summary failed")
+
+    aside, _ = _aside(tmp_path / "r.jsonl", fail)
+    with pytest.raises(WriterFailed, match="Odd: the summary failed"):
+        aside.finish()
+
+
+def test_a_killed_writer_is_named(tmp_path: Path) -> None:
+    aside, _ = _aside(tmp_path / "r.jsonl")
+    aside.write(_records()[0])
+    os.kill(aside.pid, signal.SIGKILL)
+    with pytest.raises(WriterFailed, match="signal 9"):
+        for record in _records() * 2000:  # the pipe fills or breaks
+            aside.write(record)
+        aside.finish()
+
+
+def test_close_writes_every_record_without_a_summary(tmp_path: Path) -> None:
+    marker = tmp_path / "summarised"
+
+    def summarize(totals: _Totals) -> dict[str, Any]:
+        marker.write_text("yes")
+        return {}
+
+    aside, _ = _aside(tmp_path / "r.jsonl", summarize)
+    for record in _records():
+        aside.write(record)
+    aside.close()
+    assert len(read_jsonl(tmp_path / "r.jsonl")) == 10
+    assert not marker.exists()
+    assert gc.get_freeze_count() == 0
+
+
+ORPHAN = """
+import os, signal, sys
+from pathlib import Path
+from rlenv.results import ResultsWriter
+from rlenv.results_aside import ResultsAside
+from tests.test_results_aside import _records
+
+aside = ResultsAside(ResultsWriter(Path(sys.argv[1])), dict)
+for record in _records(50, 10):
+    aside.write(record)
+print(aside.pid, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)  # the orchestrator dies with 500 records handed over
+"""
+
+
+def test_what_a_killed_orchestrator_handed_over_is_written_whole(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    dying = subprocess.run(
+        [sys.executable, "-c", ORPHAN, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert dying.returncode == -signal.SIGKILL, dying.stderr
+    child = int(dying.stdout.split()[0])
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the writer outlived its input"
+    text = path.read_text()
+    assert text.endswith("\n")
+    assert [(r["input_index"], r["rollout"]) for r in map(json.loads, text.splitlines())] == [
+        (index, rollout) for index in range(50) for rollout in range(10)
+    ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+# -- a whole run -------------------------------------------------------------------------------
+
+ECHO = """
+def search(args, ctx):
+    return "result for " + args["query"]
+"""
+
+INPUTS = [{"id": f"q{n}", "prompt": f"say {n}", "answer": f"{n}"} for n in range(6)]
+FAST = {"RLENV_OPENAI_BACKOFF_S": "0"}
+
+
+def _run(spec: Path, out: Path, base_url: str, **env: str) -> dict[str, Any]:
+    result = cli(
+        "run", str(spec), "--model", "openai:tiny", "--base-url", base_url, "--out", str(out),
+        "--concurrency", "8", env={**FAST, **env}, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
+    return summary
+
+
+def _comparable(out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    records = sorted(
+        read_jsonl(out / "results.jsonl"), key=lambda r: (r["input_index"], r["rollout"])
+    )
+    for record in records:
+        record["timing"].pop("wall_s")
+    summary = json.loads((out / "summary.json").read_text())
+    for volatile in ("model", "run_json_digest", "created", "timing", "wall_s"):
+        summary.pop(volatile, None)
+    return records, summary
+
+
+def test_an_outside_run_is_the_same_run_written_aside_or_inline(
+    chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write(ECHO, inputs=INPUTS, tools=[SEARCH_TOOL], rollouts=3)
+    server = chat()
+    aside = _run(spec, tmp_path / "aside", server.base_url)
+    inline = _run(spec, tmp_path / "inline", server.base_url, **{RESULTS_WRITER_VARIABLE: "inline"})
+    assert aside["digest"] == inline["digest"] and aside["rollouts"] == 18
+    assert _comparable(tmp_path / "aside") == _comparable(tmp_path / "inline")
+
+
+WHO_WRITES = """
+import json, os, sys
+from rlenv import results
+from typer.testing import CliRunner
+from rlenv.cli import app
+
+writers = set()
+write_encoded = results.ResultsWriter.write_encoded
+
+def spied(self, encoded):
+    writers.add(os.getpid())
+    with open(sys.argv[1], "a") as log:  # the child's set is its own: each pid said here
+        log.write(f"{os.getpid()}\\n")
+    return write_encoded(self, encoded)
+
+results.ResultsWriter.write_encoded = spied
+outcome = CliRunner().invoke(app, ["run", *sys.argv[2:]])
+assert outcome.exit_code == 0, outcome.output
+pids = {int(line) for line in open(sys.argv[1]).read().split()}
+print(json.dumps({"orchestrator": os.getpid(), "writers": sorted(pids)}), file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("policy", ["outside", "in-world", "inline"])
+def test_which_process_writes_the_lines(
+    chat: Callable[..., ChatServer],
+    env_builder: EnvBuilder,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    policy: str,
+) -> None:
+    """The lines of an outside run are written by another process than the orchestrator; an
+    in-world run's (its workers keep the other core busy) and an inline one's by itself."""
+    spec = env_builder.write(
+        ECHO + "\ndef policy(messages, tools, ctx):\n    return 'x'\n", inputs=INPUTS[:2]
+    )
+    server = chat()
+    model = (
+        [] if policy == "in-world" else ["--model", "openai:tiny", "--base-url", server.base_url]
+    )
+    script = tmp_path / "who.py"
+    script.write_text(textwrap.dedent(WHO_WRITES))
+    if policy == "inline":
+        monkeypatch.setenv(RESULTS_WRITER_VARIABLE, "inline")
+    run = [str(spec), "--out", str(tmp_path / "run"), *model]
+    report = probe_report([str(script), str(tmp_path / "pids"), *run], cwd=ROOT)
+    assert len(report["writers"]) == 1
+    assert (report["writers"][0] != report["orchestrator"]) == (policy == "outside")
