@@ -170,24 +170,36 @@ def test_close_writes_every_record_without_a_summary(tmp_path: Path) -> None:
 
 
 ORPHAN = """
-import os, signal, sys
+import asyncio, os, signal, sys
 from pathlib import Path
 from rlenv.results import ResultsWriter
 from rlenv.results_aside import ResultsAside
 from tests.test_results_aside import _records
 
+async def main(aside):  # in an event loop, as in a run: the records go over in batches
+    for record in _records(50, 10):
+        aside.write(record)
+        await asyncio.sleep(0)
+    await asyncio.sleep(0.2)  # the last batch's timer (20 ms) has fired
+
 aside = ResultsAside(ResultsWriter(Path(sys.argv[1])), dict)
-for record in _records(50, 10):
-    aside.write(record)
+if sys.argv[2] == "loop":
+    asyncio.run(main(aside))
+else:
+    for record in _records(50, 10):
+        aside.write(record)
 print(aside.pid, flush=True)
 os.kill(os.getpid(), signal.SIGKILL)  # the orchestrator dies with 500 records handed over
 """
 
 
-def test_what_a_killed_orchestrator_handed_over_is_written_whole(tmp_path: Path) -> None:
+@pytest.mark.parametrize("caller", ["loop", "plain"])
+def test_what_a_killed_orchestrator_handed_over_is_written_whole(
+    tmp_path: Path, caller: str
+) -> None:
     path = tmp_path / "r.jsonl"
     dying = subprocess.run(
-        [sys.executable, "-c", ORPHAN, str(path)],
+        [sys.executable, "-c", ORPHAN, str(path), caller],
         cwd=ROOT,
         capture_output=True,
         text=True,
