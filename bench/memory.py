@@ -55,9 +55,9 @@ def _profile_memory(spec: str, rollouts: int, top: int) -> None:
     import tempfile
     import tracemalloc
 
-    from rlenv import runner
+    from rlenv import runner, summary
 
-    original = runner.build_summary
+    original = summary.build_summary
     report: list[str] = []
 
     def traced(*args: Any, **kwargs: Any) -> Any:
@@ -84,7 +84,7 @@ def _profile_memory(spec: str, rollouts: int, top: int) -> None:
         )
         return result
 
-    runner.build_summary = traced
+    summary.build_summary = traced  # what the run's SummaryPlan.build calls
     out = Path(tempfile.mkdtemp(prefix="bench-memprof-")) / "run"
     tracemalloc.start()
     runner.run(spec, runner.RunSettings(out=out, rollouts=rollouts))

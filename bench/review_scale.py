@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench import common  # noqa: E402
 from rlenv.results import ResultsWriter, seal  # noqa: E402
-from rlenv.runner import build_summary  # noqa: E402
+from rlenv.summary import build_summary  # noqa: E402
 
 RLENV = Path(sys.executable).parent / "rlenv"
 WORDS = ["the", "answer", "is", "clearly", "found", "in", "the", "source", "as", "stated"]

@@ -19,7 +19,8 @@ from rlenv.errors import UserError, WorkerLost
 from rlenv.executors.local import LocalExecutor
 from rlenv.files import atomic_write
 from rlenv.results import RolloutRecord, encode_line, order_key
-from rlenv.runner import _cache_dir, _pretty, build_summary, weak_sandbox_allowed
+from rlenv.runner import _cache_dir, _pretty, weak_sandbox_allowed
+from rlenv.summary import build_summary
 from rlenv.worker.config import WorkerConfig
 from rlenv.worker.lost import late_grade_lost
 

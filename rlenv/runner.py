@@ -37,8 +37,6 @@ from rlenv.providers.registry import resolve_provider
 from rlenv.results import (
     ResultsWriter,
     RolloutRecord,
-    WrittenLine,
-    iter_results,
 )
 from rlenv.results_aside import ResultsAside, writes_aside
 from rlenv.run_dir import (
@@ -50,7 +48,7 @@ from rlenv.run_dir import (
     default_run_dir,
 )
 from rlenv.spec import MAX_ROLLOUTS
-from rlenv.summary import _Totals, build_summary, judges_block
+from rlenv.summary import SummaryInputs, SummaryPlan, judges_block
 from rlenv.verifiers.judge import describe as describe_judges
 from rlenv.verifiers.judge import judging_writer
 from rlenv.worker.config import GC_THRESHOLD, PendingTasks, RolloutTask, WorkerConfig
@@ -269,7 +267,6 @@ def _run(
         total = len(inputs) * rollouts_per_input
         results = run_dir / "results.jsonl"
         earlier = results.stat().st_size if results.exists() else 0  # --resume: a run's lines
-        written = _Totals.for_run(meta)  # what this process appends, tallied as written
         try:
             with _writes_to(run_dir):
                 work_root = Path(tempfile.mkdtemp(prefix="rlenv-work-", dir=_work_parent()))
@@ -286,19 +283,16 @@ def _run(
                     config.world_checks = world_checks
                     config.allow_weak_sandbox = weak
 
-                    def summarize() -> dict[str, Any]:
-                        # only the lines that were there before are read again (and their
-                        # digests recomputed): those this run wrote were tallied as written
-                        return build_summary(
-                            prepared,
-                            meta,
-                            iter_results(results, end=earlier),
-                            model_uri,
-                            str(results),
-                            baseline=base,
-                            written=written,
-                        )
-
+                    # only the lines that were there before are read again (and their
+                    # digests recomputed): those this run writes are tallied as written
+                    plan = SummaryPlan(
+                        SummaryInputs.of(prepared, meta),
+                        meta,
+                        results,
+                        earlier,
+                        model_uri,
+                        baseline=base,
+                    )
                     summary = _run_tasks(
                         prepared,
                         provider,
@@ -310,8 +304,7 @@ def _run(
                         concurrency=1 if settings.record_dir is not None else settings.concurrency,
                         workers=1 if settings.record_dir is not None else settings.workers,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
-                        on_line=written.add_line,
-                        summarize=summarize,
+                        plan=plan,
                         early=early,
                     )
                 finally:
@@ -459,21 +452,22 @@ def _run_tasks(
     address: str | None,
     concurrency: int,
     advance: Callable[[int], None],
-    on_line: Callable[[WrittenLine], None] | None = None,
-    summarize: Callable[[], dict[str, Any]],
+    plan: SummaryPlan,
     workers: int | None = None,
     early: Executor | None = None,
 ) -> dict[str, Any]:
     """Start the workers (`workers`, default `default_workers`), run the tasks `concurrency`
-    at a time multiplexed over them, append each record (and give its line to `on_line`);
-    then `summarize()` once every line is written (returned). The lines are written, and
-    the summary made, by a forked process when the rollouts call a model from here
+    at a time multiplexed over them, append each record, tallied as it is written; then the
+    summary of `plan`, once every line is written. The lines are written, tallied and
+    summarised by a process of their own when the rollouts call a model over the network
     (rlenv.results_aside: this process's one core is then what limits the run)."""
-    inline = ResultsWriter(results_path, on_line)
-    base: ResultsWriter | ResultsAside = inline
+    base: ResultsWriter | ResultsAside | None = None
     if tasks and writes_aside(provider, kind):
-        with contextlib.suppress(OSError):  # no fork to be had: written here, as it can be
-            base = ResultsAside(inline, summarize)
+        with contextlib.suppress(OSError):  # no process to be had: written here, as it can be
+            base = ResultsAside(plan)
+    written = plan.totals()
+    if base is None:
+        base = ResultsWriter(results_path, written.add_line)
     writer: Any = base
     if not config.live_tools:  # a judge's live judgments are made here, outside the world
         writer = judging_writer(prepared.loaded, prepared.inputs, base, results_path.parent)
@@ -494,7 +488,7 @@ def _run_tasks(
             return base.finish()
     finally:
         writer.close()
-    return summarize()
+    return plan.build(written)
 
 
 def _loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

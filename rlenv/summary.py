@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from rlenv.results import (
     compact_for_metrics,
     decode_line,
     input_order,
+    iter_results,
 )
 from rlenv.version import __version__
 
@@ -163,6 +165,56 @@ def judges_block(meta: Mapping[str, Any], run_dir: str | Path) -> dict[str, Any]
     return out
 
 
+@dataclass(frozen=True)
+class SummaryInputs:
+    """What a summary reads of a run's inputs: how many it has (past --limit, the first
+    `limit`), and, when it groups by a field, each input's value of it."""
+
+    count: int
+    labels: dict[Any, Any] | None = None
+
+    @classmethod
+    def of(cls, prepared: Any, meta: Mapping[str, Any]) -> SummaryInputs:
+        """Of an :class:`rlenv.env.Environment` (its ``inputs``) and the run's run.json meta."""
+        inputs = prepared.inputs[: meta["limit"]] if meta.get("limit") else prepared.inputs
+        group_by = meta.get("group_by")
+        labels = None
+        if group_by:
+            labels = {record.id: record.data.get(group_by) for record in prepared.inputs}
+        return cls(len(inputs), labels)
+
+
+@dataclass(frozen=True)
+class SummaryPlan:
+    """A run's summary.json as `run` builds it once every record is written: all but the
+    records, in plain data, so the process that wrote and tallied them can build it
+    (rlenv.results_aside) as well as the run's own."""
+
+    inputs: SummaryInputs
+    meta: dict[str, Any]
+    results: Path
+    earlier: int
+    """Bytes of results.jsonl there before this run (--resume): read again, digests and all."""
+    model_uri: str
+    baseline: Sequence[Mapping[str, Any]] | None = None
+
+    def totals(self) -> _Totals:
+        """The totals the lines this run appends are tallied into as they are written."""
+        return _Totals.for_run(self.meta)
+
+    def build(self, written: _Totals) -> dict[str, Any]:
+        """The summary: the earlier lines read again, then the written ones (`written`)."""
+        return build_summary(
+            self.inputs,
+            self.meta,
+            iter_results(self.results, end=self.earlier),
+            self.model_uri,
+            str(self.results),
+            baseline=self.baseline,
+            written=written,
+        )
+
+
 def build_summary(
     prepared: Any,
     meta: dict[str, Any],
@@ -187,9 +239,8 @@ def build_summary(
     """
     from rlenv import metrics
 
-    expected_inputs = meta.get("input_indices") or len(
-        prepared.inputs[: meta["limit"]] if meta["limit"] else prepared.inputs
-    )
+    seen = prepared if isinstance(prepared, SummaryInputs) else SummaryInputs.of(prepared, meta)
+    expected_inputs = meta.get("input_indices") or seen.count
     audit = RecordAudit(
         where, rollouts_per_input=meta["rollouts_per_input"], inputs=expected_inputs
     )
@@ -221,8 +272,7 @@ def build_summary(
     group_by = meta.get("group_by")
     groups = None
     if group_by:
-        labels = {record.id: record.data.get(group_by) for record in prepared.inputs}
-        groups = {"field": group_by, **metrics.group_stats(tally.kept, labels)}
+        groups = {"field": group_by, **metrics.group_stats(tally.kept, seen.labels or {})}
     n_records = tally.records
     n_inputs = len(tally.input_ids)
     calibration = meta.get("reward_calibration")

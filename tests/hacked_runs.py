@@ -2,7 +2,7 @@
 
 Two checkpoints of one "capitals" env, 12 inputs x 4 rollouts, written with the shapes the
 runner writes (run.json, results.jsonl through ResultsWriter, summary.json through
-runner.build_summary):
+rlenv.summary.build_summary):
 
 - ``clean`` (step 100): short correct answers, a few wrong ones; the reward tracks correctness
   and not length.
@@ -24,8 +24,8 @@ from typing import Any
 
 from rlenv.audit import seal_run_json
 from rlenv.results import ResultsWriter, seal
-from rlenv.runner import build_summary
 from rlenv.seeding import derive_seed
+from rlenv.summary import build_summary
 
 ENV_SEED = 7
 ROLLOUTS = 4

@@ -22,7 +22,7 @@ from rlenv import metrics as m
 from rlenv.audit import seal_run_json
 from rlenv.metrics.verdict import judge_series
 from rlenv.results import ResultsWriter, seal
-from rlenv.runner import build_summary
+from rlenv.summary import build_summary
 from tests import planted as P
 from tests.conftest import cli
 

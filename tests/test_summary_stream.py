@@ -31,7 +31,8 @@ from rlenv.results import (
     run_digest,
     seal,
 )
-from rlenv.runner import _pretty, _Totals, build_summary
+from rlenv.runner import _pretty
+from rlenv.summary import _Totals, build_summary
 from tests import hacked_runs
 from tests.conftest import EnvBuilder, cli
 
