@@ -62,6 +62,8 @@ def writes_aside(provider: object, executor: str) -> bool:
     passes dwarf the writing), run locally, and RLENV_RESULTS_WRITER is not ``inline``."""
     if os.environ.get(RESULTS_WRITER_VARIABLE, "").strip().lower() == "inline":
         return False
+    if not sys.executable:  # an embedded interpreter: no python to start
+        return False
     return bool(getattr(provider, "remote", False)) and executor == "local"
 
 
@@ -74,8 +76,10 @@ class ResultsAside:
     :class:`rlenv.results.ResultsWriter`'s, :meth:`finish` for the summary, :meth:`close` to
     stop without one."""
 
-    def __init__(self, plan: SummaryPlan) -> None:
-        """Start the writer for `plan`'s run (its results.jsonl, its summary)."""
+    def __init__(self, plan: SummaryPlan, hold: int | None = None) -> None:
+        """Start the writer for `plan`'s run (its results.jsonl, its summary). `hold`: a
+        descriptor the writer keeps open until it exits (the run directory's lock: a run
+        resumed at once after this one's death waits for the writer's last line)."""
         records_read, self._records = os.pipe()
         answer, answer_write = os.pipe()
         with contextlib.suppress(OSError):  # a bigger pipe where the system allows it
@@ -84,7 +88,7 @@ class ResultsAside:
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-P", "-c", _CHILD, str(records_read), str(answer_write)],
-                pass_fds=(records_read, answer_write),
+                pass_fds=(records_read, answer_write, *([] if hold is None else [hold])),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # `run --json` prints the summary there
                 env={**os.environ, "PYTHONPATH": path},  # rlenv from where this one has it

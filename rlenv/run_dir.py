@@ -90,11 +90,13 @@ _RESUME_FREE_MODEL = frozenset({"base_url"})
 
 
 @contextmanager
-def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
+def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[int | None]:
     """Hold RUN_DIR/.rlenv.lock for the whole run: one writer per run directory.
 
     A second `run` or `--resume` on the directory while it is held is a user error, and it
     changes nothing there (the lock is an flock: it dies with its holder, even on SIGKILL).
+    Yields the lock file's descriptor: a process given it holds the lock until it exits too
+    (rlenv.results_aside's writer, which may still be appending after the run's own death).
     """
     from filelock import FileLock, Timeout
 
@@ -118,7 +120,7 @@ def _run_dir_lock(run_dir: Path, resume: bool) -> Iterator[None]:
             f"--out {run_dir}: cannot create the run directory: {exc.strerror}"
         ) from None
     try:
-        yield
+        yield getattr(getattr(lock, "_context", None), "lock_file_fd", None)
     finally:
         lock.release()
 

@@ -261,7 +261,7 @@ def _run(
     if prepared.calibration is not None:
         # only with a calibration beside the reward model: other runs' run.json stay as they were
         meta["reward_calibration"] = prepared.calibration
-    with _run_dir_lock(run_dir, settings.resume):
+    with _run_dir_lock(run_dir, settings.resume) as lock_fd:
         done = _open_run_dir(run_dir, meta, settings.resume, retry)
         tasks = PendingTasks(inputs, rollouts_per_input, done)
         total = len(inputs) * rollouts_per_input
@@ -305,6 +305,7 @@ def _run(
                         workers=1 if settings.record_dir is not None else settings.workers,
                         advance=lambda n: progress(len(done) + n, total) if progress else None,
                         plan=plan,
+                        hold=lock_fd,
                         early=early,
                     )
                 finally:
@@ -453,6 +454,7 @@ def _run_tasks(
     concurrency: int,
     advance: Callable[[int], None],
     plan: SummaryPlan,
+    hold: int | None = None,
     workers: int | None = None,
     early: Executor | None = None,
 ) -> dict[str, Any]:
@@ -460,11 +462,12 @@ def _run_tasks(
     at a time multiplexed over them, append each record, tallied as it is written; then the
     summary of `plan`, once every line is written. The lines are written, tallied and
     summarised by a process of their own when the rollouts call a model over the network
-    (rlenv.results_aside: this process's one core is then what limits the run)."""
+    (rlenv.results_aside: this process's one core is then what limits the run), which holds
+    `hold` (the run directory's lock) open until it has written the last of them."""
     base: ResultsWriter | ResultsAside | None = None
     if tasks and writes_aside(provider, kind):
         with contextlib.suppress(OSError):  # no process to be had: written here, as it can be
-            base = ResultsAside(plan)
+            base = ResultsAside(plan, hold=hold)
     written = plan.totals()
     if base is None:
         base = ResultsWriter(results_path, written.add_line)

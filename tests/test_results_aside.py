@@ -24,7 +24,7 @@ from rlenv.results import ResultsWriter
 from rlenv.results_aside import RESULTS_WRITER_VARIABLE, ResultsAside, WriterFailed
 from rlenv.summary import SummaryInputs, SummaryPlan, _Totals
 from tests.chat_server import ChatServer
-from tests.conftest import ROOT, SEARCH_TOOL, EnvBuilder, cli, probe_report, read_jsonl
+from tests.conftest import RLENV, ROOT, SEARCH_TOOL, EnvBuilder, cli, probe_report, read_jsonl
 
 
 def _records(inputs: int = 5, rollouts: int = 2) -> list[dict[str, Any]]:
@@ -228,6 +228,96 @@ def test_what_a_killed_orchestrator_handed_over_is_written_whole(
     ]
 
 
+HOLDER = """
+import os, signal, sys
+from pathlib import Path
+from rlenv.results_aside import ResultsAside
+from rlenv.run_dir import _run_dir_lock
+from tests.test_results_aside import _plan, _records
+
+with _run_dir_lock(Path(sys.argv[1]), False) as lock:
+    aside = ResultsAside(_plan(Path(sys.argv[1]) / "results.jsonl"), hold=lock)
+    for record in _records():
+        aside.write(record)
+    print(aside.pid, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # dies holding the lock, the writer not done
+"""
+
+
+def test_the_writer_holds_the_run_directorys_lock_until_its_last_line(tmp_path: Path) -> None:
+    """A run resumed at once after the orchestrator's death must not read results.jsonl
+    while the writer still appends to it (a rollout would be run, and written, twice)."""
+    from filelock import FileLock, Timeout
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    os.mkfifo(run_dir / "results.jsonl")  # the writer waits here until the test reads it
+    with open(tmp_path / "stderr", "w") as stderr:  # (a pipe would wait for the writer too)
+        dying = subprocess.run(
+            [sys.executable, "-c", HOLDER, str(run_dir)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+    assert dying.returncode == -signal.SIGKILL, (tmp_path / "stderr").read_text()
+    writer = int(dying.stdout.split()[0])
+    assert _alive(writer)
+    with pytest.raises(Timeout):  # the orchestrator is dead; its writer holds the lock
+        FileLock(run_dir / ".rlenv.lock", timeout=0).acquire()
+    with open(run_dir / "results.jsonl", "rb") as fifo:
+        lines = fifo.read().splitlines()  # to the writer's close: its last line
+    assert len(lines) == 10
+    deadline = time.monotonic() + 30
+    while _alive(writer) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lock = FileLock(run_dir / ".rlenv.lock", timeout=5)
+    lock.acquire()  # free once the writer is gone
+    lock.release()
+
+
+STOPPED_SERVER_LATENCY_MS = 200
+
+
+def test_an_outside_run_stopped_by_ctrl_c_resumes_to_a_clean_runs_digest(
+    chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    spec = env_builder.write(ECHO, inputs=INPUTS * 1, tools=[SEARCH_TOOL], rollouts=8)
+    server = chat(latency_s=STOPPED_SERVER_LATENCY_MS / 1000)
+    clean = _run(spec, tmp_path / "clean", server.base_url)
+    out = tmp_path / "run"
+    command = [
+        str(RLENV), "run", str(spec), "--model", "openai:tiny", "--base-url", server.base_url,
+        "--out", str(out), "--concurrency", "4",
+    ]  # fmt: skip
+    running = subprocess.Popen(
+        command,
+        env={**os.environ, **FAST},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        not results.exists() or results.read_bytes().count(b"\n") < 6
+    ):
+        time.sleep(0.02)
+    running.send_signal(signal.SIGINT)
+    _, stderr = running.communicate(timeout=60)
+    assert running.returncode == 130, stderr
+    text = results.read_text()
+    assert text.endswith("\n")
+    kept = [json.loads(line) for line in text.splitlines()]  # every line whole
+    assert 6 <= len(kept) < 48 and not (out / "summary.json").exists()
+    resumed = _run(spec, out, server.base_url, resume=True)
+    assert resumed["digest"] == clean["digest"] and resumed["rollouts"] == 48
+    assert read_jsonl(results)[: len(kept)] == kept
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as stat:
@@ -247,10 +337,13 @@ INPUTS = [{"id": f"q{n}", "prompt": f"say {n}", "answer": f"{n}"} for n in range
 FAST = {"RLENV_OPENAI_BACKOFF_S": "0"}
 
 
-def _run(spec: Path, out: Path, base_url: str, **env: str) -> dict[str, Any]:
+def _run(
+    spec: Path, out: Path, base_url: str, *, resume: bool = False, **env: str
+) -> dict[str, Any]:
     result = cli(
         "run", str(spec), "--model", "openai:tiny", "--base-url", base_url, "--out", str(out),
-        "--concurrency", "8", env={**FAST, **env}, timeout=120,
+        "--concurrency", "8", *(["--resume"] if resume else []), env={**FAST, **env},
+        timeout=120,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
