@@ -11,9 +11,10 @@ appends it, tallies it, and at the end builds the summary from the run's
 are the very ones the in-process writer makes: the same code runs, in another process
 (tests/test_results_aside.py).
 
-The writer is a fresh interpreter (`python -P -c`, this one's ``sys.path``), not a fork: a fork
-shares the orchestrator's pages only until either writes them, and the orchestrator rewrites
-its heap all run long (a forked writer cost ~18 MB of the tree's PSS at 20k rollouts; a fresh
+The writer (rlenv.aside_writer) is a fresh interpreter (`python -P -c`, this one's
+``sys.path``), not a fork: a fork shares the orchestrator's pages only until either writes
+them, and the orchestrator rewrites its heap all run long (a forked writer cost ~18 MB of the
+tree's PSS at 20k rollouts, and a page fault in the orchestrator for each page copied; a fresh
 one holds what it imports and its tally).
 
 What a failure does is what it did in process: an error writing a line (a full disk) ends the
@@ -29,13 +30,13 @@ import contextlib
 import fcntl
 import os
 import pickle
-import signal
 import subprocess
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from rlenv.results import WrittenLine, encode_record
+from rlenv.aside_writer import WriterFailed, write_all
+from rlenv.results import encode_record
 
 if TYPE_CHECKING:
     from rlenv.summary import SummaryPlan
@@ -52,7 +53,7 @@ _FLUSH_S = 0.02
 a record was ~10 us of the orchestrator's time at 2 000 records/s): a record handed over is in
 results.jsonl within ~20 ms, and all of them by :meth:`ResultsAside.finish` or `close`."""
 
-_CHILD = "from rlenv.results_aside import serve; serve()"
+_CHILD = "from rlenv.aside_writer import serve; serve()"  # not this module: no asyncio there
 
 
 def writes_aside(provider: object, executor: str) -> bool:
@@ -65,10 +66,6 @@ def writes_aside(provider: object, executor: str) -> bool:
     if not sys.executable:  # an embedded interpreter: no python to start
         return False
     return bool(getattr(provider, "remote", False)) and executor == "local"
-
-
-class WriterFailed(RuntimeError):
-    """The results writer's process ended without an answer (killed: out of memory, a signal)."""
 
 
 class ResultsAside:
@@ -158,7 +155,7 @@ class ResultsAside:
         try:
             if self._broken:
                 raise BrokenPipeError
-            _write_all(self._records, b"".join(pending))
+            write_all(self._records, b"".join(pending))
         except BrokenPipeError:
             self._end()
             self._raise()
@@ -169,7 +166,7 @@ class ResultsAside:
         self._timer = None
         pending, self._pending, self._bytes = self._pending, [], 0
         try:
-            _write_all(self._records, b"".join(pending))
+            write_all(self._records, b"".join(pending))
         except BrokenPipeError:
             self._broken = True
 
@@ -182,7 +179,7 @@ class ResultsAside:
             self._timer = None
         if self._pending and not self._broken:  # what was handed over is written
             with contextlib.suppress(BrokenPipeError):
-                _write_all(self._records, b"".join(self._pending))
+                write_all(self._records, b"".join(self._pending))
         self._pending = []
         os.close(self._records)
         with open(self._answer, "rb", closefd=True) as answer:
@@ -198,63 +195,3 @@ class ResultsAside:
         if self._result is not None and self._result[0] == "error":
             error, self._result = self._result[1], ("raised", None)
             raise error
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def serve() -> None:  # pragma: no cover - runs in the writer's process (tests check its work)
-    """The writer (``python -P -c``; argv: the records pipe, the answer pipe): read the plan,
-    append each record handed over, then build the summary if asked; answer
-    ``("summary", dict)``, ``("closed", None)`` or ``("error", exception)``, and exit."""
-    from rlenv.results import ResultsWriter
-
-    records, answer = int(sys.argv[1]), int(sys.argv[2])
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
-    result: tuple[str, Any] = ("closed", None)
-    try:
-        with open(records, "rb", buffering=1 << 16, closefd=True) as stream:
-            frames = _frames(stream)
-            plan: SummaryPlan = pickle.loads(next(frames))
-            totals = plan.totals()
-            writer = ResultsWriter(plan.results, totals.add_line)
-            asked = False
-            for body in frames:
-                if not body:
-                    asked = True
-                    break
-                item = pickle.loads(body)
-                if isinstance(item, WrittenLine):
-                    writer.write_encoded(item)
-                else:
-                    writer.write(item)
-        writer.close()  # (a failure above: the orchestrator's next record meets a closed pipe)
-        if asked:
-            result = ("summary", plan.build(totals))
-    except BaseException as exc:  # noqa: BLE001 - every failure is the orchestrator's to raise
-        result = ("error", exc)
-    try:
-        data = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
-        pickle.loads(data)  # an exception that cannot be rebuilt is sent as its message
-    except Exception:
-        error = result[1]
-        data = pickle.dumps(("error", WriterFailed(f"{type(error).__name__}: {error}")))
-    with contextlib.suppress(OSError):
-        _write_all(answer, data)
-    os._exit(0)
-
-
-def _frames(stream: Any) -> Any:
-    """The frames on the records pipe (length, bytes), until it closes or a frame is cut."""
-    while True:
-        head = stream.read(4)
-        if len(head) < 4:
-            return  # the orchestrator closed (or died): what it handed over is written
-        size = int.from_bytes(head, "little")
-        body = stream.read(size) if size else b""
-        if len(body) < size:
-            return
-        yield body

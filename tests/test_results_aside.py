@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from rlenv.aside_writer import WriterFailed
 from rlenv.audit_records import TamperedRun
 from rlenv.results import ResultsWriter
-from rlenv.results_aside import RESULTS_WRITER_VARIABLE, ResultsAside, WriterFailed
+from rlenv.results_aside import RESULTS_WRITER_VARIABLE, ResultsAside
 from rlenv.summary import SummaryInputs, SummaryPlan, _Totals
 from tests.chat_server import ChatServer
 from tests.conftest import RLENV, ROOT, SEARCH_TOOL, EnvBuilder, cli, probe_report, read_jsonl
@@ -163,6 +164,42 @@ def test_close_writes_every_record_without_a_summary(tmp_path: Path) -> None:
         aside.write(record)
     aside.close()
     assert len(read_jsonl(tmp_path / "r.jsonl")) == 10
+
+
+LIGHT = """
+import os, sys
+from pathlib import Path
+from rlenv.results_aside import ResultsAside
+from tests.test_results_aside import _plan, _records
+
+os.environ["PYTHONPROFILEIMPORTTIME"] = "1"  # for the writer only: this one has its modules
+aside = ResultsAside(_plan(Path(sys.argv[1])))
+for record in _records():
+    aside.write(record)
+assert aside.finish()["rollouts"] == 10
+"""
+
+
+def test_the_writer_imports_no_event_loop_http_or_spec_models(tmp_path: Path) -> None:
+    """The writer is a process of the run's tree for the whole run: what it imports is memory
+    (asyncio with ssl ~4 MB; pydantic, the providers, aiohttp more)."""
+    done = subprocess.run(
+        [sys.executable, "-c", LIGHT, str(tmp_path / "r.jsonl")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 0, done.stderr
+    imported = {
+        line.rsplit("|", 1)[1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert {"rlenv", "orjson", "pickle"} <= imported  # the writer's own, read
+    heavy = {"asyncio", "ssl", "pydantic", "aiohttp", "httptools", "uvloop", "typer", "yaml"}
+    assert not heavy & imported, heavy & imported
 
 
 def test_records_waiting_for_their_batch_are_written_when_the_run_stops(tmp_path: Path) -> None:
