@@ -86,9 +86,11 @@ def request_key(method: str, uri: str, body: bytes | str | None) -> str:
 
 def _serializer_for(path: Path) -> Any:
     import_vcr()
-    from vcr.serializers import jsonserializer, yamlserializer
+    from vcr.serializers import jsonserializer
 
-    return jsonserializer if path.suffix == ".json" else yamlserializer
+    from rlenv.world.cassette_yaml import SERIALIZER  # vcrpy's, an interaction at a time
+
+    return jsonserializer if path.suffix == ".json" else SERIALIZER
 
 
 def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
