@@ -68,6 +68,15 @@ def writes_aside(provider: object, executor: str) -> bool:
     return bool(getattr(provider, "remote", False)) and executor == "local"
 
 
+def start_aside(plan: SummaryPlan, hold: int | None = None) -> ResultsAside | None:
+    """A writer of its own for `plan`'s run, or None when none can be had (no process left
+    to start, a plan that cannot be sent): the run then writes in its own process."""
+    try:
+        return ResultsAside(plan, hold)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        return None
+
+
 class ResultsAside:
     """A results writer in a process of its own: :meth:`write` as
     :class:`rlenv.results.ResultsWriter`'s, :meth:`finish` for the summary, :meth:`close` to
@@ -77,6 +86,7 @@ class ResultsAside:
         """Start the writer for `plan`'s run (its results.jsonl, its summary). `hold`: a
         descriptor the writer keeps open until it exits (the run directory's lock: a run
         resumed at once after this one's death waits for the writer's last line)."""
+        first = pickle.dumps(plan, pickle.HIGHEST_PROTOCOL)  # before any process or pipe
         records_read, self._records = os.pipe()
         answer, answer_write = os.pipe()
         with contextlib.suppress(OSError):  # a bigger pipe where the system allows it
@@ -105,7 +115,7 @@ class ResultsAside:
         self._timer: asyncio.TimerHandle | None = None
         self._broken = False
         self._result: tuple[str, Any] | None = None
-        self._hand(pickle.dumps(plan, pickle.HIGHEST_PROTOCOL))
+        self._hand(first)
         self._flush()
 
     def write(self, record: Mapping[str, Any]) -> None:

@@ -38,7 +38,7 @@ from rlenv.results import (
     ResultsWriter,
     RolloutRecord,
 )
-from rlenv.results_aside import ResultsAside, writes_aside
+from rlenv.results_aside import ResultsAside, start_aside, writes_aside
 from rlenv.run_dir import (
     _discard_if_empty,
     _open_run_dir,
@@ -466,8 +466,7 @@ def _run_tasks(
     `hold` (the run directory's lock) open until it has written the last of them."""
     base: ResultsWriter | ResultsAside | None = None
     if tasks and writes_aside(provider, kind):
-        with contextlib.suppress(OSError):  # no process to be had: written here, as it can be
-            base = ResultsAside(plan, hold=hold)
+        base = start_aside(plan, hold)  # None: none to be had, written here
     written = plan.totals()
     if base is None:
         base = ResultsWriter(results_path, written.add_line)

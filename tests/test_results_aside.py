@@ -22,7 +22,7 @@ import pytest
 from rlenv.aside_writer import WriterFailed
 from rlenv.audit_records import TamperedRun
 from rlenv.results import ResultsWriter
-from rlenv.results_aside import RESULTS_WRITER_VARIABLE, ResultsAside
+from rlenv.results_aside import RESULTS_WRITER_VARIABLE, ResultsAside, start_aside
 from rlenv.summary import SummaryInputs, SummaryPlan, _Totals
 from tests.chat_server import ChatServer
 from tests.conftest import RLENV, ROOT, SEARCH_TOOL, EnvBuilder, cli, probe_report, read_jsonl
@@ -117,6 +117,16 @@ def test_a_record_pickle_cannot_carry_is_written_as_its_line(tmp_path: Path) -> 
     assert {**aside.finish(), "pid": 0} == {**expected, "pid": 0}
     assert (tmp_path / "aside.jsonl").read_bytes() == (tmp_path / "inline.jsonl").read_bytes()
     assert b'"note":"kept"' in (tmp_path / "aside.jsonl").read_bytes()
+
+
+def test_a_plan_that_cannot_be_sent_starts_no_writer(tmp_path: Path) -> None:
+    class Local(SummaryPlan):  # a class pickle cannot name: the run writes in process
+        pass
+
+    assert start_aside(_plan(tmp_path / "r.jsonl", Local)) is None
+    started = start_aside(_plan(tmp_path / "r.jsonl"))
+    assert started is not None
+    started.close()
 
 
 def test_a_full_disk_in_the_writer_is_raised_here_as_the_writes_error(tmp_path: Path) -> None:
