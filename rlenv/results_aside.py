@@ -56,16 +56,23 @@ results.jsonl within ~20 ms, and all of them by :meth:`ResultsAside.finish` or `
 _CHILD = "from rlenv.aside_writer import serve; serve()"  # not this module: no asyncio there
 
 
-def writes_aside(provider: object, executor: str) -> bool:
-    """Whether a run's results are written by a process of their own: its policy is a model
-    called over the network from the orchestrator (a provider that says it is ``remote``: not
-    an in-world one, whose workers keep the other core busy, nor a local model, whose forward
-    passes dwarf the writing), run locally, and RLENV_RESULTS_WRITER is not ``inline``."""
+def writes_aside(provider: object, executor: str, world_runs_code: bool) -> bool:
+    """Whether a run's results are written by a process of their own: when the orchestrator's
+    one core is what limits the run, that is when its rollouts cost the workers little. A
+    model called over the network from here (a provider that says it is ``remote``), or a
+    policy of rlenv's own in the world (``env_code`` False: ``replay:``) where no tool or
+    simulated user runs env code (`world_runs_code` False). Not a python policy or a tool
+    (a process per rollout keeps both cores busy: the writer's memory would buy nothing),
+    nor a local model (its forward passes dwarf the writing); the local executor only, and
+    not with RLENV_RESULTS_WRITER=inline."""
     if os.environ.get(RESULTS_WRITER_VARIABLE, "").strip().lower() == "inline":
         return False
-    if not sys.executable:  # an embedded interpreter: no python to start
+    if not sys.executable or executor != "local":  # (an embedded interpreter: no python)
         return False
-    return bool(getattr(provider, "remote", False)) and executor == "local"
+    if getattr(provider, "remote", False):
+        return True
+    in_world = getattr(provider, "in_world", False)
+    return bool(in_world) and getattr(provider, "env_code", True) is False and not world_runs_code
 
 
 def start_aside(plan: SummaryPlan, hold: int | None = None) -> ResultsAside | None:

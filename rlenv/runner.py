@@ -465,7 +465,8 @@ def _run_tasks(
     (rlenv.results_aside: this process's one core is then what limits the run), which holds
     `hold` (the run directory's lock) open until it has written the last of them."""
     base: ResultsWriter | ResultsAside | None = None
-    if tasks and writes_aside(provider, kind):
+    spec = prepared.loaded.spec
+    if tasks and writes_aside(provider, kind, bool(spec.tools) or spec.user is not None):
         base = start_aside(plan, hold)  # None: none to be had, written here
     written = plan.totals()
     if base is None:

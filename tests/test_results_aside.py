@@ -440,7 +440,16 @@ print(json.dumps({"orchestrator": os.getpid(), "writes": writes}), file=sys.stde
 """
 
 
-@pytest.mark.parametrize("policy", ["outside", "in-world", "inline"])
+WRITERS = {
+    "outside": True,  # openai: its calls go over the network
+    "replayed": True,  # replay: rlenv's own policy, no env code in the conversation
+    "in-world": False,  # python: env code, a process per rollout
+    "replayed with a tool": False,  # the tool is env code
+    "inline": False,  # RLENV_RESULTS_WRITER=inline
+}
+
+
+@pytest.mark.parametrize("policy", list(WRITERS))
 def test_which_process_writes_the_lines(
     chat: Callable[..., ChatServer],
     env_builder: EnvBuilder,
@@ -448,14 +457,26 @@ def test_which_process_writes_the_lines(
     monkeypatch: pytest.MonkeyPatch,
     policy: str,
 ) -> None:
-    """The lines of an outside run are written by another process than the orchestrator; an
-    in-world run's (its workers keep the other core busy) and an inline one's by itself."""
+    """The lines are written by a process of their own when the orchestrator's core is what
+    limits the run (its rollouts cost the workers little), by the orchestrator otherwise."""
+    tools = {"tools": [SEARCH_TOOL]} if policy == "replayed with a tool" else {}
     spec = env_builder.write(
-        ECHO + "\ndef policy(messages, tools, ctx):\n    return 'x'\n", inputs=INPUTS[:2]
+        ECHO + "\ndef policy(messages, tools, ctx):\n    return 'x'\n", inputs=INPUTS[:2], **tools
     )
     server = chat()
-    model = [] if policy == "in-world" else ["--model", "openai:tiny"]
-    model += ["--base-url", server.base_url] if model else []
+    model: list[str] = []
+    if policy in ("outside", "inline"):
+        model = ["--model", "openai:tiny", "--base-url", server.base_url]
+    elif policy.startswith("replayed"):
+        answers = tmp_path / "answers.jsonl"
+        answers.write_text(
+            "".join(
+                json.dumps({"input_id": f"q{n}", "rollout": r, "answer": str(n)}) + "\n"
+                for n in range(2)
+                for r in range(2)
+            )
+        )
+        model = ["--model", f"replay:{answers}"]
     script = tmp_path / "who.py"
     script.write_text(textwrap.dedent(WHO_WRITES))
     if policy == "inline":
@@ -464,4 +485,4 @@ def test_which_process_writes_the_lines(
     report = probe_report([str(script), *run], cwd=ROOT)
     assert len(read_jsonl(tmp_path / "run" / "results.jsonl")) == 4
     here = [report["orchestrator"]] * 4
-    assert report["writes"] == ([] if policy == "outside" else here)
+    assert report["writes"] == ([] if WRITERS[policy] else here)

@@ -16,6 +16,11 @@ from rlenv.providers.python import InWorldProvider
 
 
 class ReplayProvider(InWorldProvider):
+    env_code = False
+    """Its policy is rlenv's own code reading data: in an env without tools or a simulated
+    user, a rollout runs no env code, and the workers' share of it is small (its results are
+    then written by a process of their own: rlenv.results_aside)."""
+
     @classmethod
     def open(cls, uri: str, path: str) -> ReplayProvider:
         file = Path(path)
