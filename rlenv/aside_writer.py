@@ -59,7 +59,8 @@ def serve() -> None:  # pragma: no cover - runs in the writer's process (tests c
         result = ("error", exc)
     try:
         data = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
-        pickle.loads(data)  # an exception that cannot be rebuilt is sent as its message
+        if result[0] == "error":
+            pickle.loads(data)  # an exception that cannot be rebuilt is sent as its message
     except Exception:
         error = result[1]
         data = pickle.dumps(("error", WriterFailed(f"{type(error).__name__}: {error}")))

@@ -163,16 +163,21 @@ class ResultsAside:
         self._pending.append(body)
         self._bytes += 4 + len(body)
 
-    def _flush(self) -> None:
-        """Send what is pending (an error the writer met is raised here)."""
+    def _take(self) -> bytes:
+        """What is pending, in one piece (and no timer left to send it)."""
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         pending, self._pending, self._bytes = self._pending, [], 0
+        return b"".join(pending)
+
+    def _flush(self) -> None:
+        """Send what is pending (an error the writer met is raised here)."""
+        data = self._take()
         try:
             if self._broken:
                 raise BrokenPipeError
-            write_all(self._records, b"".join(pending))
+            write_all(self._records, data)
         except BrokenPipeError:
             self._end()
             self._raise()
@@ -181,9 +186,8 @@ class ResultsAside:
     def _flush_later(self) -> None:
         """The event loop's timer: what waited is sent; a failure waits for the next write."""
         self._timer = None
-        pending, self._pending, self._bytes = self._pending, [], 0
         try:
-            write_all(self._records, b"".join(pending))
+            write_all(self._records, self._take())
         except BrokenPipeError:
             self._broken = True
 
@@ -191,13 +195,10 @@ class ResultsAside:
         if not self._open:
             return
         self._open = False
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._pending and not self._broken:  # what was handed over is written
+        pending = self._take()
+        if pending and not self._broken:  # what was handed over is written
             with contextlib.suppress(BrokenPipeError):
-                write_all(self._records, b"".join(self._pending))
-        self._pending = []
+                write_all(self._records, pending)
         os.close(self._records)
         with open(self._answer, "rb", closefd=True) as answer:
             data = answer.read()
