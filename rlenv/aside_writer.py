@@ -13,12 +13,22 @@ import sys
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
+from rlenv.errors import RunFailed
+
 if TYPE_CHECKING:
     from rlenv.summary import SummaryPlan
 
 
-class WriterFailed(RuntimeError):
-    """The results writer's process ended without an answer (killed: out of memory, a signal)."""
+class WriterFailed(RunFailed):
+    """The results writer's process ended without an answer (killed: out of memory, a signal):
+    the run ends (exit code 1, one line), the lines written before are kept for --resume."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"{what}; the rollouts written are kept: continue with --resume")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.what,))
 
 
 def write_all(fd: int, data: bytes) -> None:

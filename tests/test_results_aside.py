@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from rlenv.aside_writer import WriterFailed
@@ -156,6 +157,48 @@ def test_an_error_that_cannot_travel_is_sent_as_its_message(tmp_path: Path) -> N
     aside = ResultsAside(_plan(tmp_path / "r.jsonl", OddPlan))
     with pytest.raises(WriterFailed, match="Odd: the summary failed"):
         aside.finish()
+
+
+def test_a_killed_writer_ends_the_run_with_one_line(
+    chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """The OOM killer takes the writer mid-run: exit 1, one line naming it, no traceback; the
+    lines written before are whole, and --resume finishes the run."""
+    spec = env_builder.write(ECHO, inputs=INPUTS, tools=[SEARCH_TOOL], rollouts=8)
+    server = chat(latency_s=STOPPED_SERVER_LATENCY_MS / 1000)
+    out = tmp_path / "run"
+    command = [
+        str(RLENV), "run", str(spec), "--model", "openai:tiny", "--base-url", server.base_url,
+        "--out", str(out), "--concurrency", "4",
+    ]  # fmt: skip
+    running = subprocess.Popen(
+        command,
+        env={**os.environ, **FAST},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    writer = None
+    deadline = time.monotonic() + 60
+    while writer is None and time.monotonic() < deadline:
+        for child in psutil.Process(running.pid).children():
+            if "aside_writer" in " ".join(child.cmdline()):
+                writer = child
+        time.sleep(0.02)
+    assert writer is not None
+    while time.monotonic() < deadline and (
+        not (out / "results.jsonl").exists()
+        or (out / "results.jsonl").read_bytes().count(b"\n") < 6
+    ):
+        time.sleep(0.02)
+    writer.kill()
+    _, stderr = running.communicate(timeout=60)
+    assert running.returncode == 1, stderr
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr, stderr
+    assert "results writer" in stderr and "signal 9" in stderr and "--resume" in stderr
+    assert (out / "results.jsonl").read_text().endswith("\n")
+    assert _run(spec, out, server.base_url, resume=True)["rollouts"] == 48
 
 
 def test_a_killed_writer_is_named(tmp_path: Path) -> None:
