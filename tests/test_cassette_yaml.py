@@ -4,11 +4,13 @@ reads it whole, for every shape of text: those that split and those parsed whole
 from __future__ import annotations
 
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rlenv.world.cassette_yaml import _split, deserialize
+from rlenv.world.replay import load_interactions
 from rlenv.world.replay_patch import import_vcr
 
 import_vcr()
@@ -109,15 +111,21 @@ def test_a_broken_item_is_the_whole_parses_error() -> None:
     assert str(split.value) == str(whole.value)
 
 
-def test_a_cassette_of_many_interactions_peaks_at_a_fraction_of_the_whole_parse() -> None:
-    """The promise: one item's nodes at a time (tracemalloc's peak, allocations not time)."""
-    text = _written([_interaction(n) for n in range(2000)])
-    peaks = []
-    for read in (yamlserializer.deserialize, deserialize):
-        tracemalloc.start()
-        value = read(text)
-        peaks.append(tracemalloc.get_traced_memory()[1])
-        tracemalloc.stop()
-        assert len(value["interactions"]) == 2000
-    whole, split = peaks
-    assert split * 3 < whole, (split, whole)
+def test_a_cassette_of_many_interactions_peaks_at_a_fraction_of_the_whole_parse(
+    tmp_path: Path,
+) -> None:
+    """The promise, through the reader replay uses (`load_interactions`): one item's nodes at
+    a time (tracemalloc's peak: allocations, not time)."""
+    path = tmp_path / "many.yaml"
+    path.write_text(_written([_interaction(n) for n in range(2000)]))
+    tracemalloc.start()
+    whole = yamlserializer.deserialize(path.read_text())
+    whole_peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    del whole
+    tracemalloc.start()
+    interactions = load_interactions(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert len(interactions) == 2000
+    assert peak * 3 < whole_peak, (peak, whole_peak)

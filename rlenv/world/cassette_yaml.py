@@ -45,23 +45,6 @@ def deserialize(text: str) -> Any:
     return data
 
 
-class _Serializer:
-    """vcrpy's serializer interface (`FilesystemPersister.load_cassette`), reading by item."""
-
-    @staticmethod
-    def deserialize(text: str) -> Any:
-        return deserialize(text)
-
-    @staticmethod
-    def serialize(data: Any) -> str:
-        from vcr.serializers import yamlserializer
-
-        return yamlserializer.serialize(data)  # type: ignore[no-any-return]
-
-
-SERIALIZER = _Serializer()
-
-
 def _split(text: str) -> tuple[str, list[str]] | None:
     """(the text without its interactions' items, each item's text), or None when the text is
     not of the shape that splits (see the module's docstring)."""

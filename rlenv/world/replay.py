@@ -88,9 +88,9 @@ def _serializer_for(path: Path) -> Any:
     import_vcr()
     from vcr.serializers import jsonserializer
 
-    from rlenv.world.cassette_yaml import SERIALIZER  # vcrpy's, an interaction at a time
+    from rlenv.world import cassette_yaml  # vcrpy's YAML reading, an interaction at a time
 
-    return jsonserializer if path.suffix == ".json" else SERIALIZER
+    return jsonserializer if path.suffix == ".json" else cassette_yaml
 
 
 def load_interactions(path: Path) -> list[tuple[Any, dict[str, Any]]]:
