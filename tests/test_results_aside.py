@@ -5,6 +5,7 @@ every failure raised where it was before, nothing handed over lost if the orches
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import os
@@ -159,6 +160,30 @@ def test_an_error_that_cannot_travel_is_sent_as_its_message(tmp_path: Path) -> N
         aside.finish()
 
 
+def _started(spec: Path, out: Path, base_url: str) -> subprocess.Popen[str]:
+    """`rlenv run` of an outside env in the background (stderr kept), 4 rollouts at a time."""
+    command = [
+        str(RLENV), "run", str(spec), "--model", "openai:tiny", "--base-url", base_url,
+        "--out", str(out), "--concurrency", "4",
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command,
+        env={**os.environ, **FAST},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for_lines(results: Path, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (
+        not results.exists() or results.read_bytes().count(b"\n") < count
+    ):
+        time.sleep(0.02)
+
+
 def test_a_killed_writer_ends_the_run_with_one_line(
     chat: Callable[..., ChatServer], env_builder: EnvBuilder, tmp_path: Path
 ) -> None:
@@ -167,31 +192,17 @@ def test_a_killed_writer_ends_the_run_with_one_line(
     spec = env_builder.write(ECHO, inputs=INPUTS, tools=[SEARCH_TOOL], rollouts=8)
     server = chat(latency_s=STOPPED_SERVER_LATENCY_MS / 1000)
     out = tmp_path / "run"
-    command = [
-        str(RLENV), "run", str(spec), "--model", "openai:tiny", "--base-url", server.base_url,
-        "--out", str(out), "--concurrency", "4",
-    ]  # fmt: skip
-    running = subprocess.Popen(
-        command,
-        env={**os.environ, **FAST},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    running = _started(spec, out, server.base_url)
     writer = None
     deadline = time.monotonic() + 60
     while writer is None and time.monotonic() < deadline:
         for child in psutil.Process(running.pid).children():
-            if "aside_writer" in " ".join(child.cmdline()):
-                writer = child
+            with contextlib.suppress(psutil.Error):  # a short-lived child gone meanwhile
+                if "aside_writer" in " ".join(child.cmdline()):
+                    writer = child
         time.sleep(0.02)
     assert writer is not None
-    while time.monotonic() < deadline and (
-        not (out / "results.jsonl").exists()
-        or (out / "results.jsonl").read_bytes().count(b"\n") < 6
-    ):
-        time.sleep(0.02)
+    _wait_for_lines(out / "results.jsonl", 6)
     writer.kill()
     _, stderr = running.communicate(timeout=60)
     assert running.returncode == 1, stderr
@@ -378,24 +389,9 @@ def test_an_outside_run_stopped_by_ctrl_c_resumes_to_a_clean_runs_digest(
     server = chat(latency_s=STOPPED_SERVER_LATENCY_MS / 1000)
     clean = _run(spec, tmp_path / "clean", server.base_url)
     out = tmp_path / "run"
-    command = [
-        str(RLENV), "run", str(spec), "--model", "openai:tiny", "--base-url", server.base_url,
-        "--out", str(out), "--concurrency", "4",
-    ]  # fmt: skip
-    running = subprocess.Popen(
-        command,
-        env={**os.environ, **FAST},
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    running = _started(spec, out, server.base_url)
     results = out / "results.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (
-        not results.exists() or results.read_bytes().count(b"\n") < 6
-    ):
-        time.sleep(0.02)
+    _wait_for_lines(results, 6)
     running.send_signal(signal.SIGINT)
     _, stderr = running.communicate(timeout=60)
     assert running.returncode == 130, stderr
