@@ -96,6 +96,11 @@ class FinishQueue:
         `MAX_FINISHES`), in order; another waiting call leads the next batch."""
         self.leaders += 1
         try:
+            # the other rollouts whose model replies this turn of the event loop read reach
+            # their finish call before the batch is taken: one request (and one wake-up of
+            # the worker) for all of them, where each had one of its own (before the worker
+            # is taken: a call cancelled here holds none)
+            await asyncio.sleep(0)
             slot = await self.executor._idle()
             batch: list[_Finishing] = []
             while self.waiting and len(batch) < MAX_FINISHES:
