@@ -380,7 +380,7 @@ CHANNELS = SANDBOX_CHANNELS + PYTHON_CHANNELS
 WORLD_NOT_PROMISED: set[str] = set()
 """Channels a local worker does not close: none. The work root beside a rollout's workdir was
 one (shared by every worker of the run); a worker now covers it with an empty view holding
-the call's own workdir only (`rlenv.worker.isolate.PrivatePlaces.show`)."""
+the call's own workdir only (`rlenv.worker.places.PrivatePlaces.show`)."""
 
 
 def remove_left_files(names: dict[str, tuple[str, str]]) -> None:

@@ -1,5 +1,6 @@
 """Every module of rlenv sits in a layer of the import-linter contract (pyproject.toml): a module
-in none can import anything unseen (as the runner once imported the API's `rlenv.audit`)."""
+in none can import anything unseen (as the runner once imported the API's `rlenv.audit`). And no
+file is over 600 lines (DESIGN.md, Layout): one past it holds more than one concept."""
 
 from __future__ import annotations
 
@@ -70,6 +71,33 @@ def test_a_module_in_no_layer_is_found() -> None:
         "rlenv.metrics"
     ]
     assert unlayered(["rlenv.rm", "rlenv.rm.score"], {"rlenv.rm.score"}) == []
+
+
+MAX_LINES = 600
+"""DESIGN.md's limit on one file of rlenv."""
+
+
+def too_long(root: Path, limit: int = MAX_LINES) -> list[str]:
+    """The python files under `root` with more than `limit` lines, each as "path: N lines"."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        if lines > limit:
+            found.append(f"{path.relative_to(root.parent)}: {lines} lines")
+    return found
+
+
+def test_no_file_is_over_600_lines() -> None:
+    found = too_long(ROOT / "rlenv")
+    assert not found, f"over {MAX_LINES} lines (DESIGN.md: split them): " + ", ".join(found)
+
+
+def test_a_file_over_600_lines_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "rlenv"
+    (package / "worker").mkdir(parents=True)
+    (package / "worker" / "long.py").write_text("x = 1\n" * (MAX_LINES + 1))
+    (package / "limit.py").write_text("x = 1\n" * MAX_LINES)
+    assert too_long(package) == [f"rlenv/worker/long.py: {MAX_LINES + 1} lines"]
 
 
 def circles() -> set[frozenset[str]]:

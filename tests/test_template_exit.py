@@ -12,12 +12,12 @@ import textwrap
 WORKER = textwrap.dedent(
     """
     import os, select
-    from rlenv.worker import isolate
+    from rlenv.worker import template
 
-    isolate.start_template(
+    template.start_template(
         lambda name, args: None, closing=[], output=(2, 2), in_template=lambda name, args: None
     )
-    PIDFD = os.pidfd_open(isolate.template_pid())
+    PIDFD = os.pidfd_open(template.template_pid())
 
 
     class Probe:

@@ -184,7 +184,7 @@ class WorldActor:
             self.root = Path(tempfile.mkdtemp(prefix="ray-actor-", dir=parent))
         # the env as the driver packed it, never the driver's paths (which may not exist
         # here); beside the work root, not in it: a worker sees in its work root only the
-        # workdir of its call (`rlenv.worker.isolate.PrivatePlaces.show`)
+        # workdir of its call (`rlenv.worker.places.PrivatePlaces.show`)
         self.spec_path = str(bundle.unpack(env, spec, self.root / "env"))
         work_root = self.root / "work"
         work_root.mkdir(exist_ok=True)

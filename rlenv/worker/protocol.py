@@ -16,7 +16,7 @@ from typing import Any
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
 from rlenv.results import RolloutRecord
-from rlenv.worker import isolate
+from rlenv.worker import isolate, places, privileges, template
 from rlenv.worker.capture import CapturedOutput, keep_output, merge_output, take_output
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
 from rlenv.worker.lost import late_grade_lost
@@ -36,7 +36,7 @@ _runtime: WorldRuntime | None = None
 _start_error: str | None = None
 _in_child = False  # this process is a call's child (`rlenv.worker.isolate`): its parent captures
 _orchestrator_fds: list[int] = []  # what a call's child closes first: the pipe to the orchestrator
-_places: isolate.PrivatePlaces | None = None  # this worker's own /tmp, /var/tmp, $HOME
+_places: places.PrivatePlaces | None = None  # this worker's own /tmp, /var/tmp, $HOME
 
 SCRATCH_SOURCE = "rlenv-shm"
 """The source name of the tmpfs the local executor mounts on a worker's /dev/shm (in the
@@ -77,9 +77,9 @@ _own_semaphores: set[str] | None = None  # in /dev/shm, made by the worker as it
 def _empty_private_scratch() -> None:
     """Remove what the last rollout left in this worker's own /dev/shm. libfaketime's files of
     this process go too, when it starts: it holds them mapped, and a child (which gets a private
-    copy of that mapping, `isolate.shared_with_children`) could otherwise write to them by name. The
-    semaphores the worker made while it started (loky's, for a reward model) stay: its exit
-    unlinks them, and removed they were a traceback on the user's terminal."""
+    copy of that mapping, `privileges.shared_with_children`) could otherwise write to them by
+    name. The semaphores the worker made while it started (loky's, for a reward model) stay: its
+    exit unlinks them, and removed they were a traceback on the user's terminal."""
     global _own_semaphores
     if not _private_scratch_mounted():
         return
@@ -90,7 +90,7 @@ def _empty_private_scratch() -> None:
                 for entry in _SCRATCH.iterdir()
                 if entry.name.startswith("sem.") and "faketime_" not in entry.name
             }
-        isolate.keep_from_children([str(_SCRATCH / name) for name in _own_semaphores or ()])
+        privileges.keep_from_children([str(_SCRATCH / name) for name in _own_semaphores or ()])
     with contextlib.suppress(OSError):
         for entry in _SCRATCH.iterdir():
             if entry.name in (_own_semaphores or ()):
@@ -369,12 +369,12 @@ def serve(connection: Any, config: WorkerConfig | None, phase: Any) -> None:
 
 
 def _make_private_places() -> None:
-    """This worker's own /tmp, /var/tmp and $HOME (`isolate.PrivatePlaces`), made once when it
+    """This worker's own /tmp, /var/tmp and $HOME (`places.PrivatePlaces`), made once when it
     runs in a mount namespace of its own (the one whose /dev/shm is ours); its work root,
     grader cache, record directory and `SHARED_VARIABLE`'s places kept as they are. And no
     child of it may ptrace it or open its memory."""
     global _places
-    isolate.not_dumpable()
+    privileges.not_dumpable()
     if not _private_scratch_mounted():
         return
     config = _get().config
@@ -387,7 +387,7 @@ def _make_private_places() -> None:
     # were most of such a rollout's time); what runs in the worker itself (a verifier) can
     # reach the host's work root through the worker's descriptor whether there is a view or not
     view = config.work_root if _runs_env_code(_get()) else None
-    _places = isolate.PrivatePlaces.make(keep, view=view)
+    _places = places.PrivatePlaces.make(keep, view=view)
     if _places is not None:
         # a working directory under /tmp or $HOME, entered again by path (contextlib.chdir
         # restores by path), would be on a layer `renew` takes away: every later call then
@@ -405,7 +405,7 @@ def _settle(name: str) -> None:
     it wrote given a fresh layer, /dev/shm emptied (off the rollout's time)."""
     if name == "prepare" or (_runtime is not None and _runtime.inert):  # no env code ran
         return
-    isolate.settle()
+    template.settle()
     if _places is not None:
         _places.renew()
     _empty_private_scratch()
@@ -437,8 +437,8 @@ def _child_answer(name: str, *args: Any, took: list[float] | None = None) -> dic
     tools = _get().tools
     if tools.validators_loaded:  # loaded in the worker after a failed call: in the template too
         tools.validators_loaded = False
-        isolate.in_template("load_validators", ())
-    kind, answer = isolate.in_child(name, args, took=took)
+        template.in_template("load_validators", ())
+    kind, answer = template.in_child(name, args, took=took)
     if kind == "raise":
         raise answer
     return answer  # type: ignore[no-any-return]
@@ -454,7 +454,7 @@ def _in_the_template(name: str, args: tuple[Any, ...]) -> None:
 
 
 def _in_the_child(name: str, args: tuple[Any, ...]) -> Any:
-    """A call run in its child (forked by the template, `isolate.start_template`)."""
+    """A call run in its child (forked by the template, `template.start_template`)."""
     global _in_child
     _in_child = True
     return CHILD_CALLS[name](*args)
@@ -470,7 +470,7 @@ def _start_template() -> None:
 
     writing, reading = drain_ends()
     closing = _orchestrator_fds + (_places.handles() if _places is not None else []) + reading
-    isolate.start_template(
+    template.start_template(
         _in_the_child, closing=closing, output=writing, in_template=_in_the_template
     )
 
@@ -494,7 +494,7 @@ def isolated(name: str, *args: Any) -> Any:
         return _finish(*args)
     if name == "grade":
         return _grade(*args)
-    if not isolate.template_started():  # a worker driven without `serve` (a probe, a bench)
+    if not template.template_started():  # a worker driven without `serve` (a probe, a bench)
         _start_template()
     with _in_world() as printed:
         if name == "run_rollout":

@@ -97,7 +97,7 @@ class WorldRuntime:
                 raise WorldChecksFailed(problems_to_data(problems))
         self.work_root = Path(config.work_root)  # where env code sees its workdir
         # where this worker makes and removes workdirs: the work root itself, or (under
-        # `isolate.PrivatePlaces.view`) the host's, which env code sees only its own part of
+        # `places.PrivatePlaces.view`) the host's, which env code sees only its own part of
         self.real_root = self.work_root
         self.show: Callable[[str], None] | None = None  # the view's: one workdir visible
         self._work_root_text = str(self.work_root)
