@@ -471,15 +471,20 @@ class ServerHandle:
 
 
 @contextmanager
-def chat_server(latency_ms: float) -> Iterator[ServerHandle]:
-    """tests/chat_server.py in a child process; its request arrival times land in a file.
+def chat_server(latency_ms: float, kind: str = "threaded") -> Iterator[ServerHandle]:
+    """A chat server in a child process; its request arrival times land in a file.
 
-    The server runs in its own interpreter so its threads do not share a GIL with the harness.
+    `kind` "threaded": tests/chat_server.py (a thread per connection); "lean": the same replies
+    from one event loop (bench/lean_chat_server.py), for runs where the server's own CPU on
+    this machine's cores would be counted against rlenv. The server runs in its own interpreter
+    so it does not share a GIL with the harness.
     """
+    if kind not in SERVER_KINDS:
+        raise ValueError(f"server kind {kind!r}: one of {', '.join(SERVER_KINDS)}")
     directory = Path(tempfile.mkdtemp(prefix="bench-chat-"))
     times = directory / "times.json"
     process = subprocess.Popen(
-        [sys.executable, __file__, "_serve", str(latency_ms), str(times)],
+        [sys.executable, __file__, f"_serve_{kind}", str(latency_ms), str(times)],
         stdout=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
@@ -510,7 +515,37 @@ def arrival_times(handle: ServerHandle) -> list[float]:
     raise RuntimeError("chat server did not dump its request times")
 
 
-def _serve(latency_ms: float, times_path: Path) -> None:
+SERVER_KINDS = ("threaded", "lean")
+
+
+def _serve_lean(latency_ms: float, times_path: Path) -> None:
+    import asyncio
+
+    import lean_chat_server
+
+    loop = lean_chat_server.new_loop()
+    asyncio.set_event_loop(loop)
+    ready = lambda url: print(f"listening on {url}", flush=True)  # noqa: E731
+    server, state = loop.run_until_complete(lean_chat_server.serve(latency_ms / 1000, ready))
+    request = times_path.with_suffix(".request")
+    parent = os.getppid()
+
+    def poll() -> None:
+        if os.getppid() != parent:  # never outlive the benchmark
+            loop.stop()
+            return
+        if request.exists():
+            request.unlink()
+            state.dump(times_path)
+        loop.call_later(0.05, poll)
+
+    loop.add_signal_handler(signal.SIGTERM, loop.stop)
+    loop.call_soon(poll)
+    loop.run_forever()
+    server.close()
+
+
+def _serve_threaded(latency_ms: float, times_path: Path) -> None:
     sys.path.insert(0, str(ROOT / "tests"))
     from chat_server import start_chat_server
 
@@ -739,8 +774,10 @@ def _worker_cost(spec: str, model: str, count: int) -> None:
 
 if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1].startswith("_"):
     _command, _args = sys.argv[1], sys.argv[2:]
-    if _command == "_serve":
-        _serve(float(_args[0]), Path(_args[1]))
+    if _command == "_serve_threaded":
+        _serve_threaded(float(_args[0]), Path(_args[1]))
+    elif _command == "_serve_lean":
+        _serve_lean(float(_args[0]), Path(_args[1]))
     elif _command == "_profile_orchestrator":
         _profile_orchestrator(_args[0], int(_args[1]), int(_args[2]))
     elif _command == "_profile_worker":

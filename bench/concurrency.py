@@ -1,7 +1,13 @@
 """Throughput of `rlenv run` against a loopback OpenAI-compatible server with a fixed latency.
 
-The server is tests/chat_server.py (`--latency-ms`: every request waits that long before its
-reply), run in its own process. The env has no tools and one verifier, so each rollout is one
+The server (`--latency-ms`: every request waits that long before its reply) runs in its own
+process. It is bench/lean_chat_server.py: tests/chat_server.py's replies from one event loop,
+~0.05 ms of CPU per request where the tests' threaded server takes ~0.28 ms (at 256 in flight
+and 100 ms that server alone kept ~45 % of one of this machine's two cores busy: a model server
+is on another machine in use, and its CPU here was counted against rlenv). `--server threaded`
+measures with the tests' server throughout; without it, the 256-in-flight, 100 ms run is also
+made once with the threaded server and printed below the targets, for comparison with earlier
+outputs. The env has no tools and one verifier, so each rollout is one
 chat request. `rlenv run --model openai:bench --base-url URL --concurrency C` for C in 1, 8, 64,
 256; the best a client can do is C / latency requests per second (the limit).
 
@@ -51,6 +57,7 @@ LATENCIES_MS = (100.0, 500.0)  # --quick: the first only
 SECONDS_PER_RUN = 4.0  # seconds of requests at the limit for each run (quick: 2)
 # the server's ceiling: the best of aiohttp and rlenv's own plain-HTTP client used bare
 CLIENT_KINDS = ("httpx-8-pools", "aiohttp", "http1")
+SERVER = "lean"  # --server: the chat server every run of this benchmark uses (common.SERVER_KINDS)
 BODY = {
     "model": "bench",
     "messages": [{"role": "user", "content": "echo k0000001"}],
@@ -82,7 +89,7 @@ def run_rlenv(root: Path, latency_ms: float, concurrency: int, seconds: float) -
     limit = concurrency / (latency_ms / 1000)
     rollouts = max(2 * concurrency + 10, int(limit * seconds))
     spec = common.build_env(root / f"env-{latency_ms:.0f}-{concurrency}", rollouts)
-    with common.chat_server(latency_ms) as server, CpuSampler(server.pid) as sampler:
+    with common.chat_server(latency_ms, SERVER) as server, CpuSampler(server.pid) as sampler:
         server_cpu = server.cpu_s()
         measured = common.measure(
             common.rlenv_run(
@@ -205,7 +212,7 @@ def run_client(kind: str, latency_ms: float, concurrency: int) -> list[str]:
     """The HTTP client alone (no rlenv) at a concurrency: the ceiling a provider built on it has."""
     limit = concurrency / (latency_ms / 1000)
     requests = concurrency * 10
-    with common.chat_server(latency_ms) as server:
+    with common.chat_server(latency_ms, SERVER) as server:
         common.measure(
             [
                 sys.executable,
@@ -344,8 +351,16 @@ def main() -> None:
     )
     parser.add_argument("--ab", help="TREE,TREE,...: A/B of CPU per rollout (see above)")
     parser.add_argument("--ab-concurrency", type=int, default=256)
+    global SERVER
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--server",
+        choices=common.SERVER_KINDS,
+        default=SERVER,
+        help="the chat server: lean (one event loop; the default) or threaded (tests' server)",
+    )
     args = parser.parse_args()
+    SERVER = args.server
     if args.ab:
         common.header("concurrency A/B: CPU per rollout, trees interleaved at the same load")
         run_ab(args.ab.split(","), args.ab_concurrency, args.rounds, 100.0)
@@ -357,7 +372,7 @@ def main() -> None:
     rows, client_rows, verdicts = [], [], []
     with common.temp_dir("bench-concurrency-") as root:
         warm = common.build_env(root / "warm", 4)
-        with common.chat_server(0) as server:
+        with common.chat_server(0, SERVER) as server:
             common.measure(
                 common.rlenv_run(
                     warm,
@@ -439,6 +454,16 @@ def main() -> None:
     )
     print()
     print("\n".join(verdicts))
+    if SERVER != "threaded" and 100.0 in latencies:
+        print()
+        print("the same run with tests/chat_server.py (a thread per connection) as the server:")
+        SERVER = "threaded"
+        with common.temp_dir("bench-concurrency-threaded-") as root:
+            row = run_rlenv(root, 100.0, 256, seconds)
+        print(
+            f"  concurrency 256, latency 100 ms: {row[4]} req/s steady ({row[5]} of the limit),"
+            f" orchestrator {row[11]} ms/rollout, server CPU {row[13]} s, cores busy {row[14]}"
+        )
 
 
 if __name__ == "__main__":
