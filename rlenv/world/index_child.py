@@ -43,10 +43,10 @@ def index_aside(
     """`path`'s index and findings built by a child interpreter (which also writes them to
     `cache`), or None when no child can be had (the caller builds them itself). The build's
     error is raised as itself; a child that ends without answering is a RunFailed."""
+    request = pickle.dumps((path, scrubber, cache), pickle.HIGHEST_PROTOCOL)
     try:
-        request = pickle.dumps((path, scrubber, cache), pickle.HIGHEST_PROTOCOL)
         process = start_python(_CHILD, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+    except OSError:  # no process to be had
         return None
     try:
         answer, _ = process.communicate(request)
