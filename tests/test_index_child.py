@@ -222,12 +222,20 @@ def test_no_child_to_be_had_builds_in_process(
     assert len(cache_files(cache)) == 1
 
 
+SUICIDE = "import os, signal, sys; sys.stdin.read(); {}os.kill(os.getpid(), signal.SIGKILL)"
+
+
+@pytest.mark.parametrize("written", ["", "os.write(1, b'I\\x80\\x05\\x95'); "])
 def test_a_child_that_dies_is_one_line(
-    tmp_path: Path, env_builder: EnvBuilder, cache: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    env_builder: EnvBuilder,
+    cache: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    written: str,
 ) -> None:
+    """A child that kills itself, before it answers or half-way through its answer."""
     spec = _env_with_cassette(env_builder, some_cassette)
-    suicide = "import os, signal, sys; sys.stdin.read(); os.kill(os.getpid(), signal.SIGKILL)"
-    monkeypatch.setattr(index_child, "_CHILD", suicide)
+    monkeypatch.setattr(index_child, "_CHILD", SUICIDE.format(written))
     with pytest.raises(RunFailed, match=r"its process \(pid \d+\) was killed by SIGKILL") as dead:
         load_environment(spec, purpose="run", world_checks="workers")
     assert "\n" not in str(dead.value)
