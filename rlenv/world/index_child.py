@@ -22,7 +22,7 @@ import pickle
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,7 @@ from rlenv.fresh_python import start_python
 if TYPE_CHECKING:
     from rlenv.world.scrub import Scrubber
 
-_CHILD = "from rlenv.world.index_child import serve; serve()"
+_CHILD = "from rlenv.world.replay import serve_index; serve_index()"
 _INDEX = b"I"  # the answer: the cache file's bytes
 _ERROR = b"E"  # the answer: the error the build raised, pickled
 
@@ -78,19 +78,16 @@ def _how(status: int) -> str:
     return f"was killed by {name}"
 
 
-def serve() -> None:  # pragma: no cover - runs in the child (tests check what it answers)
-    """The child (``python -P -c``): read (cassette, scrubber, cache path) pickled on stdin,
-    build the index, write it to the cache, answer its bytes (or the error) on stdout, exit."""
-    from rlenv.world.replay import build_index, store_index
-
+def serve(build: Callable[[Path, Scrubber, Path], bytes]) -> None:  # pragma: no cover
+    """The child's side (``python -P -c``; `rlenv.world.replay.serve_index`): read (cassette,
+    scrubber, cache path) pickled on stdin; answer on stdout what `build` returns (the cache
+    file's bytes, once written) or the error it raised; exit."""
     answer = os.dup(1)
     os.dup2(2, 1)  # what a library prints goes to stderr, never into the answer
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
     try:
         path, scrubber, cache = pickle.loads(sys.stdin.buffer.read())
-        payload = pickle.dumps(build_index(path, scrubber), pickle.HIGHEST_PROTOCOL)
-        store_index(cache, payload)
-        parts = (_INDEX, payload)
+        parts = (_INDEX, build(path, scrubber, cache))
     except BaseException as exc:  # noqa: BLE001 - every failure is the orchestrator's to raise
         parts = (_ERROR, _error_pickle(exc))
     with contextlib.suppress(OSError), open(answer, "wb", closefd=True) as out:

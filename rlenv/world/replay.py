@@ -242,6 +242,19 @@ def store_index(cache: Path, payload: bytes) -> None:
         pass  # a read-only cache only costs speed
 
 
+def serve_index() -> None:  # pragma: no cover - runs in the child (tests check its answers)
+    """The body of the child `load_index` builds a cold index in (`rlenv.world.index_child`):
+    the index built and stored as in this process, the stored bytes its answer."""
+    from rlenv.world.index_child import serve
+
+    def build(path: Path, scrubber: Scrubber, cache: Path) -> bytes:
+        payload = pickle.dumps(build_index(path, scrubber), protocol=pickle.HIGHEST_PROTOCOL)
+        store_index(cache, payload)
+        return payload
+
+    serve(build)
+
+
 @dataclass
 class ToolIndex:
     """One tool's cassette, indexed by request key; first recorded response wins on repeats."""
