@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -222,23 +223,39 @@ def test_no_child_to_be_had_builds_in_process(
     assert len(cache_files(cache)) == 1
 
 
-SUICIDE = "import os, signal, sys; sys.stdin.read(); {}os.kill(os.getpid(), signal.SIGKILL)"
+DIES = "import os, signal, sys; sys.stdin.read(); "
+KILLED = "killed by SIGKILL (out of memory?)"
 
 
-@pytest.mark.parametrize("written", ["", "os.write(1, b'I\\x80\\x05\\x95'); "])
+@pytest.mark.parametrize(
+    ("ending", "how"),
+    [
+        ("os.kill(os.getpid(), signal.SIGKILL)", KILLED),
+        ("os.write(1, b'I\\x80\\x05\\x95'); os.kill(os.getpid(), signal.SIGKILL)", KILLED),
+        ("os.kill(os.getpid(), signal.SIGTERM)", "killed by SIGTERM"),
+        ("sys.exit(3)", "exit status 3"),
+        ("sys.exit(0)", "exit status 0"),  # (nothing said: no answer either)
+    ],
+)
 def test_a_child_that_dies_is_one_line(
     tmp_path: Path,
     env_builder: EnvBuilder,
     cache: Path,
     monkeypatch: pytest.MonkeyPatch,
-    written: str,
+    ending: str,
+    how: str,
 ) -> None:
-    """A child that kills itself, before it answers or half-way through its answer."""
+    """A child that ends before it answers, or half-way through its answer (the second)."""
     spec = _env_with_cassette(env_builder, some_cassette)
-    monkeypatch.setattr(index_child, "_CHILD", SUICIDE.format(written))
-    with pytest.raises(RunFailed, match=r"its process \(pid \d+\) was killed by SIGKILL") as dead:
+    monkeypatch.setattr(index_child, "_CHILD", DIES + ending)
+    with pytest.raises(RunFailed) as dead:
         load_environment(spec, purpose="run", world_checks="workers")
-    assert "\n" not in str(dead.value)
+    path = spec.parent / "cassettes" / "lookup.yaml"
+    assert re.fullmatch(
+        rf"indexing the cassette {re.escape(str(path))}: its process \(pid \d+\) ended before"
+        rf" it answered: {re.escape(how)}",
+        str(dead.value),
+    )
     result = in_process("run", str(spec), "--out", str(tmp_path / "out"))
     assert result.exit_code == 1
     assert result.stderr.startswith("rlenv: error: indexing the cassette ")
@@ -271,8 +288,8 @@ def test_a_child_killed_while_it_reads_the_cassette_is_one_line(
     assert not loading.is_alive()
     assert len(raised) == 1 and type(raised[0]) is RunFailed
     assert str(raised[0]) == (
-        f"indexing the cassette {fifo}: its process (pid {started[0].pid}) was killed by"
-        " SIGKILL before it answered (out of memory?)"
+        f"indexing the cassette {fifo}: its process (pid {started[0].pid}) ended before it"
+        " answered: killed by SIGKILL (out of memory?)"
     )
     assert cache_files(cache) == {}
 

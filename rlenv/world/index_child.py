@@ -63,19 +63,21 @@ def index_aside(
     if kind == _ERROR and isinstance(value, BaseException):
         raise value
     raise RunFailed(
-        f"indexing the cassette {path}: its process (pid {process.pid})"
-        f" {_how(process.returncode)} before it answered (out of memory?)"
+        f"indexing the cassette {path}: its process (pid {process.pid}) ended before it"
+        f" answered: {_how(process.returncode)}"
     )
 
 
 def _how(status: int) -> str:
+    """How a process ended, from its exit status (negative: the signal that killed it)."""
     if status >= 0:
-        return f"exited with status {status}"
+        return f"exit status {status}"
+    if -status == signal.SIGKILL:
+        return "killed by SIGKILL (out of memory?)"
     try:
-        name = signal.Signals(-status).name
+        return f"killed by {signal.Signals(-status).name}"
     except ValueError:
-        name = f"signal {-status}"
-    return f"was killed by {name}"
+        return f"killed by signal {-status}"
 
 
 def serve(build: Callable[[Path, Scrubber, Path], bytes]) -> None:  # pragma: no cover
