@@ -11,11 +11,11 @@ appends it, tallies it, and at the end builds the summary from the run's
 are the very ones the in-process writer makes: the same code runs, in another process
 (tests/test_results_aside.py).
 
-The writer (rlenv.aside_writer) is a fresh interpreter (`python -P -c`, this one's
-``sys.path``), not a fork: a fork shares the orchestrator's pages only until either writes
-them, and the orchestrator rewrites its heap all run long (a forked writer cost ~18 MB of the
-tree's PSS at 20k rollouts, and a page fault in the orchestrator for each page copied; a fresh
-one holds what it imports and its tally).
+The writer (rlenv.aside_writer) is a fresh interpreter (`rlenv.fresh_python`: ``python -P
+-c``, this one's ``sys.path``), not a fork: a fork shares the orchestrator's pages only until
+either writes them, and the orchestrator rewrites its heap all run long (a forked writer cost
+~18 MB of the tree's PSS at 20k rollouts, and a page fault in the orchestrator for each page
+copied; a fresh one holds what it imports and its tally).
 
 What a failure does is what it did in process: an error writing a line (a full disk) ends the
 run at the next record handed over, or at the end, with that error, the lines before it whole;
@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rlenv.aside_writer import WriterFailed, write_all
+from rlenv.fresh_python import start_python
 from rlenv.results import encode_record
 
 if TYPE_CHECKING:
@@ -98,14 +99,14 @@ class ResultsAside:
         answer, answer_write = os.pipe()
         with contextlib.suppress(OSError):  # a bigger pipe where the system allows it
             fcntl.fcntl(self._records, _F_SETPIPE_SZ, _PIPE_BYTES)
-        path = os.pathsep.join(entry for entry in sys.path if entry)
         try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-P", "-c", _CHILD, str(records_read), str(answer_write)],
+            self.process = start_python(
+                _CHILD,
+                str(records_read),
+                str(answer_write),
                 pass_fds=(records_read, answer_write, *([] if hold is None else [hold])),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # `run --json` prints the summary there
-                env={**os.environ, "PYTHONPATH": path},  # rlenv from where this one has it
             )
         except OSError:  # no process to be had: the caller writes in its own
             for fd in (self._records, answer):

@@ -159,7 +159,9 @@ def _index_cache_path(cassette_sha: str, scrubber: Scrubber) -> Path:
     return default_cache_dir() / "cassette-index" / f"{cassette_sha}-{config[:16]}.pickle"
 
 
-def load_index(path: Path, scrubber: Scrubber) -> tuple[Mapping[str, bytes], list[str]]:
+def load_index(
+    path: Path, scrubber: Scrubber, *, aside: bool = False
+) -> tuple[Mapping[str, bytes], list[str]]:
     """A cassette's request-key index (each response pickled: `ToolIndex.response`) and its
     secret findings, cached by the file's hash.
 
@@ -169,10 +171,28 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[Mapping[str, bytes], lis
     dicts, 10 000 of them took 16 MB of every worker (and a served response can no longer be
     changed in place for the next request that gets it); the responses are held together, in
     three objects (`rlenv.world.packed`).
-    """
-    from rlenv.world.scrub import find_secrets
 
+    With `aside` (the orchestrator's env check), an index not in the cache is built by a
+    short-lived interpreter of its own (`rlenv.world.index_child`), so vcrpy, detect-secrets
+    and the parse's garbage never enter this process; in this process when none can be had.
+    """
     cache = _index_cache_path(sha256_file(path), scrubber)
+    cached = _cached_index(cache)
+    if cached is not None:
+        return cached
+    if aside:
+        from rlenv.world.index_child import index_aside
+
+        built = index_aside(path, scrubber, cache)
+        if built is not None:
+            return built
+    packed, findings = build_index(path, scrubber)
+    store_index(cache, pickle.dumps((packed, findings), protocol=pickle.HIGHEST_PROTOCOL))
+    return packed, findings
+
+
+def _cached_index(cache: Path) -> tuple[Mapping[str, bytes], list[str]] | None:
+    """The index `store_index` wrote to `cache`, or None (not there, torn, an older format)."""
     try:
         with open(cache, "rb") as handle:
             cached: tuple[Mapping[str, bytes], list[str]] = pickle.load(handle)
@@ -180,6 +200,14 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[Mapping[str, bytes], lis
             return cached
     except (OSError, EOFError, pickle.UnpicklingError, ValueError, TypeError, IndexError):
         pass
+    return None
+
+
+def build_index(path: Path, scrubber: Scrubber) -> tuple[PackedResponses, list[str]]:
+    """Parse the cassette and key its interactions (first response wins; two responses for
+    one scrubbed request are refused), and find the secrets it holds."""
+    from rlenv.world.scrub import find_secrets
+
     interactions = load_interactions(path)
     index = ToolIndex("", None, scrubber)
     responses: dict[str, dict[str, Any]] = {}
@@ -202,12 +230,29 @@ def load_index(path: Path, scrubber: Scrubber) -> tuple[Mapping[str, bytes], lis
             for key, response in responses.items()
         }
     )
+    return packed, findings
+
+
+def store_index(cache: Path, payload: bytes) -> None:
+    """Write an index's pickle to the cache, whole or not at all."""
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(cache, pickle.dumps((packed, findings), protocol=pickle.HIGHEST_PROTOCOL))
+        atomic_write(cache, payload)
     except OSError:
         pass  # a read-only cache only costs speed
-    return packed, findings
+
+
+def serve_index() -> None:  # pragma: no cover - runs in the child (tests check its answers)
+    """The body of the child `load_index` builds a cold index in (`rlenv.world.index_child`):
+    the index built and stored as in this process, the stored bytes its answer."""
+    from rlenv.world.index_child import serve
+
+    def build(path: Path, scrubber: Scrubber, cache: Path) -> bytes:
+        payload = pickle.dumps(build_index(path, scrubber), protocol=pickle.HIGHEST_PROTOCOL)
+        store_index(cache, payload)
+        return payload
+
+    serve(build)
 
 
 @dataclass
