@@ -42,8 +42,10 @@ def serve() -> None:  # pragma: no cover - runs in the writer's process (tests c
     append each record handed over, then build the summary if asked; answer
     ``("summary", dict)``, ``("closed", None)`` or ``("error", exception)``, and exit."""
     from rlenv.results import ResultsWriter, WrittenLine
+    from rlenv.scheduling import behind_the_orchestrator
 
     records, answer = int(sys.argv[1]), int(sys.argv[2])
+    behind_the_orchestrator()  # woken by each batch of records handed over
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
     result: tuple[str, Any] = ("closed", None)
     try:

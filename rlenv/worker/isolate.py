@@ -181,6 +181,14 @@ def as_outcome(value: dict[str, Any]) -> ToolOutcome:
     return ToolOutcome(**fields)
 
 
+def as_said(value: dict[str, Any]) -> str | None:
+    """A user's message from a child's answer (TypeError when it is not one)."""
+    said = value.get("value")
+    if said is not None and not isinstance(said, str):
+        raise TypeError(f"a user's message that is a {type(said).__name__}")
+    return said
+
+
 def as_trajectory(value: dict[str, Any]) -> Trajectory:
     """A trajectory from a child's answer (TypeError when it is not one)."""
     fields = value.get("fields")

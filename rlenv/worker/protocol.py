@@ -16,6 +16,7 @@ from typing import Any
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory
 from rlenv.errors import RunFailed, UserError
 from rlenv.results import RolloutRecord
+from rlenv.scheduling import behind_the_orchestrator
 from rlenv.worker import isolate, places, privileges, template
 from rlenv.worker.capture import CapturedOutput, keep_output, merge_output, take_output
 from rlenv.worker.config import GC_THRESHOLD, RolloutTask, WorkerConfig
@@ -322,6 +323,7 @@ def serve(connection: Any, config: WorkerConfig | None, phase: Any) -> None:
 
     `phase` is a shared int the worker keeps up to date (`set_phase`), read by the orchestrator
     when the worker died or had to be killed."""
+    behind_the_orchestrator()
     for name, value in ALLOCATOR_VARIABLES.items():  # read as the interpreter started
         if os.environ.get(name) == value:  # ours (`LocalExecutor`), not env code's to see
             del os.environ[name]
@@ -504,21 +506,13 @@ def isolated(name: str, *args: Any) -> Any:
             value = isolate.as_outcome(_child_answer("tool", *args))
         elif name == "user":
             _prepared(args[0])
-            value = _said(_child_answer("user", *args))
+            value = isolate.as_said(_child_answer("user", *args))
         else:
             raise KeyError(name)
     if name in ("tool", "user"):
         _keep_output(args[0], printed.output)
         return value
     return _with_output(value, printed.output)
-
-
-def _said(answer: dict[str, Any]) -> str | None:
-    """A user's message from a child's answer (TypeError when it is not one)."""
-    said = answer.get("value")
-    if said is not None and not isinstance(said, str):
-        raise TypeError(f"a user's message that is a {type(said).__name__}")
-    return said
 
 
 def _rollout_in_child(task: RolloutTask) -> RolloutRecord:
