@@ -5,13 +5,14 @@ grading in a worker (`rlenv.runner` runs these beside the in-world batches)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from rlenv.agent import RolloutTimeout, ToolOutcome, Trajectory, conversation_loop, rollout_loop
 from rlenv.clock import monotonic
 from rlenv.env import Environment
-from rlenv.errors import InfraError
+from rlenv.errors import InfraError, WorkerLost
 from rlenv.executors import Executor
 from rlenv.providers.base import ModelReply, Provider
 from rlenv.results import RolloutRecord
@@ -45,6 +46,20 @@ async def outside_rollout(
     shared: RunConstants | None = None,
 ) -> RolloutRecord:
     """Model calls here (outside the frozen world); tool calls and grading in a worker."""
+    trajectory, left = await outside_conversation(prepared, provider, executor, task, shared)
+    return await executor.finish(task, trajectory, provider.uri, left)
+
+
+async def outside_conversation(
+    prepared: Environment,
+    provider: Provider,
+    executor: Executor,
+    task: RolloutTask,
+    shared: RunConstants | None = None,
+) -> tuple[Trajectory, float]:
+    """A rollout's conversation: model calls here, tool calls and a simulated user's turns in
+    a worker. Its trajectory and the seconds its grading has left (`executor.finish`: grading
+    is part of the rollout's time; a timed-out rollout is not graded)."""
     spec = prepared.loaded.spec
     shared = shared or RunConstants.of(prepared)
     record = prepared.inputs[task.input_index]
@@ -92,5 +107,73 @@ async def outside_rollout(
     left = deadline - monotonic()
     if left <= 0:  # the worker makes the timeout record (and removes the workdir)
         trajectory = Trajectory(messages=messages, status="timeout")
-    # grading is part of the rollout's time (a timed-out rollout is not graded)
-    return await executor.finish(task, trajectory, provider.uri, max(left, 0.0))
+    return trajectory, max(left, 0.0)
+
+
+async def run_outside(
+    prepared: Environment,
+    provider: Provider,
+    executor: Executor,
+    queue: Iterator[RolloutTask],
+    conversing: int,
+    grading: int,
+    done: Callable[[RolloutTask, RolloutRecord | WorkerLost, float], None],
+) -> None:
+    """The rollouts of `queue`, `conversing` of them in conversation at a time; each one's
+    record (or the `WorkerLost` its worker left) to `done(task, record, started)`.
+
+    With `grading` > 0, a rollout's grading does not hold its place: the next conversation
+    starts as it is graded, and up to `grading` rollouts may wait for a worker's grading or be
+    in it (a conversation that ends with as many waiting waits too). At 256 rollouts in flight
+    at 100 ms, the finish's round trip held each place ~5 % of the time: the model server was
+    sent that much less. Only for conversations that need no worker (no tools, no simulated
+    user): where they do, a grading that held a worker longer (a slow verifier) would starve
+    the next conversations' tool calls, which wait for a worker in their own time, and time
+    them out (tests/test_hard_limits.py). With `grading` 0, a rollout holds its place until it
+    is graded. What a grading raises (but a lost worker) ends the run, raised as it is."""
+    shared = RunConstants.of(prepared)
+    room = asyncio.Semaphore(max(grading, 1))
+    graders: set[asyncio.Task[None]] = set()
+    failed: list[Exception] = []
+
+    async def graded(
+        task: RolloutTask, trajectory: Trajectory, left: float, started: float
+    ) -> None:
+        try:
+            record = await executor.finish(task, trajectory, provider.uri, left)
+        except WorkerLost as lost:
+            done(task, lost, started)
+        else:
+            done(task, record, started)
+
+    def ended(grader: asyncio.Task[None]) -> None:
+        graders.discard(grader)
+        room.release()
+        if not grader.cancelled() and grader.exception() is not None:
+            failed.append(grader.exception())  # type: ignore[arg-type]
+
+    async def consumer() -> None:
+        for task in queue:
+            if failed:
+                break
+            started = monotonic()
+            try:
+                trajectory, left = await outside_conversation(
+                    prepared, provider, executor, task, shared
+                )
+            except WorkerLost as lost:
+                done(task, lost, started)
+                continue
+            if not grading:
+                await graded(task, trajectory, left, started)
+                continue
+            await room.acquire()
+            grader = asyncio.ensure_future(graded(task, trajectory, left, started))
+            graders.add(grader)
+            grader.add_done_callback(ended)
+        while graders and not failed:
+            await asyncio.wait(list(graders))
+        if failed:
+            raise failed[0]
+
+    await asyncio.gather(*(consumer() for _ in range(conversing)))

@@ -31,7 +31,7 @@ from rlenv.executors import (
 from rlenv.executors.early import early_pool_size, early_workers
 from rlenv.files import atomic_write, default_cache_dir, usable_out
 from rlenv.inputs import select
-from rlenv.outside_rollout import RunConstants, outside_rollout
+from rlenv.outside_rollout import run_outside
 from rlenv.providers.base import Provider, check_reference
 from rlenv.providers.registry import resolve_provider
 from rlenv.results import (
@@ -534,7 +534,6 @@ async def _execute(
     queue: Iterator[RolloutTask] = iter(tasks)
     finished = 0
     timeout_s = prepared.loaded.spec.limits.timeout_s
-    shared = RunConstants.of(prepared)
 
     def done(task: RolloutTask, record: RolloutRecord | WorkerLost, started: float) -> None:
         nonlocal finished
@@ -549,16 +548,6 @@ async def _execute(
         writer.write(record)
         finished += 1
         advance(finished)
-
-    async def consumer() -> None:
-        for task in queue:
-            started = monotonic()
-            try:
-                record = await outside_rollout(prepared, provider, executor, task, shared)
-            except WorkerLost as lost:
-                done(task, lost, started)
-            else:
-                done(task, record, started)
 
     again: collections.deque[RolloutTask] = collections.deque()  # what a lost worker left
     left = len(tasks)
@@ -593,6 +582,9 @@ async def _execute(
         if provider.in_world:
             await asyncio.gather(*(batches() for _ in range(workers)))
         else:
-            await asyncio.gather(*(consumer() for _ in range(min(concurrency, len(tasks)))))
+            spec = prepared.loaded.spec
+            aside = 0 if spec.tools or spec.user is not None else concurrency  # gradings aside
+            conversing = min(concurrency, len(tasks))
+            await run_outside(prepared, provider, executor, queue, conversing, aside, done)
     finally:
         await provider.aclose()

@@ -1,0 +1,74 @@
+"""An outside rollout's grading does not hold its place among the rollouts in conversation when
+its conversation needs no worker (`rlenv.outside_rollout.run_outside`): the next rollout's model
+call goes out while it is graded, and no more than `--concurrency` wait for or are in grading.
+With a tool (a conversation that needs a worker) a rollout holds its place until it is graded,
+as before: a slow grading then cannot starve the next conversation's tool calls."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlenv.runner import RunSettings, run
+from tests.conftest import EnvBuilder, read_jsonl
+
+SLOW_GRADER = """
+import time
+
+def search(arguments, ctx):
+    return "found " + arguments["query"]
+
+def check(answer, data, ctx):
+    time.sleep(1.0)
+    return True
+"""
+
+INPUTS = [{"id": name, "prompt": f"say {name}"} for name in ("a", "b", "c")]
+
+
+def _arrivals(
+    chat: Any, env_builder: EnvBuilder, tmp_path: Path, **spec: Any
+) -> tuple[list[float], list[Any]]:
+    server = chat()
+    path = env_builder.write(
+        SLOW_GRADER,
+        inputs=INPUTS,
+        rollouts=1,
+        limits={"max_turns": 3, "timeout_s": 30},
+        verifiers=[{"type": "python", "function": "MOD:check"}],
+        **spec,
+    )
+    settings = RunSettings(
+        model="openai:tiny", base_url=server.base_url, out=tmp_path / "run", concurrency=1
+    )
+    result = run(path, settings)
+    assert result.summary["counts"] == {"ok": 3}, result.summary["counts"]
+    records = read_jsonl(tmp_path / "run" / "results.jsonl")
+    return [entry["time"] for entry in server.log], records
+
+
+def test_the_next_model_call_goes_out_while_a_rollout_is_graded(
+    chat: Any, env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    times, records = _arrivals(chat, env_builder, tmp_path)
+    assert len(times) == 3
+    # one in conversation (--concurrency 1): b's call went out as a was graded (1 s)...
+    assert times[1] - times[0] < 0.5, times
+    # ...and c's waited for a's grading to end: one grading aside at most (--concurrency 1)
+    assert times[2] - times[0] >= 1.0, times
+    assert sorted(record["input_id"] for record in records) == ["a", "b", "c"]
+    assert all(record["passed"] for record in records)
+
+
+def test_with_a_tool_a_rollout_holds_its_place_until_it_is_graded(
+    chat: Any, env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    tool = {
+        "name": "search",
+        "function": "MOD:search",
+        "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+    }
+    times, _ = _arrivals(chat, env_builder, tmp_path, tools=[tool])
+    assert len(times) == 6  # a tool call and a final answer per rollout
+    for first, second in ((1, 2), (3, 4)):  # one rollout's last call, the next one's first
+        assert times[second] - times[first] >= 1.0, times
