@@ -155,7 +155,7 @@ async def run_outside(
     async def consumer() -> None:
         for task in queue:
             if failed:
-                break
+                raise failed[0]
             started = monotonic()
             try:
                 trajectory, left = await outside_conversation(
@@ -171,9 +171,9 @@ async def run_outside(
             grader = asyncio.ensure_future(graded(task, trajectory, left, started))
             graders.add(grader)
             grader.add_done_callback(ended)
-        while graders and not failed:
-            await asyncio.wait(list(graders))
-        if failed:
-            raise failed[0]
 
     await asyncio.gather(*(consumer() for _ in range(conversing)))
+    while graders:  # the last gradings, waited for once (not by every consumer: N x N waits)
+        await asyncio.wait(list(graders))
+    if failed:
+        raise failed[0]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from rlenv.runner import RunSettings, run
 from tests.conftest import EnvBuilder, read_jsonl
 
@@ -72,3 +74,31 @@ def test_with_a_tool_a_rollout_holds_its_place_until_it_is_graded(
     assert len(times) == 6  # a tool call and a final answer per rollout
     for first, second in ((1, 2), (3, 4)):  # one rollout's last call, the next one's first
         assert times[second] - times[first] >= 1.0, times
+
+
+def test_what_a_grading_raises_ends_the_run_as_itself(
+    chat: Any, env_builder: EnvBuilder, tmp_path: Path
+) -> None:
+    """A grading's record handed on raises (here the caller's progress callback, as a
+    trainer's callback might): the run ends with that exception, not after every rollout."""
+    server = chat()
+    path = env_builder.write(
+        SLOW_GRADER.replace("time.sleep(1.0)", "time.sleep(0.0)"),
+        inputs=[{"id": f"i{n}", "prompt": f"say {n}"} for n in range(40)],
+        rollouts=1,
+        verifiers=[{"type": "python", "function": "MOD:check"}],
+    )
+
+    class Refused(Exception):
+        pass
+
+    def progress(done: int, total: int) -> None:
+        if done == 3:
+            raise Refused(f"{done} of {total}")
+
+    settings = RunSettings(
+        model="openai:tiny", base_url=server.base_url, out=tmp_path / "run", concurrency=2
+    )
+    with pytest.raises(Refused, match="3 of 40"):
+        run(path, settings, progress=progress)
+    assert len(server.log) < 40  # it ended there, not after the last rollout
