@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
-from rlenv.errors import RunFailed
+from rlenv.errors import RunFailed, portable
 
 if TYPE_CHECKING:
     from rlenv.summary import SummaryPlan
@@ -69,15 +69,10 @@ def serve() -> None:  # pragma: no cover - runs in the writer's process (tests c
             result = ("summary", plan.build(totals))
     except BaseException as exc:  # noqa: BLE001 - every failure is the orchestrator's to raise
         result = ("error", exc)
-    try:
-        data = pickle.dumps(result, pickle.HIGHEST_PROTOCOL)
-        if result[0] == "error":
-            pickle.loads(data)  # an exception that cannot be rebuilt is sent as its message
-    except Exception:
-        error = result[1]
-        data = pickle.dumps(("error", WriterFailed(f"{type(error).__name__}: {error}")))
+    if result[0] == "error":  # one that cannot be rebuilt is sent as its message
+        result = ("error", portable(result[1], WriterFailed))
     with contextlib.suppress(OSError):
-        write_all(answer, data)
+        write_all(answer, pickle.dumps(result, pickle.HIGHEST_PROTOCOL))
     os._exit(0)
 
 

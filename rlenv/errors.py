@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -136,3 +136,16 @@ class WorkerLost(Exception):
         super().__init__(error)
         self.status = status
         self.error = error
+
+
+def portable(error: BaseException, fallback: Callable[[str], BaseException]) -> BaseException:
+    """`error` itself if its pickle is rebuilt (one of rlenv's helper processes hands it to
+    the orchestrator, which raises it as it is: its class, message and ``where``), else
+    `fallback` made from its type and message."""
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(error, pickle.HIGHEST_PROTOCOL))
+    except Exception:
+        return fallback(f"{type(error).__name__}: {error}")
+    return error

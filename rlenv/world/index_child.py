@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rlenv.errors import RunFailed
+from rlenv.errors import RunFailed, portable
 from rlenv.fresh_python import start_python
 
 if TYPE_CHECKING:
@@ -91,21 +91,11 @@ def serve(build: Callable[[Path, Scrubber, Path], bytes]) -> None:  # pragma: no
         path, scrubber, cache = pickle.loads(sys.stdin.buffer.read())
         parts = (_INDEX, build(path, scrubber, cache))
     except BaseException as exc:  # noqa: BLE001 - every failure is the orchestrator's to raise
-        parts = (_ERROR, _error_pickle(exc))
+        parts = (_ERROR, pickle.dumps(portable(exc, RuntimeError), pickle.HIGHEST_PROTOCOL))
     with contextlib.suppress(OSError), open(answer, "wb", closefd=True) as out:
         for part in parts:
             out.write(part)
     os._exit(0)  # the parse's heap is not worth tearing down
-
-
-def _error_pickle(error: BaseException) -> bytes:  # pragma: no cover - runs in the child
-    """`error` pickled; one that cannot be rebuilt from its pickle, as its type and message."""
-    try:
-        data = pickle.dumps(error, pickle.HIGHEST_PROTOCOL)
-        pickle.loads(data)
-        return data
-    except Exception:
-        return pickle.dumps(RuntimeError(f"{type(error).__name__}: {error}"))
 
 
 __all__ = ["index_aside", "serve"]
