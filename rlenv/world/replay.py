@@ -186,9 +186,7 @@ def load_index(
         built = index_aside(path, scrubber, cache)
         if built is not None:
             return built
-    packed, findings = build_index(path, scrubber)
-    store_index(cache, pickle.dumps((packed, findings), protocol=pickle.HIGHEST_PROTOCOL))
-    return packed, findings
+    return _built(path, scrubber, cache)[0]
 
 
 def _cached_index(cache: Path) -> tuple[Mapping[str, bytes], list[str]] | None:
@@ -233,6 +231,16 @@ def build_index(path: Path, scrubber: Scrubber) -> tuple[PackedResponses, list[s
     return packed, findings
 
 
+def _built(
+    path: Path, scrubber: Scrubber, cache: Path
+) -> tuple[tuple[PackedResponses, list[str]], bytes]:
+    """The index built (`build_index`) and stored in the cache: it, and the bytes stored."""
+    built = build_index(path, scrubber)
+    payload = pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)
+    store_index(cache, payload)
+    return built, payload
+
+
 def store_index(cache: Path, payload: bytes) -> None:
     """Write an index's pickle to the cache, whole or not at all."""
     try:
@@ -247,12 +255,7 @@ def serve_index() -> None:  # pragma: no cover - runs in the child (tests check 
     the index built and stored as in this process, the stored bytes its answer."""
     from rlenv.world.index_child import serve
 
-    def build(path: Path, scrubber: Scrubber, cache: Path) -> bytes:
-        payload = pickle.dumps(build_index(path, scrubber), protocol=pickle.HIGHEST_PROTOCOL)
-        store_index(cache, payload)
-        return payload
-
-    serve(build)
+    serve(lambda path, scrubber, cache: _built(path, scrubber, cache)[1])
 
 
 @dataclass
