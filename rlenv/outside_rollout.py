@@ -38,18 +38,6 @@ class RunConstants:
         return cls(tool_schemas(prepared.loaded), spec.decoding.model_dump())
 
 
-async def outside_rollout(
-    prepared: Environment,
-    provider: Provider,
-    executor: Executor,
-    task: RolloutTask,
-    shared: RunConstants | None = None,
-) -> RolloutRecord:
-    """Model calls here (outside the frozen world); tool calls and grading in a worker."""
-    trajectory, left = await outside_conversation(prepared, provider, executor, task, shared)
-    return await executor.finish(task, trajectory, provider.uri, left)
-
-
 async def outside_conversation(
     prepared: Environment,
     provider: Provider,
