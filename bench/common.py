@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -534,9 +534,7 @@ def _serve_lean(latency_ms: float, times_path: Path) -> None:
         if os.getppid() != parent:  # never outlive the benchmark
             loop.stop()
             return
-        if request.exists():
-            request.unlink()
-            state.dump(times_path)
+        _dump_if_asked(request, times_path, lambda: state.arrivals)
         loop.call_later(0.05, poll)
 
     loop.add_signal_handler(signal.SIGTERM, loop.stop)
@@ -556,14 +554,22 @@ def _serve_threaded(latency_ms: float, times_path: Path) -> None:
     parent = os.getppid()
     print(f"listening on {base_url}", flush=True)
     while not stop.wait(0.05) and os.getppid() == parent:  # never outlive the benchmark
-        if request.exists():
-            request.unlink()
-            with server.lock:
-                stamps = [entry["time"] for entry in server.log]
-            partial = times_path.with_suffix(".tmp")
-            partial.write_text(json.dumps(stamps))
-            os.replace(partial, times_path)
+        _dump_if_asked(request, times_path, lambda: _stamps(server))
     server.stop()
+
+
+def _stamps(server: Any) -> list[float]:
+    with server.lock:
+        return [entry["time"] for entry in server.log]
+
+
+def _dump_if_asked(request: Path, times_path: Path, stamps: Callable[[], list[float]]) -> None:
+    """`arrival_times`'s answer: the arrival times written whole to `times_path`, if asked."""
+    if request.exists():
+        request.unlink()
+        partial = times_path.with_suffix(".tmp")
+        partial.write_text(json.dumps(stamps()))
+        os.replace(partial, times_path)
 
 
 # -- output ----------------------------------------------------------------------------------

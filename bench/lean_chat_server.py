@@ -11,7 +11,7 @@ It speaks only what `bench/concurrency.py` sends: `POST /v1/chat/completions` wi
 `Content-Length` body over keep-alive HTTP/1.1; anything else is answered 400 and closed.
 Faults, `/v1/models` and the rest stay in the tests' server.
 
-Every request's arrival time (`time.monotonic`) is kept; `dump(path)` writes them as JSON.
+Every request's arrival time (`time.monotonic`) is kept, in `LeanChatServer.arrivals`.
 """
 
 from __future__ import annotations
@@ -47,11 +47,6 @@ class LeanChatServer:
 
     def connection(self) -> asyncio.Protocol:
         return _Connection(self)
-
-    def dump(self, path: Path) -> None:
-        partial = path.with_suffix(".tmp")
-        partial.write_text(json.dumps(self.arrivals))
-        partial.replace(path)
 
 
 class _Connection(asyncio.Protocol):
