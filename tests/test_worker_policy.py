@@ -34,7 +34,12 @@ def test_a_worker_runs_sched_batch_and_the_orchestrator_as_it_was(tmp_path: Path
     assert isinstance(executor, LocalExecutor)
     try:
         assert len(executor.all) == 2  # started and ready: serve() set the policy first
-        below = psutil.Process().children(recursive=True)  # unshare, sh: the worker's wrappers
+        below = [  # this executor's workers and what is under them (unshare, sh: wrappers)
+            process
+            for slot in executor.all
+            for top in [psutil.Process(slot.process.pid)]
+            for process in [top, *top.children(recursive=True)]
+        ]
         pythons = [process.pid for process in below if "python" in process.name()]
         assert len(pythons) >= 2, [process.cmdline() for process in below]
         assert {pid: os.sched_getscheduler(pid) for pid in pythons} == dict.fromkeys(
